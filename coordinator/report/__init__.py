@@ -1,0 +1,1 @@
+"""Run outputs: the run directory, summaries, graph statistics, plots and tables."""
