@@ -1,0 +1,200 @@
+"""``make_partition``: from a pool and a scheme to every client's train/val/test indices.
+
+Randomness comes from one ``SeedSequence(seed)`` split into independent streams (who holds
+what, each client's val/test draw, who is malicious), so a partition is a pure function of
+its arguments and changing, say, the flip fraction does not reshuffle the clients' data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import schemes
+from .arrays import DataPool
+from .splits import ClientSplit, Partition
+
+SCHEMES = ("iid", "dirichlet", "pathological", "natural")
+
+
+def make_partition(
+    pool: DataPool,
+    *,
+    num_clients: int,
+    scheme: str,
+    seed: int,
+    alpha: float = 0.1,
+    classes_per_client: int = 3,
+    val_fraction: float = 0.2,
+    test_ratio: float = 1.0,
+    label_flip_fraction: float = 0.0,
+) -> Partition:
+    """Split ``pool`` among ``num_clients`` clients; the same arguments give the same result.
+
+    Each client's samples are shuffled and ``val_fraction`` of them (at least one) become its
+    validation split. Its test split is drawn from ``pool.test`` with the label mix of its
+    train split: ``round(test_ratio * (train + val))`` samples apportioned over its classes,
+    at least one per class and at most what the test pool has of that class, so the total can
+    differ slightly from the target. Under ``natural`` the test split is instead the writer's
+    own test samples and ``test_ratio`` is unused. ``round(label_flip_fraction *
+    num_clients)`` clients get one shared label derangement (they are the malicious ones).
+    """
+    _validate(
+        pool,
+        num_clients,
+        scheme,
+        seed,
+        alpha,
+        classes_per_client,
+        val_fraction,
+        test_ratio,
+        label_flip_fraction,
+    )
+    assign_seq, split_seq, flip_seq = np.random.SeedSequence(seed).spawn(3)
+    assign_rng = np.random.default_rng(assign_seq)
+    labels = pool.train.y
+    params: dict[str, Any] = {}
+    own_tests: list[np.ndarray] | None = None
+    if scheme == "natural":
+        if pool.train_groups is None or pool.test_groups is None:
+            raise ValueError(f"scheme 'natural' needs writer groups, which {pool.name!r} lacks")
+        writers = schemes.natural(pool.train_groups, pool.test_groups, num_clients, assign_rng)
+        local = [pool.train_groups[w] for w in writers]
+        own_tests = [pool.test_groups[w] for w in writers]
+        params["writers"] = writers
+    elif scheme == "iid":
+        local = schemes.iid(len(labels), num_clients, assign_rng)
+    elif scheme == "dirichlet":
+        local = schemes.dirichlet(labels, pool.num_classes, num_clients, alpha, assign_rng)
+        params["alpha"] = alpha
+    else:
+        local = schemes.pathological(
+            labels, pool.num_classes, num_clients, classes_per_client, assign_rng
+        )
+        params["classes_per_client"] = classes_per_client
+
+    test_by_class = [np.flatnonzero(pool.test.y == c) for c in range(pool.num_classes)]
+    clients = []
+    for k, child in enumerate(split_seq.spawn(num_clients)):
+        rng = np.random.default_rng(child)
+        train, val = _train_val(local[k], val_fraction, rng)
+        if own_tests is not None:
+            test = np.sort(own_tests[k]).astype(np.int64)
+        else:
+            total = round(test_ratio * (len(train) + len(val)))
+            test = _draw_test(labels[train], total, test_by_class, rng)
+        clients.append(ClientSplit(train=train, val=val, test=test))
+
+    malicious: list[int] = []
+    if label_flip_fraction > 0:
+        flip_rng = np.random.default_rng(flip_seq)
+        count = round(label_flip_fraction * num_clients)
+        malicious = sorted(int(k) for k in flip_rng.choice(num_clients, count, replace=False))
+        perm = _derangement(pool.num_classes, flip_rng)
+        for k in malicious:
+            c = clients[k]
+            clients[k] = ClientSplit(c.train, c.val, c.test, label_permutation=perm.copy())
+
+    meta = {
+        "scheme": scheme,
+        "num_clients": num_clients,
+        "seed": seed,
+        **params,
+        "val_fraction": val_fraction,
+        "test_ratio": None if scheme == "natural" else test_ratio,
+        "label_flip_fraction": label_flip_fraction,
+        "malicious_clients": malicious,
+        "pool": {
+            "name": pool.name,
+            "num_train": len(pool.train),
+            "num_test": len(pool.test),
+            "num_classes": pool.num_classes,
+        },
+    }
+    return Partition(clients=clients, meta=meta)
+
+
+def _validate(
+    pool: DataPool,
+    num_clients: int,
+    scheme: str,
+    seed: int,
+    alpha: float,
+    classes_per_client: int,
+    val_fraction: float,
+    test_ratio: float,
+    label_flip_fraction: float,
+) -> None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    if not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    # Every client needs at least one train and one validation sample.
+    most = len(pool.train) // 2
+    if not isinstance(num_clients, int | np.integer) or not 1 <= num_clients <= most:
+        raise ValueError(
+            f"num_clients must be an integer in [1, {most}] (half the training pool), "
+            f"got {num_clients!r}"
+        )
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha!r}")
+    if not isinstance(classes_per_client, int | np.integer) or not (
+        1 <= classes_per_client <= pool.num_classes
+    ):
+        raise ValueError(
+            f"classes_per_client must be an integer in [1, {pool.num_classes}], "
+            f"got {classes_per_client!r}"
+        )
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    if not test_ratio > 0:
+        raise ValueError(f"test_ratio must be > 0, got {test_ratio!r}")
+    if not 0 <= label_flip_fraction <= 1:
+        raise ValueError(f"label_flip_fraction must be in [0, 1], got {label_flip_fraction!r}")
+    if label_flip_fraction > 0 and pool.num_classes < 2:
+        raise ValueError("label_flip_fraction > 0 needs a pool with at least 2 classes")
+
+
+def _train_val(
+    idx: np.ndarray, val_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """A shuffled split into (train, val); both non-empty since ``len(idx) >= 2``."""
+    shuffled = rng.permutation(np.asarray(idx, dtype=np.int64))
+    n_val = min(max(1, round(val_fraction * len(shuffled))), len(shuffled) - 1)
+    return np.sort(shuffled[n_val:]), np.sort(shuffled[:n_val])
+
+
+def _draw_test(
+    train_labels: np.ndarray,
+    total: int,
+    test_by_class: list[np.ndarray],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Test indices whose class counts follow ``train_labels``' mix (no repeats)."""
+    classes, counts = np.unique(train_labels, return_counts=True)
+    picks = [np.zeros(0, dtype=np.int64)]
+    for c, want in zip(classes, _apportion(total, counts), strict=True):
+        available = test_by_class[c]
+        picks.append(rng.choice(available, size=min(max(want, 1), len(available)), replace=False))
+    return np.sort(np.concatenate(picks))
+
+
+def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
+    """Integers proportional to ``weights`` summing to ``total`` (largest remainders)."""
+    quotas = total * weights / weights.sum()
+    counts = np.floor(quotas).astype(np.int64)
+    leftover = total - int(counts.sum())
+    counts[np.argsort(counts - quotas, kind="stable")[:leftover]] += 1
+    return counts
+
+
+def _derangement(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random permutation of ``range(n)`` with no fixed point (n >= 2).
+
+    Rejection sampling: about e permutations are drawn on average.
+    """
+    while True:
+        perm = rng.permutation(n)
+        if not np.any(perm == np.arange(n)):
+            return perm.astype(np.int64)

@@ -1,0 +1,211 @@
+"""A participant: its private data, its models, and the verbs the coordinator may ask for.
+
+A ``ClientNode`` is method-agnostic: methods differ only in which instructions the
+coordinator sends (strategies/). The same node class serves the in-process runtime and,
+wrapped by a Flower ClientApp, a real federation.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from collabfl.client.flat import FlatModel
+from collabfl.client.peers import ModelPublisher, PeerFetcher
+from collabfl.client.training import TensorData, TrainingConfig, evaluate, train
+from collabfl.strategies.greedy import bggc
+from collabfl.strategies.protocol import ConfigValue, Instruction, Reply, Verb
+from collabfl.strategies.streaming import streaming_average
+
+
+@dataclass(frozen=True)
+class ClientSplits:
+    """A client's private data on the compute device."""
+
+    train: TensorData
+    val: TensorData
+    test: TensorData
+    malicious: bool = False
+
+
+@dataclass
+class BestModel:
+    """The best-validation model of one slot so far (DPFL's reported model)."""
+
+    val_acc: float = -1.0
+    val_loss: float = float("inf")
+    test_acc: float = float("nan")
+    round: int = -1
+    vector: torch.Tensor | None = None
+
+
+class ClientNode:
+    """Executes coordinator instructions on one client's data and models.
+
+    Models live in named slots ("model", "global", "personal", ...) as flat vectors; one
+    shared ``workspace`` module does the compute, so a process can host many clients.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        data: ClientSplits,
+        workspace: FlatModel,
+        initial_model: torch.Tensor,
+        training: TrainingConfig,
+        seed: int,
+        publisher: ModelPublisher,
+        fetcher: PeerFetcher,
+    ) -> None:
+        self.client_id = client_id
+        self.data = data
+        self.workspace = workspace
+        self.initial_model = initial_model
+        self.training = training
+        self.seed = seed
+        self.publisher = publisher
+        self.fetcher = fetcher
+        self.slots: dict[str, torch.Tensor] = {}
+        self.best: dict[str, BestModel] = {}
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data.train)
+
+    def handle(self, instruction: Instruction) -> Reply:
+        """Run one instruction and return the reply for the coordinator."""
+        handlers: dict[Verb, Callable[[Instruction], Reply]] = {
+            Verb.TRAIN: self._train,
+            Verb.COLLABORATE: self._collaborate,
+            Verb.EVALUATE: self._evaluate,
+        }
+        return handlers[Verb(instruction.verb)](instruction)
+
+    def slot(self, name: str) -> torch.Tensor:
+        """The model in slot ``name``; a slot starts as the shared initial model."""
+        if name not in self.slots:
+            self.slots[name] = self.initial_model
+        return self.slots[name]
+
+    def _receive(self, instruction: Instruction, default_slot: str) -> None:
+        if instruction.model is not None:
+            into = str(instruction.config.get("model_into", default_slot))
+            self.slots[into] = torch.as_tensor(instruction.model).to(self.workspace.vector.device)
+
+    def _train(self, instruction: Instruction) -> Reply:
+        config = instruction.config
+        slot = str(config.get("slot", "model"))
+        self._receive(instruction, slot)
+        if "from_best" in config:
+            self.slots[slot] = self._best_vector(str(config["from_best"]))
+        start = self.slot(slot)
+        prox_mu = float(config.get("prox_mu", 0.0))
+        prox_slot = config.get("prox_slot")
+        prox_ref = self.slot(str(prox_slot)) if prox_slot else start
+        self.workspace.load(start)
+        loss = train(
+            self.workspace,
+            self.data.train,
+            float(config["epochs"]),
+            self.training,
+            self._generator(instruction.round, slot),
+            prox_mu=prox_mu,
+            prox_ref=prox_ref if prox_mu > 0 else None,
+        )
+        self.slots[slot] = self.workspace.get()
+        if config.get("publish", False):
+            self.publisher.publish(self.client_id, instruction.round, self.slots[slot])
+        upload = self.slots[slot] if config.get("upload", False) else None
+        return Reply({"train_loss": loss, "num_samples": self.num_samples}, upload)
+
+    def _collaborate(self, instruction: Instruction) -> Reply:
+        config = instruction.config
+        slot = str(config.get("slot", "model"))
+        candidates = [int(j) for j in config["candidates"]]
+        weights = dict(zip(candidates, (float(w) for w in config["weights"]), strict=True))
+        budget = None if int(config["budget"]) < 0 else int(config["budget"])
+        search = str(config["search"])
+        rng = np.random.default_rng([self.seed, self.client_id, instruction.round, 1])
+
+        def load(ids):
+            return self.fetcher.hold(ids, instruction.round, limit=budget)
+
+        own, own_weight = self.slot(slot), float(self.num_samples)
+        evaluations = 0
+        if search == "greedy":
+            selection = bggc(
+                own, own_weight, candidates, weights, load, self._val_loss, budget, budget, rng
+            )
+            aggregate, chosen = selection.aggregate, selection.chosen
+            evaluations = selection.reward_evaluations
+        elif search in ("random", "none"):
+            if search == "random":
+                size = len(candidates) if budget is None else min(budget, len(candidates))
+                candidates = [int(j) for j in rng.choice(candidates, size=size, replace=False)]
+            aggregate, chosen = streaming_average(
+                own, own_weight, candidates, weights, load, budget
+            )
+        else:
+            raise ValueError(f"unknown search {search!r}; expected greedy, random or none")
+        self.slots[slot] = aggregate
+        metrics: dict[str, ConfigValue] = {
+            "chosen": chosen,
+            "num_collaborators": len(chosen),
+            "reward_evaluations": evaluations,
+        }
+        return Reply(metrics)
+
+    def _evaluate(self, instruction: Instruction) -> Reply:
+        config = instruction.config
+        slot = str(config.get("slot", "model"))
+        self._receive(instruction, slot)
+        self.workspace.load(self.slot(slot))
+        batch = self.training.eval_batch_size
+        val_loss, val_acc = evaluate(self.workspace, self.data.val, batch)
+        test_loss, test_acc = evaluate(self.workspace, self.data.test, batch)
+        best = self.best.setdefault(slot, BestModel())
+        if (val_acc, -val_loss) > (best.val_acc, -best.val_loss):
+            best.val_acc, best.val_loss, best.test_acc = val_acc, val_loss, test_acc
+            best.round = instruction.round
+            best.vector = self.slots[slot] if config.get("keep_best", False) else None
+        stats = self.fetcher.take_stats()
+        return Reply(
+            {
+                "val_loss": val_loss,
+                "val_acc": val_acc,
+                "test_loss": test_loss,
+                "test_acc": test_acc,
+                "best_val_acc": best.val_acc,
+                "best_test_acc": best.test_acc,
+                "bytes_fetched": stats.bytes_fetched,
+                "peak_peer_models": stats.peak_resident,
+                "fetch_failures": stats.failures,
+                "malicious": self.data.malicious,
+            }
+        )
+
+    def _val_loss(self, vector: torch.Tensor) -> float:
+        """F_k^V: the reward GGC maximises is minus this."""
+        self.workspace.load(vector)
+        loss, _ = evaluate(self.workspace, self.data.val, self.training.eval_batch_size)
+        return loss
+
+    def _best_vector(self, slot: str) -> torch.Tensor:
+        best = self.best.get(slot)
+        if best is None or best.vector is None:
+            raise RuntimeError(
+                f"client {self.client_id} kept no best model for slot {slot!r}; "
+                "evaluate it with keep_best=True first"
+            )
+        return best.vector
+
+    def _generator(self, round_index: int, slot: str) -> torch.Generator:
+        """Batch-order randomness that depends only on (seed, client, round, slot)."""
+        entropy = [self.seed, self.client_id, round_index, zlib.crc32(slot.encode())]
+        state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
+        return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+

@@ -1,0 +1,154 @@
+"""The client-side seam for peer models: fetch under a budget, validate, account.
+
+A client never touches another client's model except through a ``PeerFetcher``. The
+fetcher asks a ``PeerModelSource`` (the in-process store here, the gRPC peer client in a
+real federation) for one model at a time, refuses to hold more than the budget at once,
+rejects malformed models before they can reach an aggregate, and counts what it moved.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class PeerUnavailable(Exception):
+    """The peer's model for that round cannot be had (peer gone, round not published)."""
+
+
+class InvalidPeerModel(Exception):
+    """The peer sent something that must not be aggregated."""
+
+
+class BudgetExceeded(RuntimeError):
+    """A caller tried to hold more peer models at once than the budget allows."""
+
+
+class PeerModelSource(Protocol):
+    """Where peer models come from (an adapter: memory store, gRPC client, ...)."""
+
+    def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+        """The flat model vector ``owner`` published for ``round_index``.
+
+        Raises PeerUnavailable when it cannot be had.
+        """
+        ...
+
+
+class ModelPublisher(Protocol):
+    """Where a client puts its own model for peers to fetch."""
+
+    def publish(self, owner: int, round_index: int, vector: torch.Tensor) -> None: ...
+
+
+@dataclass
+class FetchStats:
+    """Traffic since the last ``take_stats``: what a round's metrics report."""
+
+    bytes_fetched: int = 0
+    models_fetched: int = 0
+    peak_resident: int = 0
+    failures: int = 0
+
+
+class PeerFetcher:
+    """Fetches batches of peer models while enforcing a cap on resident models."""
+
+    def __init__(self, source: PeerModelSource, expected_numel: int) -> None:
+        self.source = source
+        self.expected_numel = expected_numel
+        self.resident = 0
+        self.stats = FetchStats()
+
+    @contextmanager
+    def hold(
+        self, owners: Sequence[int], round_index: int, limit: int | None
+    ) -> Iterator[dict[int, torch.Tensor]]:
+        """Fetch ``owners``' models and keep them resident for the ``with`` block.
+
+        Raises BudgetExceeded before fetching anything if that would make more than ``limit``
+        peer models resident. Peers that are unavailable or send an invalid model are logged,
+        counted and left out of the mapping.
+        """
+        if limit is not None and self.resident + len(owners) > limit:
+            raise BudgetExceeded(
+                f"holding {self.resident + len(owners)} peer models would exceed the budget "
+                f"of {limit}"
+            )
+        models: dict[int, torch.Tensor] = {}
+        try:
+            for owner in owners:
+                try:
+                    vector = self.source.fetch(owner, round_index)
+                    self._validate(owner, vector)
+                except (PeerUnavailable, InvalidPeerModel) as error:
+                    log.warning("skipping peer %s in round %s: %s", owner, round_index, error)
+                    self.stats.failures += 1
+                    continue
+                models[owner] = vector
+                self.resident += 1
+                self.stats.peak_resident = max(self.stats.peak_resident, self.resident)
+                self.stats.models_fetched += 1
+                self.stats.bytes_fetched += vector.numel() * vector.element_size()
+            yield models
+        finally:
+            self.resident -= len(models)
+            models.clear()
+
+    def take_stats(self) -> FetchStats:
+        """Return the traffic counters and start new ones."""
+        stats, self.stats = self.stats, FetchStats()
+        return stats
+
+    def _validate(self, owner: int, vector: torch.Tensor) -> None:
+        if not isinstance(vector, torch.Tensor):
+            raise InvalidPeerModel(f"peer {owner} sent a {type(vector).__name__}, not a tensor")
+        if vector.dtype != torch.float32 or vector.dim() != 1:
+            raise InvalidPeerModel(
+                f"peer {owner} sent dtype {vector.dtype} shape {tuple(vector.shape)}, "
+                f"expected float32 ({self.expected_numel},)"
+            )
+        if vector.numel() != self.expected_numel:
+            raise InvalidPeerModel(
+                f"peer {owner} sent {vector.numel()} values, expected {self.expected_numel}"
+            )
+        if not bool(torch.isfinite(vector).all()):
+            raise InvalidPeerModel(f"peer {owner} sent NaN or Inf weights")
+
+
+class MemoryModelStore:
+    """Published models kept in memory: the in-process runtime's peer exchange.
+
+    Keeps the last ``keep_rounds`` rounds per owner; older ones are dropped on publish.
+    """
+
+    def __init__(self, keep_rounds: int = 2) -> None:
+        if keep_rounds < 1:
+            raise ValueError(f"keep_rounds must be >= 1, got {keep_rounds}")
+        self.keep_rounds = keep_rounds
+        self._models: dict[int, dict[int, torch.Tensor]] = {}
+
+    def publish(self, owner: int, round_index: int, vector: torch.Tensor) -> None:
+        rounds = self._models.setdefault(owner, {})
+        rounds[round_index] = vector.detach()
+        for old in sorted(rounds)[: -self.keep_rounds]:
+            del rounds[old]
+
+    def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+        try:
+            return self._models[owner][round_index]
+        except KeyError:
+            raise PeerUnavailable(
+                f"client {owner} has not published a model for round {round_index}"
+            ) from None
+
+    def forget(self, owner: int) -> None:
+        """Drop everything ``owner`` published (the client left)."""
+        self._models.pop(owner, None)

@@ -1,0 +1,121 @@
+"""The ``collabfl`` command line: experiments on one machine."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_config
+from collabfl.coordinator.experiment import run_comparison
+from collabfl.coordinator.methods import MethodSpec, parse_method_spec
+
+app = typer.Typer(
+    help="collabfl: personalized federated learning with learned collaboration.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+ConfigArg = Annotated[
+    Path | None,
+    typer.Argument(help="TOML config (default: the built-in quickstart settings)"),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="override a config value: --set data.alpha=0.5 (repeatable)"),
+]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: runs/...)")]
+LogOpt = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
+
+
+def _setup(log_level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _default_out(config: ExperimentConfig, kind: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{config.name}-{kind}"
+
+
+def _fail(error: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {error}", highlight=False)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def simulate(
+    config: ConfigArg = None,
+    overrides: SetOpt = None,
+    out: OutOpt = None,
+    log_level: LogOpt = "WARNING",
+) -> None:
+    """Run the config's ``method`` in the in-process runtime."""
+    _setup(log_level)
+    try:
+        settings = load_config(config, overrides)
+        specs = [parse_method_spec(settings.method, settings)]
+        run_comparison(settings, specs, out or _default_out(settings, settings.method), console)
+    except (ConfigError, FileNotFoundError, ValueError) as error:
+        _fail(error)
+
+
+@app.command()
+def compare(
+    config: ConfigArg = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            "--methods",
+            help="comma-separated specs, e.g. dpfl,local,fedavg or 'dpfl:budget=0.1' "
+            "(default: the config's `methods`)",
+        ),
+    ] = None,
+    overrides: SetOpt = None,
+    out: OutOpt = None,
+    log_level: LogOpt = "WARNING",
+) -> None:
+    """Run several methods on the same partition and print one results table."""
+    _setup(log_level)
+    try:
+        settings = load_config(config, overrides)
+        names = split_methods(methods) if methods else settings.methods
+        specs: list[MethodSpec] = [parse_method_spec(name, settings) for name in names]
+        if not specs:
+            raise ConfigError("--methods names no method")
+        run_comparison(settings, specs, out or _default_out(settings, "compare"), console)
+    except (ConfigError, FileNotFoundError, ValueError) as error:
+        _fail(error)
+
+
+def split_methods(text: str) -> list[str]:
+    """Split a --methods list on commas that start a new method, not inside its options.
+
+    ``dpfl:budget=5,select_every=2,local`` → ["dpfl:budget=5,select_every=2", "local"].
+    """
+    specs: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if "=" in part and ":" not in part and specs:
+            specs[-1] += "," + part
+        else:
+            specs.append(part)
+    return specs
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,190 @@
+"""Experiment configuration: pydantic models, TOML files and ``--set key=value`` overrides.
+
+Every value is validated before anything starts; an invalid one is reported with its dotted
+path, the value given and the allowed range.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from collabfl.client.training import TrainingConfig
+
+METHOD_NAMES = (
+    "local",
+    "fedavg",
+    "fedavg_ft",
+    "fedprox",
+    "fedprox_ft",
+    "ditto",
+    "dpfl",
+    "dpfl_random",
+)
+
+
+class ConfigError(ValueError):
+    """A configuration that must not start: the message names the field and the rule."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    """Which dataset, how many clients, and how samples are divided among them."""
+
+    dataset: Literal["mnist1d", "cifar10", "cinic10", "femnist"] = "mnist1d"
+    root: Path | None = Field(None, description="folder of a path-based dataset")
+    cache_dir: Path = Field(Path.home() / ".cache" / "collabfl", description="MNIST-1D cache")
+    num_train: int = Field(16000, ge=100, le=10_000_000, description="MNIST-1D pool size")
+    num_test: int = Field(8000, ge=100, le=10_000_000)
+    num_clients: int = Field(20, ge=1, le=100_000)
+    partition: Literal["iid", "dirichlet", "pathological", "natural"] = "dirichlet"
+    alpha: float = Field(0.1, gt=0, le=1e6, description="Dirichlet concentration")
+    classes_per_client: int = Field(3, ge=1, le=1000)
+    val_fraction: float = Field(0.2, gt=0, lt=1)
+    test_ratio: float = Field(1.0, gt=0, le=100)
+    label_flip_fraction: float = Field(0.0, ge=0, le=1)
+    partition_file: Path | None = Field(None, description="reuse a saved partition")
+
+
+class ModelConfig(_Section):
+    name: Literal["auto", "mnist1d_cnn", "cifar_cnn", "femnist_cnn"] = "auto"
+
+
+Budget = int | float | Literal["inf"]
+
+
+class DPFLConfig(_Section):
+    """DPFL's knobs. ``budget``: an integer number of peers, a fraction of N in (0, 1],
+    or "inf" (unlimited)."""
+
+    budget: Budget = 0.2
+    init_epochs: float = Field(5.0, gt=0, le=1000, description="τ_init")
+    select_every: int = Field(1, ge=1, le=100_000, description="run GGC every P rounds")
+
+    @field_validator("budget")
+    @classmethod
+    def _check_budget(cls, value: Budget) -> Budget:
+        if isinstance(value, bool):
+            raise ValueError("budget must be an integer >= 0, a fraction in (0, 1] or 'inf'")
+        if isinstance(value, int) and value < 0:
+            raise ValueError("an integer budget must be >= 0")
+        if isinstance(value, float) and not 0 < value <= 1:
+            raise ValueError("a fractional budget must be in (0, 1]")
+        return value
+
+
+class FedProxConfig(_Section):
+    mu: float = Field(0.1, ge=0, le=1e4)
+
+
+class DittoConfig(_Section):
+    lam: float = Field(0.75, ge=0, le=1e4)
+
+
+class FinetuneConfig(_Section):
+    epochs: float | None = Field(None, gt=0, le=1000, description="default: 2 × epochs")
+
+
+class ExperimentConfig(_Section):
+    """One experiment: a federation, a method (or several to compare) and how long to run."""
+
+    name: str = "experiment"
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    rounds: int = Field(20, ge=1, le=100_000)
+    epochs: float = Field(1.0, gt=0, le=1000, description="local epochs per round (τ_train)")
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    threads: int = Field(1, ge=0, le=1024, description="torch CPU threads; 0 = torch default")
+    method: Literal[METHOD_NAMES] = "dpfl"  # type: ignore[valid-type]
+    methods: list[str] = Field(
+        default_factory=lambda: ["local", "fedavg", "fedavg_ft", "fedprox", "ditto", "dpfl"],
+        description="what `collabfl compare` runs when --methods is not given",
+    )
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    dpfl: DPFLConfig = Field(default_factory=DPFLConfig)
+    fedprox: FedProxConfig = Field(default_factory=FedProxConfig)
+    ditto: DittoConfig = Field(default_factory=DittoConfig)
+    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+
+
+def resolve_budget(budget: Budget, num_clients: int) -> int | None:
+    """The budget Bc as a number of peers (None: unlimited)."""
+    if budget == "inf":
+        return None
+    if isinstance(budget, float):
+        return max(1, math.floor(budget * num_clients + 0.5))
+    return int(budget)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b=value`` into a path and a value read as TOML (bare words stay strings)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value (e.g. data.alpha=0.5)")
+    key, raw = text.split("=", 1)
+    path = [part.strip() for part in key.strip().split(".")]
+    if not all(path):
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return path, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides to a raw (not yet validated) config dict."""
+    for text in overrides:
+        path, value = parse_override(text)
+        node = raw
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {part!r} is a value, not a section")
+            node = child
+        node[path[-1]] = value
+    return raw
+
+
+def load_config(path: Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read, override and validate a config; raise ConfigError with a readable message."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
+    raw = apply_overrides(raw, list(overrides or []))
+    return validate_config(raw)
+
+
+def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error)) from None
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """One line per problem: dotted path, what is wrong, and the value given."""
+    lines = ["invalid configuration:"]
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"] if not _is_union_tag(part))
+        given = problem.get("input")
+        shown = "" if isinstance(given, dict) else f" (got {given!r})"
+        lines.append(f"  {where}: {problem['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def _is_union_tag(part: object) -> bool:
+    """pydantic adds union member names (``int``, ``float``) to error paths; hide them."""
+    return isinstance(part, str) and part in {"int", "float", "literal['inf']"}

@@ -1,0 +1,95 @@
+"""The in-process runtime: every client of a federation in one Python process.
+
+Instructions are direct method calls and peer fetches read a shared memory store, but they
+go through the same two seams as a real federation (``ClientPool`` and ``PeerFetcher``), so
+budgets are enforced and traffic is counted identically. This is the embedded default for
+experiments: no sockets, paper-scale federations on a laptop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from collabfl.client.data import ClientData
+from collabfl.client.flat import FlatModel
+from collabfl.client.node import ClientNode, ClientSplits
+from collabfl.client.peers import MemoryModelStore, PeerFetcher
+from collabfl.client.training import TensorData, TrainingConfig
+from collabfl.strategies.protocol import Instruction, Reply
+
+
+def to_device(clients: Sequence[ClientData], device: torch.device) -> list[ClientSplits]:
+    """Move every client's splits to the compute device once, before any round."""
+
+    def tensors(split) -> TensorData:
+        return TensorData(
+            torch.as_tensor(split.x, dtype=torch.float32, device=device),
+            torch.as_tensor(split.y, dtype=torch.long, device=device),
+        )
+
+    return [
+        ClientSplits(tensors(c.train), tensors(c.val), tensors(c.test), c.malicious)
+        for c in clients
+    ]
+
+
+class InProcessFederation:
+    """A ``ClientPool`` whose clients are ``ClientNode`` objects in this process."""
+
+    def __init__(self, nodes: Mapping[int, ClientNode]) -> None:
+        self.nodes = dict(nodes)
+        self._sample_counts = {k: node.num_samples for k, node in self.nodes.items()}
+        self._coordinator_bytes: dict[int, int] = {}
+
+    @property
+    def sample_counts(self) -> Mapping[int, int]:
+        return self._sample_counts
+
+    def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        replies = {}
+        for k, instruction in instructions.items():
+            if k not in self.nodes:
+                continue
+            replies[k] = reply = self.nodes[k].handle(instruction)
+            moved = _model_bytes(instruction.model) + _model_bytes(reply.model)
+            self._coordinator_bytes[k] = self._coordinator_bytes.get(k, 0) + moved
+        return replies
+
+    def take_coordinator_bytes(self) -> dict[int, int]:
+        """Model bytes each client exchanged with the coordinator since the last call."""
+        counts, self._coordinator_bytes = self._coordinator_bytes, {}
+        return counts
+
+
+def _model_bytes(model: torch.Tensor | None) -> int:
+    return 0 if model is None else model.numel() * model.element_size()
+
+
+def build_federation(
+    splits: Sequence[ClientSplits],
+    workspace: FlatModel,
+    training: TrainingConfig,
+    seed: int,
+) -> InProcessFederation:
+    """Clients 0..N-1 sharing one workspace module and one in-memory model store.
+
+    All clients start from the workspace's current state (the seeded initial model).
+    """
+    store = MemoryModelStore(keep_rounds=2)
+    initial = workspace.get()
+    nodes = {
+        k: ClientNode(
+            client_id=k,
+            data=data,
+            workspace=workspace,
+            initial_model=initial,
+            training=training,
+            seed=seed,
+            publisher=store,
+            fetcher=PeerFetcher(store, workspace.numel),
+        )
+        for k, data in enumerate(splits)
+    }
+    return InProcessFederation(nodes)

@@ -1,0 +1,93 @@
+"""Method specs ("dpfl:budget=0.1") → configured Method objects from strategies/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collabfl.coordinator.config import (
+    METHOD_NAMES,
+    ConfigError,
+    ExperimentConfig,
+    apply_overrides,
+    resolve_budget,
+    validate_config,
+)
+from collabfl.strategies.ditto import Ditto
+from collabfl.strategies.dpfl import DPFL
+from collabfl.strategies.fedavg import FedAvg
+from collabfl.strategies.local import Local
+from collabfl.strategies.rounds import Method
+
+SECTION_OF = {
+    "local": None,
+    "fedavg": None,
+    "fedavg_ft": "finetune",
+    "fedprox": "fedprox",
+    "fedprox_ft": "fedprox",
+    "ditto": "ditto",
+    "dpfl": "dpfl",
+    "dpfl_random": "dpfl",
+}
+"""Which config section a spec's bare ``key=value`` options belong to."""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method name with per-method overrides, as written on the command line."""
+
+    label: str
+    name: str
+    config: ExperimentConfig
+
+
+def parse_method_spec(text: str, base: ExperimentConfig) -> MethodSpec:
+    """Parse ``name`` or ``name:key=value,key=value`` against the base config.
+
+    Bare keys go to the method's own section (``dpfl:budget=5`` sets dpfl.budget); dotted
+    keys are full paths (``ditto:training.lr=0.01``).
+    """
+    name, _, options = text.strip().partition(":")
+    if name not in METHOD_NAMES:
+        raise ConfigError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}")
+    overrides = []
+    for option in filter(None, (o.strip() for o in options.split(","))):
+        key = option.split("=", 1)[0]
+        section = SECTION_OF[name]
+        if "." not in key and section is not None:
+            option = f"{section}.{option}"
+        overrides.append(option)
+    raw = apply_overrides(base.model_dump(mode="json"), overrides)
+    raw["method"] = name
+    return MethodSpec(text.strip(), name, validate_config(raw))
+
+
+def build_method(spec: MethodSpec, num_clients: int) -> Method:
+    """The strategy object for a spec, with its hyperparameters resolved for N clients."""
+    config = spec.config
+    epochs = config.epochs
+    finetune = config.finetune.epochs or 2 * epochs
+    match spec.name:
+        case "local":
+            return Local(epochs, name=spec.label)
+        case "fedavg":
+            return FedAvg(epochs, name=spec.label)
+        case "fedavg_ft":
+            return FedAvg(epochs, finetune_epochs=finetune, name=spec.label)
+        case "fedprox":
+            return FedAvg(epochs, prox_mu=config.fedprox.mu, name=spec.label)
+        case "fedprox_ft":
+            return FedAvg(
+                epochs, prox_mu=config.fedprox.mu, finetune_epochs=finetune, name=spec.label
+            )
+        case "ditto":
+            return Ditto(epochs, lam=config.ditto.lam, name=spec.label)
+        case "dpfl" | "dpfl_random":
+            return DPFL(
+                epochs=epochs,
+                init_epochs=config.dpfl.init_epochs,
+                budget=resolve_budget(config.dpfl.budget, num_clients),
+                select_every=config.dpfl.select_every,
+                graph="random" if spec.name == "dpfl_random" else "ggc",
+                name=spec.label,
+            )
+    raise ConfigError(f"unknown method {spec.name!r}")

@@ -1,0 +1,159 @@
+"""The run directory: writing a run's records as it goes and reading them back.
+
+Layout: config.json, metrics.jsonl (one row per round and client), graphs/round_NNNN.json
+(one collaboration graph per round, graph methods only) and summary.json. Whole files are
+written through a temporary file and os.replace, so a crash never leaves half a config,
+graph or summary behind; metrics.jsonl is append-only and flushed after every round.
+"""
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collabfl.coordinator.report.graph_stats import adjacency
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+GRAPHS_DIR = "graphs"
+
+
+def graph_file_name(round_index: int) -> str:
+    """File name of one round's graph; zero padded so names sort in round order."""
+    return f"round_{round_index:04d}.json"
+
+
+def _to_builtin(value: Any) -> Any:
+    """Let json write numpy scalars and arrays, which metrics code produces naturally."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _dumps(obj: Any, indent: int | None = None) -> str:
+    return json.dumps(obj, default=_to_builtin, indent=indent)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder, so readers see old or new, never half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunWriter:
+    """Writes one method run's records into its own folder.
+
+    The folder must be new or empty: appending to another run's metrics would silently mix
+    two runs.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        if self.path.exists() and any(self.path.iterdir()):
+            raise FileExistsError(f"run directory {self.path} is not empty")
+        (self.path / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
+        (self.path / METRICS_FILE).touch()
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        """Record the resolved config, so the run can be reproduced and labelled later."""
+        _write_atomic(self.path / CONFIG_FILE, _dumps(config, indent=2) + "\n")
+
+    def log_round(self, rows: list[dict[str, Any]]) -> None:
+        """Append one round's rows (one per client); flushed so a crash keeps finished rounds."""
+        text = "".join(_dumps(row) + "\n" for row in rows)
+        with (self.path / METRICS_FILE).open("a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+
+    def log_graph(self, round: int, num_clients: int, edges: list[tuple[int, int, float]]) -> None:
+        """Record the round's collaboration graph as directed edges (i uses j's model, weight w)."""
+        record = {
+            "round": int(round),
+            "num_clients": int(num_clients),
+            "edges": [[int(i), int(j), float(w)] for i, j, w in edges],
+        }
+        _write_atomic(self.path / GRAPHS_DIR / graph_file_name(round), _dumps(record) + "\n")
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Record the final summary; written last, so its presence marks a finished run."""
+        _write_atomic(self.path / SUMMARY_FILE, _dumps(summary, indent=2) + "\n")
+
+
+@dataclass(eq=False)
+class RunRecords:
+    """Everything a run directory holds, parsed. Graphs map round -> N×N adjacency."""
+
+    config: dict[str, Any]
+    rows: list[dict[str, Any]]
+    graphs: dict[int, np.ndarray]
+    summary: dict[str, Any] | None
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: malformed JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}, line {line_no}: malformed JSON: {e}") from e
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{path}, line {line_no}: expected a JSON object, got {type(row).__name__}"
+                )
+            rows.append(row)
+    return rows
+
+
+def _read_graph(path: Path) -> tuple[int, np.ndarray]:
+    record = _read_json_object(path)
+    try:
+        matrix = adjacency(record["num_clients"], [tuple(e) for e in record["edges"]])
+        return int(record["round"]), matrix
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: invalid graph record: {e!r}") from e
+
+
+def read_run(path: Path | str) -> RunRecords:
+    """Parse a run directory; malformed files raise ValueError naming the file (and line)."""
+    path = Path(path)
+    graphs: dict[int, np.ndarray] = {}
+    graphs_dir = path / GRAPHS_DIR
+    if graphs_dir.is_dir():
+        for graph_path in sorted(graphs_dir.glob("round_*.json")):
+            round_index, matrix = _read_graph(graph_path)
+            graphs[round_index] = matrix
+    summary_path = path / SUMMARY_FILE
+    return RunRecords(
+        config=_read_json_object(path / CONFIG_FILE),
+        rows=_read_jsonl(path / METRICS_FILE),
+        graphs=graphs,
+        summary=_read_json_object(summary_path) if summary_path.exists() else None,
+    )

@@ -1,0 +1,88 @@
+"""The final summary of one method run: the numbers results tables and plots compare."""
+
+from typing import Any
+
+import numpy as np
+
+from collabfl.coordinator.report.graph_stats import edges_to_group, sparsity, symmetry
+from collabfl.coordinator.report.run_dir import RunRecords
+
+
+def malicious_clients(rows: list[dict[str, Any]]) -> set[int]:
+    """Clients flagged malicious in any row; results are reported over the others."""
+    return {int(r["client"]) for r in rows if r.get("malicious")}
+
+
+def _spread(values: list[float | None], suffix: str) -> dict[str, Any]:
+    """Mean, population variance (ddof=0) and std of the known values; None when none are known.
+
+    Population variance because the clients are the whole federation, not a sample of it.
+    """
+    known = np.array([v for v in values if v is not None], dtype=float)
+    stats: dict[str, float | None] = {"mean": None, "var": None, "std": None}
+    if known.size:
+        stats = {"mean": float(known.mean()), "var": float(known.var()), "std": float(known.std())}
+    return {f"{name}{suffix}": value for name, value in stats.items()}
+
+
+def summarize(records: RunRecords, *, method: str, wall_time_s: float) -> dict[str, Any]:
+    """Summarise a run from its last round's per-client rows, all rows' traffic and its graphs.
+
+    Accuracy is each client's best_test_acc at the last round (test accuracy of its
+    best-validation model), averaged over benign clients; when some clients are malicious
+    the same statistics over all clients are added as *_all keys. bytes_fetched is taken
+    to be per round, so the total sums all rows and the per client round figure is their
+    mean. Graph statistics use the first and last rounds that have a graph.
+    """
+    rows = records.rows
+    if not rows:
+        raise ValueError("cannot summarise a run without metrics rows")
+    last_round = max(int(r["round"]) for r in rows)
+    last = [r for r in rows if int(r["round"]) == last_round]
+    malicious = malicious_clients(rows)
+    benign_last = [r for r in last if int(r["client"]) not in malicious]
+
+    summary: dict[str, Any] = {
+        "method": method,
+        "num_clients": len({int(r["client"]) for r in rows}),
+        "rounds": last_round + 1,
+        **_spread([r.get("best_test_acc") for r in benign_last], "_test_acc"),
+    }
+    if malicious:
+        summary.update(_spread([r.get("best_test_acc") for r in last], "_test_acc_all"))
+    best_val = _spread([r.get("best_val_acc") for r in benign_last], "_best_val_acc")
+    summary["mean_best_val_acc"] = best_val["mean_best_val_acc"]
+
+    fetched = [int(r["bytes_fetched"]) for r in rows]
+    summary["bytes_fetched_total"] = sum(fetched)
+    summary["bytes_fetched_per_client_round"] = float(np.mean(fetched))
+    summary["peak_peer_models"] = max(int(r["peak_peer_models"]) for r in rows)
+
+    summary.update(_graph_summary(records.graphs, malicious))
+    summary["wall_time_s"] = float(wall_time_s)
+    return summary
+
+
+def _graph_summary(graphs: dict[int, np.ndarray], malicious: set[int]) -> dict[str, Any]:
+    """Sparsity/symmetry of the first and last graphs, and benign weight on attackers at the end."""
+    if not graphs:
+        return {
+            "graph_sparsity_first": None,
+            "graph_sparsity_last": None,
+            "graph_symmetry_first": None,
+            "graph_symmetry_last": None,
+            "benign_edges_to_malicious_last": None,
+        }
+    first, last = graphs[min(graphs)], graphs[max(graphs)]
+    to_malicious = None
+    if malicious:
+        group = np.zeros(last.shape[0], dtype=bool)
+        group[[c for c in malicious if c < last.shape[0]]] = True
+        to_malicious = edges_to_group(last, group)
+    return {
+        "graph_sparsity_first": sparsity(first),
+        "graph_sparsity_last": sparsity(last),
+        "graph_symmetry_first": symmetry(first),
+        "graph_symmetry_last": symmetry(last),
+        "benign_edges_to_malicious_last": to_malicious,
+    }

@@ -1,0 +1,115 @@
+"""DPFL (Algorithm 1 of the paper): clients choose their own collaborators under a budget.
+
+The coordinator only sequences the rounds and passes candidate lists and sample counts;
+every client runs the greedy search itself (strategies.greedy) and fetches peer models
+directly from their owners, so the directed collaboration graph emerges from the clients'
+choices and no model weights pass through the coordinator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb, broadcast
+from collabfl.strategies.rounds import Edge, RoundOutcome, merge_metrics
+
+GraphRule = Literal["ggc", "random"]
+
+
+@dataclass(frozen=True)
+class DPFL:
+    """Round 0 is the preprocessing of the paper: ``init_epochs`` of local training from the
+    shared initial model, BGGC over all other clients to get the candidate list Ω_k
+    (|Ω_k| ≤ budget), and averaging with Ω_k. Every later round: ``epochs`` of local
+    training, GGC over Ω_k (every ``select_every`` rounds; the last choice is reused in
+    between), and averaging with the chosen collaborators.
+
+    ``graph="random"`` is the paper's ablation: each client draws Ω_k uniformly at random
+    (same budget) and always averages with all of it.
+    """
+
+    epochs: float
+    init_epochs: float
+    budget: int | None
+    select_every: int = 1
+    graph: GraphRule = "ggc"
+    name: str = "dpfl"
+
+    def __post_init__(self) -> None:
+        if self.budget is not None and self.budget < 0:
+            raise ValueError(f"budget must be >= 0 or None (unlimited), got {self.budget}")
+        if self.select_every < 1:
+            raise ValueError(f"select_every must be >= 1, got {self.select_every}")
+
+    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
+        if num_rounds < 1:
+            return
+        trained = self._train_and_publish(pool, 0, self.init_epochs)
+        first_search = "greedy" if self.graph == "ggc" else "random"
+        everyone = {k: [j for j in trained if j != k] for k in trained}
+        collaborated = self._collaborate(pool, 0, everyone, first_search)
+        candidates = {k: list(r.metrics["chosen"]) for k, r in collaborated.items()}
+        yield self._outcome(pool, 0, trained, collaborated)
+
+        chosen = candidates
+        for t in range(1, num_rounds):
+            trained = self._train_and_publish(pool, t, self.epochs)
+            search_now = self.graph == "ggc" and (t - 1) % self.select_every == 0
+            lists = candidates if search_now else chosen
+            alive = {k: [j for j in lists.get(k, []) if j in trained] for k in trained}
+            collaborated = self._collaborate(pool, t, alive, "greedy" if search_now else "none")
+            chosen = {k: list(r.metrics["chosen"]) for k, r in collaborated.items()}
+            yield self._outcome(pool, t, trained, collaborated)
+
+    def _train_and_publish(self, pool: ClientPool, t: int, epochs: float) -> dict[int, Reply]:
+        config = {"slot": "model", "epochs": epochs, "publish": True}
+        return broadcast(pool, Verb.TRAIN, t, config)
+
+    def _collaborate(
+        self, pool: ClientPool, t: int, candidates: Mapping[int, list[int]], search: str
+    ) -> dict[int, Reply]:
+        counts = pool.sample_counts
+        budget = -1 if self.budget is None else self.budget
+        instructions = {
+            k: Instruction(
+                Verb.COLLABORATE,
+                t,
+                {
+                    "slot": "model",
+                    "search": search,
+                    "candidates": peers,
+                    "weights": [float(counts[j]) for j in peers],
+                    "budget": budget,
+                },
+            )
+            for k, peers in candidates.items()
+        }
+        return pool.send(instructions)
+
+    def _outcome(
+        self,
+        pool: ClientPool,
+        t: int,
+        trained: Mapping[int, Reply],
+        collaborated: Mapping[int, Reply],
+    ) -> RoundOutcome:
+        evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "model"}, clients=sorted(trained))
+        return RoundOutcome(
+            t,
+            merge_metrics(trained, collaborated, evaluated),
+            collaboration_edges(collaborated, pool.sample_counts),
+        )
+
+
+def collaboration_edges(
+    collaborated: Mapping[int, Reply], sample_counts: Mapping[int, int]
+) -> list[Edge]:
+    """Edges (k, j, weight of j in k's average) from the clients' reported choices."""
+    edges: list[Edge] = []
+    for k in sorted(collaborated):
+        chosen = [int(j) for j in collaborated[k].metrics["chosen"]]
+        total = sample_counts[k] + sum(sample_counts[j] for j in chosen)
+        edges.extend((k, j, sample_counts[j] / total) for j in chosen)
+    return edges

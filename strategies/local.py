@@ -1,0 +1,23 @@
+"""Local training: every client trains alone. The lower bound for collaboration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from collabfl.strategies.protocol import ClientPool, Verb, broadcast
+from collabfl.strategies.rounds import RoundOutcome, merge_metrics
+
+
+@dataclass(frozen=True)
+class Local:
+    """Each round: ``epochs`` of local SGD, then evaluation. No model leaves a client."""
+
+    epochs: float
+    name: str = "local"
+
+    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
+        for t in range(num_rounds):
+            trained = broadcast(pool, Verb.TRAIN, t, {"slot": "model", "epochs": self.epochs})
+            evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "model"})
+            yield RoundOutcome(t, merge_metrics(trained, evaluated))

@@ -1,0 +1,74 @@
+"""What every method yields per round, and the helpers their round protocols share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from collabfl.strategies.protocol import ClientPool, ConfigValue, Reply
+
+Edge = tuple[int, int, float]
+"""(i, j, w): client i uses client j's model with weight w."""
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """The result of one round as the runtime records it."""
+
+    round: int
+    metrics: dict[int, dict[str, ConfigValue]]
+    """Per client: its evaluation metrics merged with what its other replies reported."""
+    graph: list[Edge] | None = None
+    """The collaboration graph used this round, for methods that have one."""
+
+
+class Method(Protocol):
+    """A federated method: a round protocol written against the ClientPool port."""
+
+    name: str
+
+    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
+        """Run the method, yielding after every round so the runtime can record it."""
+        ...
+
+
+def merge_metrics(*replies: Mapping[int, Reply]) -> dict[int, dict[str, ConfigValue]]:
+    """Merge several replies per client into one metrics dict (later replies win).
+
+    Only clients present in the last mapping (usually the evaluation) are kept: a client that
+    vanished mid-round has no result for it.
+    """
+    if not replies:
+        return {}
+    merged: dict[int, dict[str, ConfigValue]] = {k: {} for k in replies[-1]}
+    for reply_set in replies:
+        for k, reply in reply_set.items():
+            if k in merged:
+                merged[k].update(reply.metrics)
+    return merged
+
+
+def weighted_average(models: Sequence[Any], weights: Sequence[float]) -> Any:
+    """Σ w_i m_i / Σ w_i over flat weight vectors."""
+    if not models:
+        raise ValueError("cannot average an empty set of models")
+    if len(models) != len(weights):
+        raise ValueError(f"{len(models)} models but {len(weights)} weights")
+    total = float(sum(weights))
+    if total <= 0:
+        raise ValueError(f"aggregation weights must sum to a positive value, got {total}")
+    result = models[0] * (weights[0] / total)
+    for model, weight in zip(models[1:], weights[1:], strict=True):
+        result = result + model * (weight / total)
+    return result
+
+
+def average_replies(replies: Mapping[int, Reply], sample_counts: Mapping[int, int]) -> Any:
+    """FedAvg aggregation of the uploaded models, weighted by sample counts."""
+    uploaded = [k for k in sorted(replies) if replies[k].model is not None]
+    if not uploaded:
+        raise RuntimeError("no client uploaded a model this round; the federation is empty")
+    return weighted_average(
+        [replies[k].model for k in uploaded], [sample_counts[k] for k in uploaded]
+    )
