@@ -208,4 +208,3 @@ class ClientNode:
         entropy = [self.seed, self.client_id, round_index, zlib.crc32(slot.encode())]
         state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
         return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
-

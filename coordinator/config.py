@@ -68,6 +68,12 @@ class DPFLConfig(_Section):
     init_epochs: float = Field(5.0, gt=0, le=1000, description="τ_init")
     select_every: int = Field(1, ge=1, le=100_000, description="run GGC every P rounds")
 
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _infinity_is_unlimited(cls, value: Any) -> Any:
+        """TOML reads ``budget=inf`` as a float; it means unlimited."""
+        return "inf" if isinstance(value, float) and math.isinf(value) and value > 0 else value
+
     @field_validator("budget")
     @classmethod
     def _check_budget(cls, value: Budget) -> Budget:

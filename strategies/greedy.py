@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+
 from collabfl.strategies.streaming import BatchLoader, add_models, batches
 
 Vector = TypeVar("Vector")

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from collabfl.coordinator.report.graph_stats import (
     adjacency,
     edges_to_group,

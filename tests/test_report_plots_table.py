@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from rich.console import Console
+
 from collabfl.coordinator.report.graph_stats import adjacency
 from collabfl.coordinator.report.plots import (
     plot_accuracy_by_round,
@@ -15,7 +17,6 @@ from collabfl.coordinator.report.table import (
     results_markdown,
     results_table,
 )
-from rich.console import Console
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -113,6 +114,6 @@ def test_markdown_table() -> None:
     lines = results_markdown(SUMMARIES).splitlines()
     assert len(lines) == 4
     assert lines[0].startswith("| Method | Test acc (%) |")
-    assert lines[1] == "|:---|" + "---:|" * 7
-    assert lines[2].startswith("| dpfl | 81.23 ± 4.56 | 20.79 | 3.5 MiB | 4 | 62.5% | 87.5% |")
-    assert lines[3].startswith(r"| local\|only | 70.00 ± 10.00 | 100.00 | 0 B | 0 | — | — |")
+    assert lines[1] == "|:---|" + "---:|" * 8
+    assert lines[2].startswith("| dpfl | 81.23 ± 4.56 | 20.79 | 3.5 MiB | — | 4 | 62.5% | 87.5% |")
+    assert lines[3].startswith(r"| local\|only | 70.00 ± 10.00 | 100.00 | 0 B | — | 0 | — | — |")

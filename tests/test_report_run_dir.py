@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from collabfl.coordinator.report.run_dir import RunWriter, read_run
 
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from collabfl.coordinator.report.graph_stats import adjacency
 from collabfl.coordinator.report.run_dir import RunRecords
 from collabfl.coordinator.report.summary import summarize

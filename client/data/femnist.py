@@ -22,17 +22,18 @@ _PIXELS = 28 * 28
 
 
 def load_femnist(root: Path) -> DataPool:
-    """All writers' samples, with one index group per writer found in the train files.
+    """All writers' samples, with one index group per writer that has training samples.
 
     Writers keep the order in which they appear in the train files (sorted by file name);
     ``test_groups[k]`` holds writer k's test samples (empty if it has none). Samples of
     writers that appear only in the test files stay in the test pool, in no group.
     """
     root = Path(root)
-    train_users, train = _read_split(root / "train")
-    test_users, test = _read_split(root / "test")
-    train_groups = _groups(train_users, train_users)
-    test_groups = _groups(train_users, test_users)
+    train_owners, train = _read_split(root / "train")
+    test_owners, test = _read_split(root / "test")
+    writers = list(dict.fromkeys(train_owners))
+    train_groups = _groups(writers, train_owners)
+    test_groups = _groups(writers, test_owners)
     return DataPool(
         name="femnist",
         train=train,

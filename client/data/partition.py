@@ -67,12 +67,12 @@ def make_partition(
         local = schemes.iid(len(labels), num_clients, assign_rng)
     elif scheme == "dirichlet":
         local = schemes.dirichlet(labels, pool.num_classes, num_clients, alpha, assign_rng)
-        params["alpha"] = alpha
+        params["alpha"] = float(alpha)
     else:
         local = schemes.pathological(
             labels, pool.num_classes, num_clients, classes_per_client, assign_rng
         )
-        params["classes_per_client"] = classes_per_client
+        params["classes_per_client"] = int(classes_per_client)
 
     test_by_class = [np.flatnonzero(pool.test.y == c) for c in range(pool.num_classes)]
     clients = []
@@ -96,14 +96,15 @@ def make_partition(
             c = clients[k]
             clients[k] = ClientSplit(c.train, c.val, c.test, label_permutation=perm.copy())
 
+    # Plain Python numbers only: meta is saved as JSON, which numpy scalars would break.
     meta = {
         "scheme": scheme,
-        "num_clients": num_clients,
-        "seed": seed,
+        "num_clients": int(num_clients),
+        "seed": int(seed),
         **params,
-        "val_fraction": val_fraction,
-        "test_ratio": None if scheme == "natural" else test_ratio,
-        "label_flip_fraction": label_flip_fraction,
+        "val_fraction": float(val_fraction),
+        "test_ratio": None if scheme == "natural" else float(test_ratio),
+        "label_flip_fraction": float(label_flip_fraction),
         "malicious_clients": malicious,
         "pool": {
             "name": pool.name,

@@ -36,10 +36,11 @@ class ClientSplit:
         # Field-wise == would compare arrays elementwise and fail on truth testing.
         if not isinstance(other, ClientSplit):
             return NotImplemented
-        perms = (self.label_permutation, other.label_permutation)
-        same_perm = (perms[0] is None and perms[1] is None) or (
-            None not in perms and np.array_equal(*perms)
-        )
+        mine, theirs = self.label_permutation, other.label_permutation
+        if mine is None or theirs is None:
+            same_perm = mine is None and theirs is None
+        else:
+            same_perm = np.array_equal(mine, theirs)
         return same_perm and all(
             np.array_equal(getattr(self, s), getattr(other, s)) for s in _SPLITS
         )

@@ -56,6 +56,8 @@ def summarize(records: RunRecords, *, method: str, wall_time_s: float) -> dict[s
     fetched = [int(r["bytes_fetched"]) for r in rows]
     summary["bytes_fetched_total"] = sum(fetched)
     summary["bytes_fetched_per_client_round"] = float(np.mean(fetched))
+    coordinator = [int(r.get("coordinator_bytes") or 0) for r in rows]
+    summary["coordinator_bytes_per_client_round"] = float(np.mean(coordinator))
     summary["peak_peer_models"] = max(int(r["peak_peer_models"]) for r in rows)
 
     summary.update(_graph_summary(records.graphs, malicious))

@@ -13,7 +13,8 @@ COLUMNS = (
     "Method",
     "Test acc (%)",
     "Variance (%²)",
-    "Bytes/client/round",
+    "Peer bytes/client/round",
+    "Coordinator bytes/client/round",
     "Peak peers",
     "Sparsity",
     "Symmetry",
@@ -39,6 +40,7 @@ def _percent(value: float | None) -> str:
 def _row(summary: dict[str, Any]) -> list[str]:
     mean, std, var = (summary.get(k) for k in ("mean_test_acc", "std_test_acc", "var_test_acc"))
     bytes_per = summary.get("bytes_fetched_per_client_round")
+    coordinator_per = summary.get("coordinator_bytes_per_client_round")
     peak = summary.get("peak_peer_models")
     time_s = summary.get("wall_time_s")
     return [
@@ -46,6 +48,7 @@ def _row(summary: dict[str, Any]) -> list[str]:
         _MISSING if mean is None or std is None else f"{mean * 100:.2f} ± {std * 100:.2f}",
         _MISSING if var is None else f"{var * 100**2:.2f}",
         _MISSING if bytes_per is None else human_bytes(bytes_per),
+        _MISSING if coordinator_per is None else human_bytes(coordinator_per),
         _MISSING if peak is None else str(peak),
         _percent(summary.get("graph_sparsity_last")),
         _percent(summary.get("graph_symmetry_last")),

@@ -1,0 +1,71 @@
+"""Helpers shared by the benchmark scripts: environment record, JSON output, tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+
+
+def environment() -> dict[str, Any]:
+    """What the figures depend on: versions, threads and the machine's core count."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "cpu_count": os.cpu_count(),
+        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+    }
+
+
+def command_line() -> str:
+    """The exact command that produced the figures, as it could be typed again."""
+    return shlex.join([Path(sys.executable).name, *sys.argv])
+
+
+def write_results(name: str, figures: dict[str, Any], settings: dict[str, Any]) -> Path:
+    """Write ``results/<name>.json`` with the figures, the command line and the environment."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    record = {
+        "benchmark": name,
+        "command": command_line(),
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "environment": environment(),
+        "settings": settings,
+        "figures": figures,
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table with right-aligned columns (numbers already formatted as text)."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
