@@ -1,0 +1,101 @@
+"""Config validation, overrides and method specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from collabfl.coordinator.config import (
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+    parse_override,
+    resolve_budget,
+)
+from collabfl.coordinator.methods import build_method, parse_method_spec
+from collabfl.strategies.dpfl import DPFL
+from collabfl.strategies.fedavg import FedAvg
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_file_spells_out_the_defaults():
+    quickstart = load_config(ROOT / "examples" / "quickstart.toml")
+    defaults = ExperimentConfig()
+    assert quickstart.model_dump(exclude={"name"}) == defaults.model_dump(exclude={"name"})
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "rule"),
+    [
+        ("data.alpha=-1", "data.alpha", "greater than 0"),
+        ("rounds=0", "rounds", "greater than or equal to 1"),
+        ("dpfl.budget=1.5", "dpfl.budget", "(0, 1]"),
+        ("dpfl.budget=-3", "dpfl.budget", ">= 0"),
+        ("data.partition=zipf", "data.partition", "'dirichlet'"),
+        ("training.momentum=1.0", "training.momentum", "less than 1"),
+        ("data.nonsense=1", "data.nonsense", "Extra inputs"),
+    ],
+)
+def test_invalid_values_name_the_field_and_rule(override, field, rule):
+    with pytest.raises(ConfigError) as error:
+        load_config(None, [override])
+    message = str(error.value)
+    assert f"{field}:" in message
+    assert rule in message
+
+
+def test_overrides_parse_toml_values():
+    assert parse_override("data.alpha=0.5") == (["data", "alpha"], 0.5)
+    assert parse_override("dpfl.budget=inf")[1] == float("inf")
+    assert parse_override("data.dataset=cifar10") == (["data", "dataset"], "cifar10")
+    assert parse_override("methods=['a', 'b']")[1] == ["a", "b"]
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_override("no-equals-sign")
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("rounds = = 3")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(broken)
+    section_clash = tmp_path / "clash.toml"
+    section_clash.write_text("data = 3")
+    with pytest.raises(ConfigError, match="data"):
+        load_config(section_clash)
+
+
+@pytest.mark.parametrize(
+    ("budget", "n", "expected"),
+    [("inf", 50, None), (0.2, 50, 10), (0.05, 50, 3), (0.01, 20, 1), (7, 50, 7), (0, 5, 0)],
+)
+def test_resolve_budget(budget, n, expected):
+    assert resolve_budget(budget, n) == expected
+
+
+def test_method_specs_route_options_to_their_section():
+    base = load_config()
+    spec = parse_method_spec("dpfl:budget=inf,select_every=5", base)
+    method = build_method(spec, num_clients=20)
+    assert isinstance(method, DPFL) and method.budget is None and method.select_every == 5
+    assert method.name == "dpfl:budget=inf,select_every=5"
+    prox = build_method(parse_method_spec("fedprox_ft:mu=0.01", base), 20)
+    assert isinstance(prox, FedAvg) and prox.prox_mu == 0.01 and prox.finetune_epochs == 2.0
+    ditto = parse_method_spec("ditto:training.lr=0.01", base)
+    assert ditto.config.training.lr == 0.01
+    random_graph = build_method(parse_method_spec("dpfl_random", base), 20)
+    assert random_graph.graph == "random" and random_graph.budget == 4
+    with pytest.raises(ConfigError, match="unknown method"):
+        parse_method_spec("fedsomething", base)
+    with pytest.raises(ConfigError, match=r"dpfl\.budget"):
+        parse_method_spec("dpfl:budget=2.5", base)
+
+
+def test_readme_quickstart_and_examples_are_valid():
+    for path in (ROOT / "examples").glob("*.toml"):
+        load_config(path)
+        assert tomllib.loads(path.read_text())

@@ -1,0 +1,137 @@
+"""Round protocols of the methods, driven against a scripted ClientPool (no torch, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from collabfl.strategies.ditto import Ditto
+from collabfl.strategies.dpfl import DPFL, collaboration_edges
+from collabfl.strategies.fedavg import FedAvg
+from collabfl.strategies.local import Local
+from collabfl.strategies.protocol import Instruction, Reply, Verb
+from collabfl.strategies.rounds import weighted_average
+
+
+class ScriptedPool:
+    """Clients whose 'training' adds their id to the model; records every instruction."""
+
+    def __init__(self, counts: Mapping[int, int], vanish_after: dict[int, int] | None = None):
+        self._counts = dict(counts)
+        self.models = {k: np.zeros(2) for k in counts}
+        self.log: list[tuple[int, Instruction]] = []
+        self.vanish_after = vanish_after or {}
+
+    @property
+    def sample_counts(self) -> Mapping[int, int]:
+        return self._counts
+
+    def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        replies = {}
+        for k, ins in instructions.items():
+            if ins.round > self.vanish_after.get(k, 10**9):
+                continue
+            self.log.append((k, ins))
+            if ins.model is not None:
+                self.models[k] = np.asarray(ins.model, dtype=float).copy()
+            config = ins.config
+            if ins.verb is Verb.TRAIN:
+                self.models[k] = self.models[k] + k
+                upload = self.models[k].copy() if config.get("upload") else None
+                replies[k] = Reply({"train_loss": 1.0}, upload)
+            elif ins.verb is Verb.COLLABORATE:
+                candidates = list(config["candidates"])
+                budget = config["budget"]
+                chosen = candidates if budget < 0 else candidates[:budget]
+                replies[k] = Reply({"chosen": chosen, "num_collaborators": len(chosen)})
+            else:
+                replies[k] = Reply({"test_acc": 0.5, "best_test_acc": 0.5})
+        return replies
+
+
+COUNTS = {0: 10, 1: 30, 2: 60}
+
+
+def test_fedavg_averages_by_sample_count_and_finetunes():
+    pool = ScriptedPool(COUNTS)
+    outcomes = list(FedAvg(epochs=1, finetune_epochs=2).rounds(pool, 2))
+    assert [o.round for o in outcomes] == [0, 1, 2]
+    # Round 0: clients train from zeros to k; average = (0*10 + 1*30 + 2*60) / 100 = 1.5.
+    evaluations = [ins for _, ins in pool.log if ins.verb is Verb.EVALUATE and ins.round == 0]
+    np.testing.assert_allclose(evaluations[0].model, [1.5, 1.5])
+    finetune = [ins for _, ins in pool.log if ins.round == 2 and ins.verb is Verb.TRAIN]
+    assert len(finetune) == 3 and finetune[0].config["from_best"] == "global"
+    assert all(o.graph is None for o in outcomes)
+
+
+def test_fedavg_goes_on_without_a_vanished_client():
+    pool = ScriptedPool(COUNTS, vanish_after={2: 0})
+    outcomes = list(FedAvg(epochs=1).rounds(pool, 2))
+    assert sorted(outcomes[1].metrics) == [0, 1]
+    round_one = [ins for _, ins in pool.log if ins.verb is Verb.EVALUATE and ins.round == 1]
+    # Round 1 starts from 1.5; clients 0 and 1 add their ids: (1.5*10 + 2.5*30) / 40 = 2.25.
+    np.testing.assert_allclose(round_one[0].model, [2.25, 2.25])
+
+
+def test_dpfl_sends_only_indices_and_sizes():
+    pool = ScriptedPool(COUNTS)
+    outcomes = list(DPFL(epochs=1, init_epochs=3, budget=1).rounds(pool, 3))
+    assert all(ins.model is None for _, ins in pool.log)
+    first = {k: ins for k, ins in pool.log if ins.verb is Verb.COLLABORATE and ins.round == 0}
+    assert first[1].config["candidates"] == [0, 2]
+    assert first[1].config["weights"] == [10.0, 60.0]
+    assert first[1].config["search"] == "greedy"
+    init_train = [ins for _, ins in pool.log if ins.verb is Verb.TRAIN and ins.round == 0]
+    assert all(ins.config["epochs"] == 3 and ins.config["publish"] for ins in init_train)
+    later = {k: ins for k, ins in pool.log if ins.verb is Verb.COLLABORATE and ins.round == 1}
+    # Later rounds search only within Ω_k chosen in round 0 (the first candidate here).
+    assert later[1].config["candidates"] == [0]
+    assert outcomes[0].graph == [(0, 1, 30 / 40), (1, 0, 10 / 40), (2, 0, 10 / 70)]
+
+
+def test_dpfl_select_every_reuses_the_last_choice():
+    pool = ScriptedPool(COUNTS)
+    list(DPFL(epochs=1, init_epochs=1, budget=None, select_every=2).rounds(pool, 4))
+    searches = [
+        ins.config["search"] for k, ins in pool.log if ins.verb is Verb.COLLABORATE and k == 0
+    ]
+    assert searches == ["greedy", "greedy", "none", "greedy"]
+
+
+def test_dpfl_random_graph_and_vanished_peer():
+    pool = ScriptedPool(COUNTS, vanish_after={2: 0})
+    list(DPFL(epochs=1, init_epochs=1, budget=None, graph="random").rounds(pool, 2))
+    first = [ins.config["search"] for _, ins in pool.log if ins.verb is Verb.COLLABORATE]
+    assert first[:3] == ["random"] * 3
+    round_one = {k: ins for k, ins in pool.log if ins.verb is Verb.COLLABORATE and ins.round == 1}
+    assert sorted(round_one) == [0, 1]
+    assert 2 not in round_one[0].config["candidates"]
+
+
+def test_ditto_evaluates_the_personal_model_with_prox_to_global():
+    pool = ScriptedPool(COUNTS)
+    list(Ditto(epochs=1, lam=0.5).rounds(pool, 1))
+    personal = [ins for _, ins in pool.log if ins.config.get("slot") == "personal"]
+    assert personal[0].config["prox_mu"] == 0.5 and personal[0].config["prox_slot"] == "global"
+    assert personal[-1].verb is Verb.EVALUATE
+
+
+def test_local_never_moves_models():
+    pool = ScriptedPool(COUNTS)
+    list(Local(epochs=1).rounds(pool, 2))
+    assert all(ins.model is None and not ins.config.get("upload") for _, ins in pool.log)
+
+
+def test_edges_weight_by_sample_count():
+    replies = {0: Reply({"chosen": [1, 2]}), 1: Reply({"chosen": []})}
+    assert collaboration_edges(replies, COUNTS) == [(0, 1, 0.3), (0, 2, 0.6)]
+
+
+def test_weighted_average_validates_input():
+    np.testing.assert_allclose(weighted_average([np.ones(2), np.zeros(2)], [1, 3]), [0.25, 0.25])
+    with pytest.raises(ValueError, match="empty"):
+        weighted_average([], [])
+    with pytest.raises(ValueError, match="positive"):
+        weighted_average([np.ones(2)], [0])

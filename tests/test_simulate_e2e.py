@@ -1,0 +1,112 @@
+"""End to end through the CLI: a small federation, real training, real run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from collabfl.coordinator.cli import app, split_methods
+from collabfl.coordinator.report.run_dir import read_run
+
+SMALL = [
+    "data.num_train=1200",
+    "data.num_test=600",
+    "data.num_clients=6",
+    "rounds=3",
+    "epochs=0.5",
+    "dpfl.init_epochs=1",
+    "dpfl.budget=2",
+]
+
+
+def _args(cache: Path, *extra: str) -> list[str]:
+    overrides = [*SMALL, f"data.cache_dir={json.dumps(str(cache))}", *extra]
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+def _invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def dpfl_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sim")
+    out = root / "run"
+    _invoke("simulate", *_args(root / "cache"), "--out", str(out))
+    return out
+
+
+def test_run_directory_contents(dpfl_run):
+    run = dpfl_run / "dpfl"
+    for name in ("config.json", "metrics.jsonl", "summary.json", "graph_heatmaps.png"):
+        assert (run / name).stat().st_size > 0, name
+    for name in ("partition.npz", "accuracy_by_round.png", "accuracy_vs_variance.png"):
+        assert (dpfl_run / name).stat().st_size > 0, name
+    records = read_run(run)
+    assert sorted(records.graphs) == [0, 1, 2]
+    assert len(records.rows) == 3 * 6
+    assert records.config["resolved"]["budget"] == 2
+    summary = records.summary
+    assert 0.0 < summary["mean_test_acc"] <= 1.0
+    assert summary["peak_peer_models"] <= 2
+    assert summary["bytes_fetched_total"] > 0
+
+
+def test_dpfl_graph_respects_budget_every_round(dpfl_run):
+    records = read_run(dpfl_run / "dpfl")
+    for round_index, matrix in records.graphs.items():
+        out_degree = (matrix > 0).sum(axis=1)
+        assert out_degree.max() <= 2, round_index
+        assert (matrix.diagonal() == 0).all()
+    for row in records.rows:
+        assert row["peak_peer_models"] <= 2
+        assert row["num_collaborators"] <= 2
+
+
+def test_same_seed_same_results(dpfl_run, tmp_path):
+    cache = dpfl_run.parent / "cache"
+    _invoke("simulate", *_args(cache), "--out", str(tmp_path / "again"))
+    first = read_run(dpfl_run / "dpfl").rows
+    second = read_run(tmp_path / "again" / "dpfl").rows
+    assert first == second
+    _invoke("simulate", *_args(cache, "seed=1"), "--out", str(tmp_path / "other"))
+    assert read_run(tmp_path / "other" / "dpfl").rows != first
+
+
+def test_compare_runs_every_method_on_one_partition(tmp_path):
+    out = tmp_path / "cmp"
+    methods = "local,fedavg_ft,ditto,dpfl_random:budget=1"
+    result = _invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    summaries = json.loads((out / "summary.json").read_text())
+    assert [s["method"] for s in summaries] == methods.split(",")
+    assert "dpfl_random:budget=1" in result.output
+    assert (out / "results.md").read_text().count("\n") == 2 + 4
+    fedavg = read_run(out / "fedavg_ft")
+    assert max(r["round"] for r in fedavg.rows) == 3  # the fine-tuning round
+    assert fedavg.summary["coordinator_bytes_per_client_round"] > 0
+
+
+def test_bad_config_fails_before_anything_starts(tmp_path):
+    out = tmp_path / "never"
+    result = CliRunner().invoke(
+        app, ["simulate", "--set", "data.alpha=-2", "--out", str(out)], catch_exceptions=False
+    )
+    assert result.exit_code == 2
+    assert "data.alpha" in result.output and "greater than 0" in result.output
+    assert not out.exists()
+    result = CliRunner().invoke(app, ["compare", "--methods", "nope", "--out", str(out)])
+    assert result.exit_code == 2 and "unknown method" in result.output
+    assert not out.exists()
+
+
+def test_split_methods_keeps_options_with_their_method():
+    assert split_methods("dpfl:budget=5,select_every=2,local, fedavg") == [
+        "dpfl:budget=5,select_every=2",
+        "local",
+        "fedavg",
+    ]
