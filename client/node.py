@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.flat import FlatModel
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.training import TensorData, TrainingConfig, evaluate, train
@@ -30,6 +31,18 @@ class ClientSplits:
     val: TensorData
     test: TensorData
     malicious: bool = False
+
+    @classmethod
+    def from_data(cls, data: ClientData, device: torch.device) -> ClientSplits:
+        """Move a client's arrays to ``device`` once, before any round."""
+
+        def tensors(split: ArrayDataset) -> TensorData:
+            return TensorData(
+                torch.as_tensor(split.x, dtype=torch.float32, device=device),
+                torch.as_tensor(split.y, dtype=torch.long, device=device),
+            )
+
+        return cls(tensors(data.train), tensors(data.val), tensors(data.test), data.malicious)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from collabfl.coordinator.admin import admin_app
 from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_config
 from collabfl.coordinator.experiment import run_comparison
 from collabfl.coordinator.methods import MethodSpec, parse_method_spec
@@ -94,6 +95,42 @@ def compare(
             raise ConfigError("--methods names no method")
         run_comparison(settings, specs, out or _default_out(settings, "compare"), console)
     except (ConfigError, FileNotFoundError, ValueError) as error:
+        _fail(error)
+
+
+app.add_typer(admin_app, name="admin")
+
+federation_app = typer.Typer(help="A real federation of processes on this machine.")
+app.add_typer(federation_app, name="federation")
+
+
+@federation_app.command("up")
+def federation_up_command(
+    config: ConfigArg = None,
+    clients: Annotated[
+        int | None, typer.Option("--clients", help="number of client daemons (data.num_clients)")
+    ] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option("--methods", help="specs to run one after another (default: `method`)"),
+    ] = None,
+    overrides: SetOpt = None,
+    out: OutOpt = None,
+    timeout: Annotated[float, typer.Option(help="seconds one run may take")] = 3600.0,
+    log_level: LogOpt = "WARNING",
+) -> None:
+    """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
+    from collabfl.coordinator.federation import federation_up
+
+    _setup(log_level)
+    try:
+        extra = [f"data.num_clients={clients}"] if clients is not None else []
+        settings = load_config(config, [*(overrides or []), *extra])
+        names = split_methods(methods) if methods else [settings.method]
+        specs = [parse_method_spec(name, settings) for name in names]
+        out_dir = out or _default_out(settings, "federation")
+        federation_up(settings, specs, out_dir, console, timeout_s=timeout)
+    except (ConfigError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         _fail(error)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,36 +23,19 @@ from collabfl.client.data import (
 )
 from collabfl.client.flat import FlatModel
 from collabfl.client.models import DEFAULT_MODEL, build_model
-from collabfl.coordinator.config import ConfigError, ExperimentConfig, resolve_budget
-from collabfl.coordinator.inprocess import build_federation, to_device
+from collabfl.client.node import ClientSplits
+from collabfl.coordinator.config import ConfigError, ExperimentConfig
+from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.methods import MethodSpec, build_method
+from collabfl.coordinator.recording import MethodRecorder, safe_name
 from collabfl.coordinator.report.plots import (
     plot_accuracy_by_round,
     plot_accuracy_vs_variance,
-    plot_adjacency_heatmaps,
 )
-from collabfl.coordinator.report.run_dir import RunWriter, read_run
-from collabfl.coordinator.report.summary import summarize
+from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.report.table import print_results, results_markdown
-from collabfl.strategies.rounds import RoundOutcome
 
 log = logging.getLogger(__name__)
-
-ROW_KEYS = (
-    "train_loss",
-    "val_loss",
-    "val_acc",
-    "test_loss",
-    "test_acc",
-    "best_val_acc",
-    "best_test_acc",
-    "bytes_fetched",
-    "peak_peer_models",
-    "num_collaborators",
-    "reward_evaluations",
-    "fetch_failures",
-    "malicious",
-)
 
 
 @dataclass(frozen=True)
@@ -125,7 +107,7 @@ def run_comparison(
     out_dir.mkdir(parents=True, exist_ok=True)
     data = prepare_data(config)
     data.partition.save(out_dir / "partition.npz")
-    splits = to_device(data.clients, device)
+    splits = [ClientSplits.from_data(client, device) for client in data.clients]
     summaries = []
     run_dirs = {}
     columns = (
@@ -139,20 +121,27 @@ def run_comparison(
             run_dir = out_dir / safe_name(spec.label)
             summaries.append(run_method(spec, data, splits, device, run_dir, progress))
             run_dirs[spec.label] = run_dir
-    runs = {label: read_run(path) for label, path in run_dirs.items()}
-    plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
-    plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png")
-    (out_dir / "summary.json").write_text(json.dumps(summaries, indent=2))
-    (out_dir / "results.md").write_text(results_markdown(summaries))
+    write_comparison(out_dir, summaries, run_dirs)
     print_results(summaries, console)
     console.print(f"run directory: {out_dir}")
     return summaries
 
 
+def write_comparison(
+    out_dir: Path, summaries: list[dict[str, Any]], run_dirs: dict[str, Path]
+) -> None:
+    """The cross-method outputs: summary.json, results.md and the two comparison plots."""
+    runs = {label: read_run(path) for label, path in run_dirs.items()}
+    plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
+    plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png")
+    (out_dir / "summary.json").write_text(json.dumps(summaries, indent=2))
+    (out_dir / "results.md").write_text(results_markdown(summaries))
+
+
 def run_method(
     spec: MethodSpec,
     data: FederationData,
-    splits: list,
+    splits: list[ClientSplits],
     device: torch.device,
     run_dir: Path,
     progress: Progress | None = None,
@@ -165,57 +154,13 @@ def run_method(
     )
     federation = build_federation(splits, workspace, config.training, config.seed)
     method = build_method(spec, num_clients)
-    writer = RunWriter(run_dir)
-    writer.write_config(resolved_config(spec, num_clients, workspace))
+    recorder = MethodRecorder(spec, run_dir, num_clients, model_name(config), workspace.nbytes)
     task = None
     if progress is not None:
         task = progress.add_task(spec.label, total=config.rounds)
     started = time.perf_counter()
     for outcome in method.rounds(federation, config.rounds):
-        coordinator_bytes = federation.take_coordinator_bytes()
-        writer.log_round(round_rows(outcome, coordinator_bytes))
-        if outcome.graph is not None:
-            writer.log_graph(outcome.round, num_clients, outcome.graph)
+        recorder.record(outcome, federation.take_coordinator_bytes())
         if task is not None:
             progress.update(task, completed=min(outcome.round + 1, config.rounds))
-    wall_time = time.perf_counter() - started
-    records = read_run(run_dir)
-    summary = summarize(records, method=spec.label, wall_time_s=wall_time)
-    summary["model_bytes"] = workspace.nbytes
-    summary["budget"] = records.config["resolved"]["budget"]
-    writer.write_summary(summary)
-    plot_adjacency_heatmaps(records, run_dir / "graph_heatmaps.png")
-    return summary
-
-
-def round_rows(outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
-    """metrics.jsonl rows for one round: one per client that finished it."""
-    rows = []
-    for client, metrics in sorted(outcome.metrics.items()):
-        row: dict[str, Any] = {"round": outcome.round, "client": client}
-        row.update({key: metrics.get(key) for key in ROW_KEYS})
-        row["bytes_fetched"] = row["bytes_fetched"] or 0
-        row["peak_peer_models"] = row["peak_peer_models"] or 0
-        row["coordinator_bytes"] = coordinator_bytes.get(client, 0)
-        rows.append(row)
-    return rows
-
-
-def resolved_config(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> dict[str, Any]:
-    """The config as run, plus what was derived from it (budget in peers, model size)."""
-    config = spec.config.model_dump(mode="json")
-    config["resolved"] = {
-        "label": spec.label,
-        "budget": resolve_budget(spec.config.dpfl.budget, num_clients)
-        if spec.name.startswith("dpfl")
-        else None,
-        "model": model_name(spec.config),
-        "model_parameters": workspace.num_parameters,
-        "torch": torch.__version__,
-    }
-    return config
-
-
-def safe_name(label: str) -> str:
-    """A folder name for a method label such as ``dpfl:budget=0.1``."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+    return recorder.finish(time.perf_counter() - started)

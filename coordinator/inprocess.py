@@ -12,27 +12,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from collabfl.client.data import ClientData
 from collabfl.client.flat import FlatModel
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
-from collabfl.client.training import TensorData, TrainingConfig
+from collabfl.client.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction, Reply
-
-
-def to_device(clients: Sequence[ClientData], device: torch.device) -> list[ClientSplits]:
-    """Move every client's splits to the compute device once, before any round."""
-
-    def tensors(split) -> TensorData:
-        return TensorData(
-            torch.as_tensor(split.x, dtype=torch.float32, device=device),
-            torch.as_tensor(split.y, dtype=torch.long, device=device),
-        )
-
-    return [
-        ClientSplits(tensors(c.train), tensors(c.val), tensors(c.test), c.malicious)
-        for c in clients
-    ]
 
 
 class InProcessFederation:

@@ -1,0 +1,140 @@
+"""``collabfl-client``: the long-lived process of one participant.
+
+It runs the peer model server (serving this node's published models to peers holding a
+coordinator-signed grant) and supervises a Flower SuperNode whose ClientApp processes do the
+training, selection and evaluation. Everything that must outlive one message lives here or
+in the state directory. SIGTERM/SIGINT stop both cleanly; a restarted daemon serves what was
+published before and the node resumes from its saved state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from collabfl.client.data.client_file import load_client_file
+from collabfl.client.grants import GrantVerifier, load_public_key_bytes
+from collabfl.client.model_store import DiskModelStore
+from collabfl.client.peer_server import PeerModelServer
+from collabfl.client.session import NodeState
+from collabfl.client.supervisor import Supervisor
+from collabfl.client.tls import ServerTLS
+
+log = logging.getLogger("collabfl.client")
+
+FLOWER_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="collabfl-client", description=__doc__)
+    p.add_argument("--client-id", type=int, required=True, help="this participant's index")
+    p.add_argument("--data", type=Path, required=True, help="this participant's data file")
+    p.add_argument("--state-dir", type=Path, required=True, help="models, state, logs")
+    p.add_argument("--superlink", required=True, help="SuperLink address HOST:PORT")
+    p.add_argument("--peer-listen", default="0.0.0.0:9200", help="peer server bind address")
+    p.add_argument("--peer-address", required=True, help="address peers use to reach us")
+    p.add_argument("--coordinator-key", type=Path, required=True, help="grant public key PEM")
+    p.add_argument("--runtime-port", type=int, default=9094, help="SuperNode's local API port")
+    p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
+    p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept")
+    tls = p.add_argument_group("TLS (omit all with --insecure)")
+    tls.add_argument("--insecure", action="store_true", help="no TLS anywhere (loopback/tests)")
+    tls.add_argument("--root-certificates", type=Path, help="CA of the SuperLink and peers")
+    tls.add_argument("--peer-cert", type=Path, help="this daemon's peer server certificate")
+    tls.add_argument("--peer-key", type=Path, help="its private key")
+    tls.add_argument("--peer-client-ca", type=Path, help="require client certs (mutual TLS)")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def supernode_command(args: argparse.Namespace) -> list[str]:
+    """The SuperNode invocation: node config carries what the ClientApp needs."""
+    node_config = {
+        "client-id": str(args.client_id),
+        "data-path": f'"{args.data.resolve()}"',
+        "state-dir": f'"{args.state_dir.resolve()}"',
+        "peer-address": f'"{args.peer_address}"',
+    }
+    if args.device:
+        node_config["device"] = f'"{args.device}"'
+    if args.root_certificates:
+        node_config["peer-ca"] = f'"{args.root_certificates.resolve()}"'
+    command = [
+        _flower_binary("flower-supernode"),
+        "--superlink",
+        args.superlink,
+        "--port",
+        str(args.runtime_port),
+        "--node-config",
+        " ".join(f"{k}={v}" for k, v in node_config.items()),
+    ]
+    if args.insecure:
+        command.append("--insecure")
+    else:
+        command += ["--root-certificates", str(args.root_certificates)]
+    return command
+
+
+def _flower_binary(name: str) -> str:
+    """Flower's console scripts live next to this interpreter."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Fail before starting anything when the inputs are wrong."""
+    load_client_file(args.data)  # raises with the file name when malformed
+    if not args.coordinator_key.is_file():
+        raise SystemExit(f"--coordinator-key {args.coordinator_key} does not exist")
+    if not args.insecure and not (args.root_certificates and args.peer_cert and args.peer_key):
+        raise SystemExit("without --insecure, give --root-certificates, --peer-cert, --peer-key")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        check_args(args)
+    except (ValueError, FileNotFoundError) as error:
+        log.error("%s", error)
+        return 2
+    state = NodeState(args.state_dir)
+    store = DiskModelStore(state.published, owner=args.client_id, keep_rounds=args.keep_rounds)
+    verifier = GrantVerifier(load_public_key_bytes(args.coordinator_key))
+    tls = None
+    if not args.insecure:
+        tls = ServerTLS.from_files(args.peer_cert, args.peer_key, args.peer_client_ca)
+    server = PeerModelServer(store, verifier, address=args.peer_listen, tls=tls)
+    port = server.start()
+    log.info(
+        "client %s: peer server on port %s, advertised as %s",
+        args.client_id,
+        port,
+        args.peer_address,
+    )
+    env = {**FLOWER_ENV, "FLWR_HOME": str((args.state_dir / "flwr").resolve())}
+    supernode = Supervisor(
+        "supernode", supernode_command(args), args.state_dir / "supernode.log", env
+    )
+    supernode.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    log.info("client %s: shutting down", args.client_id)
+    supernode.stop()
+    server.stop(grace=2.0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

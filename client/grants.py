@@ -1,0 +1,196 @@
+"""Signed, expiring fetch grants: "client k may fetch client j's round-t model in run R".
+
+The coordinator decides who collaborates with whom; a serving daemon must not have to ask
+it on every fetch. So the coordinator signs a short-lived grant with its Ed25519 key, the
+fetcher presents it, and the serving daemon checks it offline with the coordinator's public
+key. A token is ``base64url(payload) "." base64url(signature)`` where the payload is
+compact, key-sorted JSON: easy to inspect, nothing executable, and the signature covers the
+exact bytes that are parsed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+VERSION = 1
+MAX_TOKEN_BYTES = 1024
+"""Far above a real token (~200 bytes): refuses junk before any decoding work."""
+
+_INT_FIELDS = ("fetcher", "owner", "round")
+
+
+class InvalidGrant(Exception):
+    """The grant does not authorise this fetch; the message says why."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a verified token allows."""
+
+    run: str
+    fetcher: int
+    owner: int
+    round: int
+    expires_at: float
+    """Unix time in seconds after which the grant is void."""
+
+
+class GrantSigner:
+    """Issues grants; lives with the coordinator, which holds the private key."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        self._key = private_key
+
+    def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes:
+        """A token letting ``fetcher`` fetch ``owner``'s ``round`` model for ``ttl_s`` seconds."""
+        if ttl_s <= 0:
+            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
+        for name, value in zip(_INT_FIELDS, (fetcher, owner, round), strict=True):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        payload = _canonical(
+            {
+                "v": VERSION,
+                "run": run,
+                "fetcher": fetcher,
+                "owner": owner,
+                "round": round,
+                "exp": time.time() + ttl_s,
+            }
+        )
+        return _b64encode(payload) + b"." + _b64encode(self._key.sign(payload))
+
+    def public_key_bytes(self) -> bytes:
+        """The raw 32-byte public key that serving daemons verify with."""
+        return self._key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+
+
+class GrantVerifier:
+    """Checks grants at a serving daemon, offline, with the coordinator's public key."""
+
+    def __init__(self, public_key_bytes: bytes) -> None:
+        self._key = Ed25519PublicKey.from_public_bytes(public_key_bytes)
+
+    def verify(self, token: bytes, *, owner: int, round: int, now: float | None = None) -> Grant:
+        """The grant in ``token`` if it is genuine, unexpired and for (owner, round).
+
+        Raises InvalidGrant whose message says which check failed.
+        """
+        grant = self._decode(token)
+        now = time.time() if now is None else now
+        if now >= grant.expires_at:
+            raise InvalidGrant(f"expired {now - grant.expires_at:.1f} s ago")
+        if grant.owner != owner:
+            raise InvalidGrant(f"grant is for owner {grant.owner}, not {owner}")
+        if grant.round != round:
+            raise InvalidGrant(f"grant is for round {grant.round}, not {round}")
+        return grant
+
+    def _decode(self, token: bytes) -> Grant:
+        if not token:
+            raise InvalidGrant("no grant presented")
+        if len(token) > MAX_TOKEN_BYTES:
+            raise InvalidGrant(f"malformed: token of {len(token)} bytes is too long")
+        parts = token.split(b".")
+        if len(parts) != 2:
+            raise InvalidGrant("malformed: expected payload.signature")
+        try:
+            payload, signature = (_b64decode(part) for part in parts)
+        except ValueError:
+            raise InvalidGrant("malformed: not base64url") from None
+        try:
+            self._key.verify(signature, payload)
+        except InvalidSignature:
+            raise InvalidGrant("bad signature (not issued by this coordinator)") from None
+        try:
+            fields = json.loads(payload)
+        except ValueError:
+            raise InvalidGrant("malformed: signed payload is not JSON") from None
+        return _grant_from(fields)
+
+
+def _grant_from(fields: Any) -> Grant:
+    """Check the payload's shape strictly: a signed but unexpected payload is still refused."""
+    expected = {"v", "run", "fetcher", "owner", "round", "exp"}
+    if not isinstance(fields, dict) or set(fields) != expected:
+        raise InvalidGrant("malformed: unexpected payload fields")
+    if fields["v"] != VERSION:
+        raise InvalidGrant(f"malformed: unsupported grant version {fields['v']!r}")
+    ints_ok = all(
+        isinstance(fields[name], int) and not isinstance(fields[name], bool) for name in _INT_FIELDS
+    )
+    exp = fields["exp"]
+    if not ints_ok or not isinstance(fields["run"], str) or type(exp) not in (int, float):
+        raise InvalidGrant("malformed: payload field of the wrong type")
+    return Grant(fields["run"], fields["fetcher"], fields["owner"], fields["round"], float(exp))
+
+
+def _canonical(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _b64encode(data: bytes) -> bytes:
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+def _b64decode(data: bytes) -> bytes:
+    """Strict base64url without padding: any other character is an error."""
+    try:
+        return base64.b64decode(data + b"=" * (-len(data) % 4), altchars=b"-_", validate=True)
+    except binascii.Error as error:
+        raise ValueError(str(error)) from None
+
+
+def generate_private_key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+def save_private_key(key: Ed25519PrivateKey, path: Path) -> None:
+    """Write the key as unencrypted PKCS#8 PEM readable by its owner only (mode 0600)."""
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        os.fchmod(file.fileno(), 0o600)  # the file may have existed with wider permissions
+        file.write(pem)
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} holds a {type(key).__name__}, not an Ed25519 private key")
+    return key
+
+
+def save_public_key(public_key_bytes: bytes, path: Path) -> None:
+    """Write the raw public key as SubjectPublicKeyInfo PEM, the form other tools read."""
+    key = Ed25519PublicKey.from_public_bytes(public_key_bytes)
+    path.write_bytes(
+        key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def load_public_key_bytes(path: Path) -> bytes:
+    """The raw 32-byte key from a PEM file, ready for ``GrantVerifier``."""
+    key = serialization.load_pem_public_key(path.read_bytes())
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(f"{path} holds a {type(key).__name__}, not an Ed25519 public key")
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

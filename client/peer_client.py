@@ -1,0 +1,250 @@
+"""The gRPC adapter of ``PeerModelSource``: fetch a peer's model from its daemon.
+
+Everything a peer sends is untrusted. The manifest is checked against what this client
+expects before any bulk transfer; the streamed safetensors payload is parsed here, header
+included, and its tensor bytes are written straight into a preallocated tensor while the
+SHA-256 of the whole payload is computed on the way, so a fetch needs about one model's
+worth of memory plus one chunk. Network trouble becomes ``PeerUnavailable``, a payload
+that must not be used becomes ``InvalidPeerModel``; either way the fetcher skips the peer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+import torch
+
+from collabfl.client.model_store import TENSOR_NAME
+from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
+from collabfl.client.tls import ClientTLS
+from collabfl.proto import peer_pb2, peer_pb2_grpc
+
+MAX_CHUNK_BYTES = 1 << 20
+MAX_HEADER_BYTES = 64 * 1024
+"""A one-tensor header is ~150 bytes; a larger one is refused before it is buffered."""
+_DTYPE = "F32"
+_ITEM_BYTES = 4
+_LENGTH_BYTES = 8
+_MESSAGE_SLACK = 64 * 1024
+"""Room for the Chunk message's own fields on top of its data."""
+
+
+class GrpcPeerSource:
+    """Fetches peer models over gRPC; one channel per peer address, reused across fetches.
+
+    ``grants`` maps owner -> grant token for the round being fetched; it is read at fetch
+    time, so the caller may update the mapping between rounds. ``timeout_s`` bounds one
+    whole fetch (manifest and transfer): no call can hang.
+    """
+
+    def __init__(
+        self,
+        addresses: Mapping[int, str],
+        grants: Mapping[int, bytes],
+        expected_numel: int,
+        max_bytes: int,
+        timeout_s: float,
+        tls: ClientTLS | None = None,
+    ) -> None:
+        self.addresses = addresses
+        self.grants = grants
+        self.expected_numel = expected_numel
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self._tls = tls
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+        address = self.addresses.get(owner)
+        if address is None:
+            raise PeerUnavailable(f"no address known for peer {owner}")
+        grant = self.grants.get(owner)
+        if grant is None:
+            raise PeerUnavailable(f"no grant to fetch peer {owner}'s round {round_index}")
+        request = peer_pb2.FetchRequest(owner=owner, round=round_index, grant=grant)
+        stub = peer_pb2_grpc.PeerModelsStub(self._channel(address))
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            manifest = stub.GetManifest(request, timeout=self.timeout_s)
+            self._check_manifest(owner, round_index, manifest)
+            sink = _PayloadSink(owner, round_index, self.expected_numel, manifest.byte_size)
+            call = stub.FetchModel(request, timeout=max(deadline - time.monotonic(), 0.0))
+            try:
+                for chunk in call:
+                    sink.feed(chunk.offset, chunk.data)
+            finally:
+                call.cancel()  # no-op after a complete stream; frees the peer if we gave up
+        except grpc.RpcError as error:
+            raise PeerUnavailable(
+                f"peer {owner} at {address}, round {round_index}: "
+                f"{error.code().name}: {error.details()}"
+            ) from None
+        return sink.finish(manifest.sha256)
+
+    def close(self) -> None:
+        """Close every channel; the source can still be used (channels reopen on demand)."""
+        with self._lock:
+            channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            channel.close()
+
+    def __enter__(self) -> GrpcPeerSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _channel(self, address: str) -> grpc.Channel:
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                options = [("grpc.max_receive_message_length", MAX_CHUNK_BYTES + _MESSAGE_SLACK)]
+                if self._tls is None:
+                    channel = grpc.insecure_channel(address, options=options)
+                else:
+                    channel = grpc.secure_channel(address, self._tls.credentials(), options)
+                self._channels[address] = channel
+            return channel
+
+    def _check_manifest(self, owner: int, round_index: int, manifest: peer_pb2.Manifest) -> None:
+        """Refuse, before any transfer, a model that is not the one this client can use."""
+
+        def invalid(reason: str) -> InvalidPeerModel:
+            return InvalidPeerModel(f"peer {owner} round {round_index}: manifest {reason}")
+
+        if (manifest.owner, manifest.round) != (owner, round_index):
+            raise invalid(f"is for peer {manifest.owner} round {manifest.round}")
+        tensors = [(t.name, list(t.shape), t.dtype) for t in manifest.tensors]
+        expected = [(TENSOR_NAME, [self.expected_numel], _DTYPE)]
+        if tensors != expected:
+            raise invalid(f"lists tensors {tensors}, expected {expected}")
+        if manifest.byte_size > self.max_bytes:
+            raise invalid(f"size {manifest.byte_size} bytes exceeds the limit of {self.max_bytes}")
+        if len(manifest.sha256) != 64:
+            raise invalid(f"digest {manifest.sha256[:80]!r} is not a SHA-256 hex digest")
+
+
+class _PayloadSink:
+    """Consumes a streamed one-tensor safetensors payload into a preallocated tensor.
+
+    Layout: 8-byte little-endian header length, a JSON header, then the tensor bytes. The
+    header must describe exactly the tensor the manifest announced, and the payload must end
+    exactly where that tensor does.
+    """
+
+    def __init__(self, owner: int, round_index: int, numel: int, byte_size: int) -> None:
+        self.owner = owner
+        self.round = round_index
+        self.numel = numel
+        self.byte_size = byte_size
+        self.tensor = torch.empty(numel, dtype=torch.float32)
+        self._dest = memoryview(self.tensor.numpy()).cast("B")
+        self._head = bytearray()
+        self._header_len: int | None = None
+        self._data_start: int | None = None
+        self._received = 0
+        self._sha = hashlib.sha256()
+
+    def feed(self, offset: int, data: bytes) -> None:
+        if offset != self._received:
+            raise self._invalid(f"chunk at offset {offset}, expected {self._received}")
+        if len(data) > MAX_CHUNK_BYTES:
+            raise self._invalid(f"chunk of {len(data)} bytes exceeds {MAX_CHUNK_BYTES}")
+        if self._received + len(data) > self.byte_size:
+            raise self._invalid(f"payload runs past the manifest's {self.byte_size} bytes")
+        self._sha.update(data)
+        view = memoryview(data)
+        while view and self._data_start is None:
+            view = self._take_head(view)
+        if view:
+            start = self._received + len(data) - len(view) - self._data_start
+            self._dest[start : start + len(view)] = view
+        self._received += len(data)
+
+    def finish(self, sha256: str) -> torch.Tensor:
+        if self._received != self.byte_size or self._data_start is None:
+            raise self._invalid(f"stream ended after {self._received} of {self.byte_size} bytes")
+        if self._sha.hexdigest() != sha256.lower():
+            raise self._invalid("SHA-256 of the payload does not match the manifest")
+        return self.tensor
+
+    def _take_head(self, view: memoryview) -> memoryview:
+        """Move header bytes from ``view`` into the head buffer; return what is left."""
+        wanted = _LENGTH_BYTES + (self._header_len or 0) - len(self._head)
+        self._head += view[:wanted]
+        view = view[wanted:]
+        if self._header_len is None and len(self._head) == _LENGTH_BYTES:
+            self._header_len = self._check_length(int.from_bytes(self._head, "little"))
+        if self._header_len is not None and len(self._head) == _LENGTH_BYTES + self._header_len:
+            self._check_header(bytes(self._head[_LENGTH_BYTES:]))
+            self._data_start = len(self._head)
+            self._head = bytearray()
+        return view
+
+    def _check_length(self, header_len: int) -> int:
+        if header_len > MAX_HEADER_BYTES:
+            raise self._invalid(f"header of {header_len} bytes exceeds {MAX_HEADER_BYTES}")
+        if _LENGTH_BYTES + header_len + self.numel * _ITEM_BYTES != self.byte_size:
+            raise self._invalid(
+                f"header length {header_len} and {self.numel} float32 values do not add up "
+                f"to the manifest's {self.byte_size} bytes"
+            )
+        return header_len
+
+    def _check_header(self, raw: bytes) -> None:
+        try:
+            header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        except (ValueError, RecursionError) as error:
+            raise self._invalid(f"malformed header: {error}") from None
+        if not isinstance(header, dict) or set(header) - {"__metadata__"} != {TENSOR_NAME}:
+            raise self._invalid(f"header must hold exactly one tensor {TENSOR_NAME!r}")
+        entry = header[TENSOR_NAME]
+        expected = {
+            "dtype": _DTYPE,
+            "shape": [self.numel],
+            "data_offsets": [0, self.numel * _ITEM_BYTES],
+        }
+        if not _same_json(entry, expected):
+            raise self._invalid(f"header describes {entry!r}, the manifest {expected!r}")
+        metadata = header.get("__metadata__", {})
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise self._invalid("header metadata must map strings to strings")
+        claimed = {key: metadata[key] for key in ("owner", "round") if key in metadata}
+        actual = {"owner": str(self.owner), "round": str(self.round)}
+        if any(actual[key] != value for key, value in claimed.items()):
+            raise self._invalid(f"header metadata claims {claimed}, expected {actual}")
+
+    def _invalid(self, reason: str) -> InvalidPeerModel:
+        return InvalidPeerModel(f"peer {self.owner} round {self.round}: {reason}")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object hook: two readers must never disagree about a repeated key."""
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"duplicate keys in {keys}")
+    return dict(pairs)
+
+
+def _same_json(value: Any, expected: Any) -> bool:
+    """Equality that does not let JSON's 5.0 or true stand in for the integer 5 or 1."""
+    if isinstance(expected, dict):
+        return (
+            isinstance(value, dict)
+            and value.keys() == expected.keys()
+            and all(_same_json(value[k], expected[k]) for k in expected)
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(value, list)
+            and len(value) == len(expected)
+            and all(_same_json(v, e) for v, e in zip(value, expected, strict=True))
+        )
+    return type(value) is type(expected) and value == expected

@@ -1,0 +1,168 @@
+"""A ClientNode that outlives Flower's one-process-per-message ClientApp.
+
+Flower starts a fresh ClientApp process for every message, so whatever a client must
+remember between messages (its model slots, best-validation trackers, fetch counters, the
+run's settings) is written to the node's state directory after each message and read back
+before the next. Writes are atomic: a client killed mid-write restarts from the last state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from collabfl.client.data.client_file import load_client_file
+from collabfl.client.flat import FlatModel
+from collabfl.client.models import build_model
+from collabfl.client.node import BestModel, ClientNode, ClientSplits
+from collabfl.client.peers import FetchStats, ModelPublisher, PeerFetcher, PeerModelSource
+from collabfl.client.training import TrainingConfig
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the coordinator's set-up message tells a client about the run."""
+
+    run_id: str
+    seed: int
+    model: str
+    device: str
+    threads: int
+    training: TrainingConfig
+
+    def to_json(self) -> str:
+        values = dataclasses.asdict(self)
+        values["training"] = self.training.model_dump()
+        return json.dumps(values, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSettings:
+        values = json.loads(text)
+        values["training"] = TrainingConfig.model_validate(values["training"])
+        return cls(**values)
+
+
+class NodeState:
+    """The files in a node's state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.published = self.dir / "published"
+
+    def write_settings(self, settings: RunSettings) -> None:
+        """Start (or rejoin) a run; a different run id starts from a clean state."""
+        current = self.dir / "run.json"
+        if (
+            current.exists()
+            and RunSettings.from_json(current.read_text()).run_id != settings.run_id
+        ):
+            for name in ("slots.safetensors", "best.safetensors", "node.json"):
+                (self.dir / name).unlink(missing_ok=True)
+        _write_atomic(current, settings.to_json().encode())
+
+    def read_settings(self) -> RunSettings:
+        path = self.dir / "run.json"
+        if not path.exists():
+            raise RuntimeError(f"no run set up in {self.dir}: the coordinator sends 'setup' first")
+        return RunSettings.from_json(path.read_text())
+
+    def restore(self, node: ClientNode) -> None:
+        """Load slots, best trackers and fetch counters saved by the previous message."""
+        slots_file, best_file, node_file = self._files()
+        if slots_file.exists():
+            node.slots = {
+                k: v.to(node.workspace.vector.device) for k, v in load_file(slots_file).items()
+            }
+        best_vectors = load_file(best_file) if best_file.exists() else {}
+        if node_file.exists():
+            saved = json.loads(node_file.read_text())
+            for slot, values in saved["best"].items():
+                node.best[slot] = BestModel(**values, vector=best_vectors.get(slot))
+            node.fetcher.stats = FetchStats(**saved["fetch"])
+
+    def save(self, node: ClientNode) -> None:
+        slots_file, best_file, node_file = self._files()
+        _save_tensors(slots_file, {k: v.cpu() for k, v in node.slots.items()})
+        best_vectors = {k: b.vector.cpu() for k, b in node.best.items() if b.vector is not None}
+        _save_tensors(best_file, best_vectors)
+        best = {
+            slot: {f.name: getattr(b, f.name) for f in dataclasses.fields(b) if f.name != "vector"}
+            for slot, b in node.best.items()
+        }
+        saved = {"best": best, "fetch": dataclasses.asdict(node.fetcher.stats)}
+        _write_atomic(node_file, json.dumps(saved).encode())
+
+    def _files(self) -> tuple[Path, Path, Path]:
+        return self.dir / "slots.safetensors", self.dir / "best.safetensors", self.dir / "node.json"
+
+
+def open_node(
+    client_id: int,
+    data_path: Path,
+    state: NodeState,
+    publisher: ModelPublisher,
+    source: PeerModelSource,
+) -> ClientNode:
+    """Rebuild this client's node from its data file and saved state."""
+    settings = state.read_settings()
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device = torch.device(settings.device)
+    data, meta = load_client_file(data_path)
+    workspace = FlatModel(build_model(settings.model, meta["num_classes"], settings.seed), device)
+    node = ClientNode(
+        client_id=client_id,
+        data=ClientSplits.from_data(data, device),
+        workspace=workspace,
+        initial_model=workspace.get(),
+        training=settings.training,
+        seed=settings.seed,
+        publisher=publisher,
+        fetcher=PeerFetcher(source, workspace.numel),
+    )
+    state.restore(node)
+    return node
+
+
+def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def describe(client_id: int, data_path: Path, peer_address: str) -> dict[str, Any]:
+    """What a client tells the coordinator at set-up: identity, sizes, where to fetch it."""
+    data, meta = load_client_file(data_path)
+    return {
+        "client_id": client_id,
+        "num_samples": len(data.train),
+        "num_classes": int(meta["num_classes"]),
+        "peer_address": peer_address,
+    }

@@ -1,0 +1,116 @@
+"""Keep a child process (SuperNode, SuperLink) running, and stop it cleanly.
+
+Both daemons own one Flower process each. If it exits unexpectedly the supervisor restarts
+it after a growing delay (at most ``max_restarts`` times in a row); on shutdown it sends
+SIGTERM to the child's process group, waits, then SIGKILLs whatever is left, so Flower's
+own helper processes (flower-superexec, ClientApp processes) go with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor:
+    """Runs ``command`` in its own process group and restarts it when it dies."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        max_restarts: int = 5,
+    ) -> None:
+        self.name = name
+        self.command = list(command)
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.max_restarts = max_restarts
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread = threading.Thread(target=self._watch, name=f"watch-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+        log.info("%s started (pid %s)", self.name, self.process.pid)
+
+    def _watch(self) -> None:
+        consecutive = 0
+        while not self._stopping.is_set():
+            assert self.process is not None
+            started = time.monotonic()
+            code = self.process.wait()
+            if self._stopping.is_set():
+                return
+            consecutive = 0 if time.monotonic() - started > 60 else consecutive + 1
+            if consecutive > self.max_restarts:
+                log.error(
+                    "%s exited with %s too often; giving up (see %s)",
+                    self.name,
+                    code,
+                    self.log_path,
+                )
+                return
+            delay = min(2.0**consecutive, 30.0)
+            log.warning("%s exited with %s; restarting in %.0f s", self.name, code, delay)
+            if self._stopping.wait(delay):
+                return
+            self.restarts += 1
+            self._spawn()
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL after ``grace_s``."""
+        self._stopping.set()
+        if self.process is None:
+            return
+        stop_group(self.process, grace_s)
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+
+def stop_group(process: subprocess.Popen, grace_s: float) -> None:
+    """Terminate a process started with ``start_new_session=True`` and its group."""
+    if process.poll() is not None:
+        _kill_group(process.pid, signal.SIGKILL)  # leftovers of an exited leader
+        return
+    _kill_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        log.warning("pid %s ignored SIGTERM for %.0f s; killing", process.pid, grace_s)
+    _kill_group(process.pid, signal.SIGKILL)
+    process.wait(timeout=5)
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

@@ -1,0 +1,351 @@
+"""``collabfl admin``: inspect and steer a running coordinator through its gRPC service.
+
+Exit codes: 0 done, 2 the coordinator refused the request (unknown run, run already
+ended, ...), 3 no coordinator answered. Either failure is one line on stderr.
+
+``export --format graphml`` writes the whole history as one directed multigraph: nodes are
+the client indices, and every edge carries ``round`` and ``weight`` attributes (edge id
+``r<round>:<i>-<j>``). One file keeps the history together and filters per round in any
+GraphML tool; networkx reads it back with
+``read_graphml(path, node_type=int, force_multigraph=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import networkx as nx
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from collabfl.client.tls import ClientTLS
+from collabfl.coordinator.report.graph_stats import adjacency, mean_out_degree, sparsity, symmetry
+from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
+from collabfl.coordinator.report.run_dir import RunRecords
+from collabfl.coordinator.report.table import human_bytes
+from collabfl.coordinator.service import (
+    CoordinatorClient,
+    CoordinatorError,
+    CoordinatorUnreachable,
+)
+from collabfl.coordinator.state import RoundGraph, Run
+
+DEFAULT_COORDINATOR = "127.0.0.1:9300"
+EXIT_REFUSED = 2
+EXIT_UNREACHABLE = 3
+DENSE_LIMIT = 16
+"""Up to this many clients a graph prints as a matrix; beyond, as an edge list."""
+
+_MISSING = "—"
+
+admin_app = typer.Typer(
+    help="Inspect and steer a running coordinator.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+
+
+class ExportFormat(str, Enum):
+    json = "json"
+    graphml = "graphml"
+
+
+@dataclass(frozen=True)
+class _Connection:
+    address: str
+    timeout_s: float
+    tls: ClientTLS | None
+
+
+@admin_app.callback()
+def connect(
+    ctx: typer.Context,
+    coordinator: Annotated[
+        str,
+        typer.Option(
+            "--coordinator",
+            envvar="COLLABFL_COORDINATOR",
+            metavar="HOST:PORT",
+            help="address of the coordinator service",
+        ),
+    ] = DEFAULT_COORDINATOR,
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait per request")] = 5.0,
+    ca: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True, dir_okay=False, envvar="COLLABFL_COORDINATOR_CA", help="CA (PEM): use TLS"
+        ),
+    ] = None,
+    cert: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="own certificate (PEM) for mutual TLS"),
+    ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="own private key (PEM) for mutual TLS"),
+    ] = None,
+) -> None:
+    """Inspect and steer a running coordinator (plain gRPC unless --ca is given)."""
+    if (cert is None) != (key is None):
+        raise typer.BadParameter("--cert and --key go together")
+    if cert is not None and ca is None:
+        raise typer.BadParameter("--cert needs --ca: mutual TLS is TLS first")
+    tls = ClientTLS.from_files(ca, cert, key) if ca is not None else None
+    ctx.obj = _Connection(coordinator, timeout, tls)
+
+
+def _fail(message: object, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _client(ctx: typer.Context) -> Iterator[CoordinatorClient]:
+    """A client for the command; coordinator failures become one stderr line and an exit code."""
+    connection: _Connection = ctx.obj
+    try:
+        with CoordinatorClient(connection.address, connection.timeout_s, connection.tls) as client:
+            yield client
+    except CoordinatorUnreachable as error:
+        _fail(error, EXIT_UNREACHABLE)
+    except CoordinatorError as error:
+        _fail(error, EXIT_REFUSED)
+
+
+@admin_app.command()
+def status(ctx: typer.Context) -> None:
+    """Uptime, database, members and the active runs with their last round."""
+    with _client(ctx) as client:
+        state = client.status()
+    console.print(
+        f"coordinator {ctx.obj.address}: up {_duration(state.uptime_s)}, database {state.db_path}",
+        highlight=False,
+    )
+    console.print(
+        f"{state.num_members} members, {state.num_runs} runs, {len(state.active_runs)} active"
+    )
+    if state.active_runs:
+        console.print(_runs_table(state.active_runs))
+
+
+@admin_app.command()
+def members(ctx: typer.Context) -> None:
+    """The registered federation members."""
+    with _client(ctx) as client:
+        registered = client.list_members()
+    if not registered:
+        console.print("no members registered")
+        return
+    table = Table("client", "Flower node", "peer address", "samples", "updated")
+    for member in registered:
+        table.add_row(
+            str(member.client_id),
+            str(member.flower_node_id),
+            member.peer_address,
+            str(member.num_samples),
+            _time(member.updated_at),
+        )
+    console.print(table)
+
+
+@admin_app.command()
+def runs(ctx: typer.Context) -> None:
+    """Every run, oldest first."""
+    with _client(ctx) as client:
+        all_runs = client.list_runs()
+    console.print(_runs_table(all_runs) if all_runs else "no runs")
+
+
+@admin_app.command()
+def stop(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RUN")]) -> None:
+    """Ask a run to stop; the ServerApp ends it cleanly after the current round."""
+    with _client(ctx) as client:
+        run = client.stop_run(run_id)
+    console.print(f"run {run.run_id}: stop requested (status {run.status})", highlight=False)
+
+
+@admin_app.command()
+def graph(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    round_index: Annotated[
+        int | None, typer.Argument(metavar="[ROUND]", help="default: the last completed round")
+    ] = None,
+    png: Annotated[Path | None, typer.Option(help="also write an adjacency heatmap here")] = None,
+) -> None:
+    """One round's collaboration graph: row i lists the weights client i puts on peers."""
+    with _client(ctx) as client:
+        if round_index is None:
+            round_index = client.get_run(run_id).last_completed_round
+            if round_index is None:
+                _fail(f"run {run_id} has no recorded round yet", EXIT_REFUSED)
+        record = client.get_round(run_id, round_index)
+    matrix = adjacency(record.num_clients, record.edges)
+    console.print(
+        f"run {run_id}, round {round_index}: {record.num_clients} clients, "
+        f"{len(record.edges)} edges, sparsity {sparsity(matrix):.0%}, "
+        f"symmetry {symmetry(matrix):.0%}, mean out-degree {mean_out_degree(matrix):.2f}",
+        highlight=False,
+    )
+    if record.num_clients <= DENSE_LIMIT:
+        console.print(_matrix_table(matrix))
+    else:
+        console.print(_edge_table(record.edges))
+    if png is not None:
+        records = RunRecords(config={}, rows=[], graphs={round_index: matrix}, summary=None)
+        console.print(f"wrote {plot_adjacency_heatmaps(records, png)}", highlight=False)
+
+
+@admin_app.command()
+def export(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    out: Annotated[Path, typer.Option(help="file to write")],
+    fmt: Annotated[
+        ExportFormat, typer.Option("--format", help="json: rounds with edge lists; graphml")
+    ] = ExportFormat.json,
+) -> None:
+    """The run's whole graph history as JSON or GraphML (one multigraph, edges by round)."""
+    with _client(ctx) as client:
+        run = client.get_run(run_id)
+        history = client.get_graph_history(run_id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt is ExportFormat.json:
+        out.write_text(json.dumps(_history_document(run, history), indent=1) + "\n")
+    else:
+        nx.write_graphml(_history_multigraph(run, history), out)
+    console.print(f"wrote {len(history)} rounds of run {run_id} to {out}", highlight=False)
+
+
+@admin_app.command()
+def metrics(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RUN")]) -> None:
+    """Per round: test accuracy across clients and peer-model bytes downloaded."""
+    with _client(ctx) as client:
+        history = client.get_metrics(run_id)
+    if not history:
+        console.print(f"run {run_id} has no recorded round yet")
+        return
+    table = Table("round", "clients", "mean acc", "min acc", "max acc", "peer bytes")
+    for round_index, by_client in history.items():
+        accuracies = [_number(m.get("test_acc")) for m in by_client.values()]
+        present = [a for a in accuracies if a is not None]
+        fetched = sum(_number(m.get("bytes_fetched")) or 0 for m in by_client.values())
+        table.add_row(
+            str(round_index),
+            str(len(by_client)),
+            *(
+                (_percent(float(np.mean(present))), _percent(min(present)), _percent(max(present)))
+                if present
+                else (_MISSING,) * 3
+            ),
+            human_bytes(fetched),
+        )
+    console.print(table)
+
+
+@admin_app.command()
+def events(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RUN")]) -> None:
+    """The run's recorded faults and notices, oldest first."""
+    with _client(ctx) as client:
+        recorded = client.list_events(run_id)
+    if not recorded:
+        console.print(f"run {run_id} has no events")
+        return
+    colours = {"info": "", "warning": "yellow", "error": "red"}
+    table = Table("id", "time", "round", "level", "kind", "client", "message")
+    for event in recorded:
+        table.add_row(
+            str(event.event_id),
+            _time(event.time),
+            _optional(event.round),
+            f"[{colours[event.level]}]{event.level}" if colours[event.level] else event.level,
+            event.kind,
+            _optional(event.client_id),
+            event.message,
+        )
+    console.print(table)
+
+
+def _runs_table(runs: list[Run]) -> Table:
+    table = Table("run", "method", "status", "last round", "created", "message")
+    for run in runs:
+        table.add_row(
+            run.run_id,
+            run.method,
+            run.status,
+            _optional(run.last_completed_round),
+            _time(run.created_at),
+            run.message,
+        )
+    return table
+
+
+def _matrix_table(matrix: np.ndarray) -> Table:
+    table = Table("i \\ j", *(str(j) for j in range(matrix.shape[0])))
+    for i, row in enumerate(matrix):
+        table.add_row(str(i), *(f"{w:.2f}" if w else "·" for w in row))
+    return table
+
+
+def _edge_table(edges: list[tuple[int, int, float]]) -> Table:
+    table = Table("client i", "uses peer j", "weight")
+    for i, j, w in edges:
+        table.add_row(str(i), str(j), f"{w:.4f}")
+    return table
+
+
+def _history_document(run: Run, history: list[RoundGraph]) -> dict[str, Any]:
+    """The JSON export: per round the same record as a run directory's graphs/ files."""
+    return {
+        "run_id": run.run_id,
+        "method": run.method,
+        "rounds": [
+            {"round": g.round, "num_clients": g.num_clients, "edges": [list(e) for e in g.edges]}
+            for g in history
+        ],
+    }
+
+
+def _history_multigraph(run: Run, history: list[RoundGraph]) -> nx.MultiDiGraph:
+    graph = nx.MultiDiGraph(run_id=run.run_id, method=run.method)
+    graph.add_nodes_from(range(max((g.num_clients for g in history), default=0)))
+    for g in history:
+        for i, j, w in g.edges:
+            graph.add_edge(i, j, key=f"r{g.round}:{i}-{j}", round=g.round, weight=w)
+    return graph
+
+
+def _number(value: Any) -> float | None:
+    """A finite metric value, or None for a missing, non-numeric or NaN one."""
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if is_number and math.isfinite(value) else None
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:.2f}%"
+
+
+def _optional(value: int | None) -> str:
+    return _MISSING if value is None else str(value)
+
+
+def _time(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"

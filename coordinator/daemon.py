@@ -1,0 +1,249 @@
+"""``collabfl-coordinator``: the federation's coordinator process.
+
+It supervises a Flower SuperLink (persistent state, no runtime dependency installation),
+serves the coordinator gRPC service (members, runs, rounds, graphs, metrics, events,
+grants; SQLite under ``--state-dir``) and launches the Flower ServerApp of every active run
+with ``flwr run``. A run whose ServerApp dies while the run is still active (a SuperLink or
+coordinator restart) is launched again and resumes after its last completed round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from collabfl.client.daemon import FLOWER_ENV
+from collabfl.client.grants import (
+    GrantSigner,
+    generate_private_key,
+    load_private_key,
+    save_private_key,
+    save_public_key,
+)
+from collabfl.client.supervisor import Supervisor, stop_group
+from collabfl.client.tls import ServerTLS
+from collabfl.coordinator.service import serve
+from collabfl.coordinator.state import CoordinatorState, Run
+
+log = logging.getLogger("collabfl.coordinator")
+
+APP_NAME = "collabfl-federation"
+CONNECTION = "collabfl"
+MAX_LAUNCHES = 4
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="collabfl-coordinator", description=__doc__)
+    p.add_argument("--state-dir", type=Path, required=True, help="databases, keys, logs, runs")
+    p.add_argument("--host", default="127.0.0.1", help="interface for SuperLink and service")
+    p.add_argument("--superlink-port", type=int, default=9093, help="SuperLink (Flower) port")
+    p.add_argument("--service-port", type=int, default=9300, help="coordinator service port")
+    p.add_argument("--advertise", default="", help="service address the ServerApp dials")
+    tls = p.add_argument_group("TLS (omit all with --insecure)")
+    tls.add_argument("--insecure", action="store_true", help="no TLS (loopback/tests only)")
+    tls.add_argument("--ssl-ca-certfile", type=Path)
+    tls.add_argument("--ssl-certfile", type=Path)
+    tls.add_argument("--ssl-keyfile", type=Path)
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def grant_signer(state_dir: Path) -> GrantSigner:
+    """Load the grant signing key, creating it (and its public half) on first start."""
+    private_path, public_path = state_dir / "grant_key.pem", state_dir / "grant_key.pub.pem"
+    if not private_path.exists():
+        save_private_key(generate_private_key(), private_path)
+    signer = GrantSigner(load_private_key(private_path))
+    save_public_key(signer.public_key_bytes(), public_path)
+    return signer
+
+
+def superlink_command(args: argparse.Namespace) -> list[str]:
+    command = [
+        _binary("flower-superlink"),
+        "--database",
+        str((args.state_dir / "superlink.db").resolve()),
+        "--disable-runtime-dependency-installation",
+        "--host",
+        args.host,
+        "--port",
+        str(args.superlink_port),
+    ]
+    if args.insecure:
+        return [*command, "--insecure"]
+    return [
+        *command,
+        "--ssl-ca-certfile",
+        str(args.ssl_ca_certfile),
+        "--ssl-certfile",
+        str(args.ssl_certfile),
+        "--ssl-keyfile",
+        str(args.ssl_keyfile),
+    ]
+
+
+def write_app(state_dir: Path) -> Path:
+    """The Flower app folder ``flwr run`` submits: components live in the installed package."""
+    app_dir = state_dir / "app"
+    app_dir.mkdir(parents=True, exist_ok=True)
+    (app_dir / "pyproject.toml").write_text(
+        f"""[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "{APP_NAME}"
+version = "1.0.0"
+description = "collabfl round protocols (components come from the installed collabfl)"
+license = "Apache-2.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "collabfl"
+
+[tool.flwr.app.components]
+serverapp = "collabfl.coordinator.flower_server:app"
+clientapp = "collabfl.client.flower_app:app"
+
+[tool.flwr.app.config]
+run-id = ""
+coordinator = ""
+out-dir = ""
+expected-clients = 1
+join-timeout = 120
+message-timeout = 600
+grant-ttl = 600
+"""
+    )
+    return app_dir
+
+
+def write_flower_home(args: argparse.Namespace) -> Path:
+    """FLWR_HOME with one connection to our SuperLink, for ``flwr run``/``flwr ls``."""
+    home = (args.state_dir / "flwr").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    lines = ["[superlink]", f'default = "{CONNECTION}"', f"[superlink.{CONNECTION}]"]
+    lines.append(f'address = "{args.host}:{args.superlink_port}"')
+    if args.insecure:
+        lines.append("insecure = true")
+    else:
+        lines.append(f'root-certificates = "{args.ssl_ca_certfile.resolve()}"')
+    (home / "config.toml").write_text("\n".join(lines) + "\n")
+    return home
+
+
+class RunLauncher:
+    """Starts (and restarts) the ServerApp of every active run via ``flwr run --stream``."""
+
+    def __init__(
+        self, state: CoordinatorState, state_dir: Path, app_dir: Path, env: dict, service: str
+    ) -> None:
+        self.state = state
+        self.state_dir = state_dir
+        self.app_dir = app_dir
+        self.env = env
+        self.service = service
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.launches: dict[str, int] = {}
+        self.stop_event = threading.Event()
+
+    def loop(self) -> None:
+        while not self.stop_event.wait(1.0):
+            for run in self.state.runs():
+                process = self.running.get(run.run_id)
+                if not run.active or (process is not None and process.poll() is None):
+                    continue
+                if self.launches.get(run.run_id, 0) >= MAX_LAUNCHES:
+                    self.state.finish_run(run.run_id, "failed", "the ServerApp kept dying")
+                    continue
+                self.launch(run)
+
+    def launch(self, run: Run) -> None:
+        out_dir = Path(run.config.get("out_dir") or self.state_dir / "runs" / run.run_id)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "run-id": run.run_id,
+            "coordinator": self.service,
+            "out-dir": str(out_dir.resolve()),
+            "expected-clients": int(run.config.get("expected_clients", 1)),
+        }
+        overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
+        command = [
+            _binary("flwr"),
+            "run",
+            str(self.app_dir),
+            CONNECTION,
+            "--stream",
+            "-c",
+            overrides,
+        ]
+        count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
+        log.info("launching run %s (attempt %s)", run.run_id, count)
+        with open(out_dir / "serverapp.log", "ab") as log_file:
+            self.running[run.run_id] = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for process in self.running.values():
+            stop_group(process, grace_s=5.0)
+
+
+def _binary(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.insecure and not (args.ssl_ca_certfile and args.ssl_certfile and args.ssl_keyfile):
+        log.error("without --insecure, give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
+        return 2
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    signer = grant_signer(args.state_dir)
+    state = CoordinatorState(args.state_dir / "coordinator.db")
+    tls = None
+    if not args.insecure:
+        tls = ServerTLS.from_files(args.ssl_certfile, args.ssl_keyfile)
+    server, port = serve(state, signer, f"{args.host}:{args.service_port}", tls)
+    service = args.advertise or f"{args.host}:{port}"
+    log.info("coordinator service on %s:%s", args.host, port)
+    env = {**FLOWER_ENV, "FLWR_HOME": str(write_flower_home(args))}
+    superlink = Supervisor(
+        "superlink", superlink_command(args), args.state_dir / "superlink.log", env
+    )
+    superlink.start()
+    launcher = RunLauncher(state, args.state_dir, write_app(args.state_dir), {**env}, service)
+    thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)
+    thread.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    log.info("coordinator: shutting down")
+    launcher.stop()
+    superlink.stop()
+    server.stop(grace=2.0)
+    state.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

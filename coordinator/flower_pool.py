@@ -1,0 +1,145 @@
+"""The ClientPool adapter for a real federation: instructions become Flower Messages.
+
+The methods in strategies/ call ``send`` exactly as in the in-process runtime. This adapter
+adds what only a real federation needs: mapping client ids to Flower node ids, attaching
+peer addresses and coordinator-signed grants to COLLABORATE instructions, polling for
+replies with a deadline, and turning silence or errors into recorded events instead of
+hangs. A client that does not answer in time is simply absent from that round's replies.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+from collabfl.client.flower_messages import (
+    decode_reply,
+    encode_instruction,
+    message_type,
+)
+from collabfl.coordinator.state import Member
+from collabfl.strategies.protocol import Instruction, Reply, Verb
+
+log = logging.getLogger(__name__)
+
+
+GrantIssuer = Callable[[int, Sequence[int], int], Mapping[int, bytes]]
+"""(fetcher, owners, round) -> grant token per owner."""
+
+EventSink = Callable[[int, str, int, str], None]
+"""(round, kind, client_id, message): where faults are reported."""
+
+
+class FlowerClientPool:
+    """Sends instructions through a Flower Grid and collects the replies."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        members: Sequence[Member],
+        issue_grants: GrantIssuer,
+        on_event: EventSink,
+        timeout_s: float = 600.0,
+        poll_s: float = 0.25,
+    ) -> None:
+        self.grid = grid
+        self.members = {m.client_id: m for m in members}
+        self.by_node = {m.flower_node_id: m.client_id for m in members}
+        self.issue_grants = issue_grants
+        self.on_event = on_event
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self.coordinator_bytes: dict[int, int] = {}
+
+    @property
+    def sample_counts(self) -> Mapping[int, int]:
+        return {k: m.num_samples for k, m in self.members.items()}
+
+    def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        messages = []
+        for client_id, instruction in instructions.items():
+            member = self.members.get(client_id)
+            if member is None:
+                continue
+            if instruction.verb is Verb.COLLABORATE:
+                instruction = self._with_peer_access(client_id, instruction)
+            messages.append(
+                Message(
+                    encode_instruction(instruction),
+                    dst_node_id=member.flower_node_id,
+                    message_type=message_type(instruction.verb),
+                    group_id=str(instruction.round),
+                )
+            )
+            self._count(client_id, instruction.model)
+        round_index = next(iter(instructions.values())).round if instructions else -1
+        replies = {}
+        for client_id, content in exchange(
+            self.grid, messages, self.timeout_s, self.poll_s
+        ).items():
+            sender = self.by_node.get(client_id)
+            if sender is None:
+                continue
+            if isinstance(content, str):
+                self.on_event(round_index, "client_error", sender, content)
+                continue
+            try:
+                replies[sender] = reply = decode_reply(content)
+            except ValueError as error:
+                self.on_event(round_index, "bad_reply", sender, str(error))
+                continue
+            self._count(sender, reply.model)
+        for client_id in instructions:
+            if client_id in self.members and client_id not in replies:
+                self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
+        return replies
+
+    def take_coordinator_bytes(self) -> dict[int, int]:
+        counts, self.coordinator_bytes = self.coordinator_bytes, {}
+        return counts
+
+    def _with_peer_access(self, client_id: int, instruction: Instruction) -> Instruction:
+        """Attach owners' addresses and grants; unknown peers are dropped from the list."""
+        config = dict(instruction.config)
+        known = [int(j) for j in config["candidates"] if int(j) in self.members]
+        weights = dict(zip(config["candidates"], config["weights"], strict=True))
+        grants = self.issue_grants(client_id, known, instruction.round) if known else {}
+        config["candidates"] = known
+        config["weights"] = [float(weights[j]) for j in known]
+        config["peer_addresses"] = [self.members[j].peer_address for j in known]
+        config["peer_grants"] = [grants[j] for j in known]
+        return replace(instruction, config=config)
+
+    def _count(self, client_id: int, model) -> None:
+        if model is not None:
+            moved = model.numel() * model.element_size()
+            self.coordinator_bytes[client_id] = self.coordinator_bytes.get(client_id, 0) + moved
+
+
+def exchange(
+    grid: Grid, messages: list[Message], timeout_s: float, poll_s: float
+) -> dict[int, RecordDict | str]:
+    """Push messages and poll for replies until all arrive or the deadline passes.
+
+    Returns reply content per source node id, or the error text for replies that carry an
+    error. Flower's own send_and_receive sleeps 3 s between polls; rounds here are short.
+    """
+    pending = set(grid.push_messages(messages))
+    deadline = time.monotonic() + timeout_s
+    replies: dict[int, RecordDict | str] = {}
+    while pending and time.monotonic() < deadline:
+        for reply in grid.pull_messages(list(pending)):
+            pending.discard(reply.metadata.reply_to_message_id)
+            source = reply.metadata.src_node_id
+            if reply.has_error():
+                replies[source] = f"error {reply.error.code}: {reply.error.reason}"
+            else:
+                replies[source] = reply.content
+        if pending:
+            time.sleep(poll_s)
+    return replies

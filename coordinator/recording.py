@@ -1,0 +1,102 @@
+"""Recording a method's rounds into its run directory (shared by every runtime)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from collabfl.coordinator.config import resolve_budget
+from collabfl.coordinator.methods import MethodSpec
+from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
+from collabfl.coordinator.report.run_dir import RunWriter, read_run
+from collabfl.coordinator.report.summary import summarize
+from collabfl.strategies.rounds import RoundOutcome
+
+ROW_KEYS = (
+    "train_loss",
+    "val_loss",
+    "val_acc",
+    "test_loss",
+    "test_acc",
+    "best_val_acc",
+    "best_test_acc",
+    "bytes_fetched",
+    "peak_peer_models",
+    "num_collaborators",
+    "reward_evaluations",
+    "fetch_failures",
+    "malicious",
+)
+
+
+class MethodRecorder:
+    """Writes config, per-round rows, graphs, then the summary and heatmaps of one run."""
+
+    def __init__(
+        self,
+        spec: MethodSpec,
+        run_dir: Path,
+        num_clients: int,
+        model: str,
+        model_bytes: int,
+    ) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.num_clients = num_clients
+        self.model_bytes = model_bytes
+        self.writer = RunWriter(run_dir)
+        self.writer.write_config(resolved_config(spec, num_clients, model, model_bytes))
+
+    def record(self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
+        """Append one round; returns the rows written (other sinks may want them)."""
+        rows = round_rows(outcome, coordinator_bytes)
+        self.writer.log_round(rows)
+        if outcome.graph is not None:
+            self.writer.log_graph(outcome.round, self.num_clients, outcome.graph)
+        return rows
+
+    def finish(self, wall_time_s: float) -> dict[str, Any]:
+        records = read_run(self.run_dir)
+        summary = summarize(records, method=self.spec.label, wall_time_s=wall_time_s)
+        summary["model_bytes"] = self.model_bytes
+        summary["budget"] = records.config["resolved"]["budget"]
+        self.writer.write_summary(summary)
+        plot_adjacency_heatmaps(records, self.run_dir / "graph_heatmaps.png")
+        return summary
+
+
+def round_rows(outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
+    """metrics.jsonl rows for one round: one per client that finished it."""
+    rows = []
+    for client, metrics in sorted(outcome.metrics.items()):
+        row: dict[str, Any] = {"round": outcome.round, "client": client}
+        row.update({key: metrics.get(key) for key in ROW_KEYS})
+        row["bytes_fetched"] = row["bytes_fetched"] or 0
+        row["peak_peer_models"] = row["peak_peer_models"] or 0
+        row["coordinator_bytes"] = coordinator_bytes.get(client, 0)
+        rows.append(row)
+    return rows
+
+
+def resolved_config(
+    spec: MethodSpec, num_clients: int, model: str, model_bytes: int
+) -> dict[str, Any]:
+    """The config as run, plus what was derived from it (budget in peers, model size)."""
+    config = spec.config.model_dump(mode="json")
+    budget = resolve_budget(spec.config.dpfl.budget, num_clients)
+    config["resolved"] = {
+        "label": spec.label,
+        "budget": budget if spec.name.startswith("dpfl") else None,
+        "model": model,
+        "model_bytes": model_bytes,
+        "torch": torch.__version__,
+    }
+    return config
+
+
+def safe_name(label: str) -> str:
+    """A folder name for a method label such as ``dpfl:budget=0.1``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label)

@@ -1,0 +1,601 @@
+"""The coordinator's durable state in one SQLite file: members, runs, rounds, graphs, events.
+
+A restarted coordinator reopens the same file and carries on, so every change is committed
+before the call returns. WAL mode lets readers (the admin CLI through the service) proceed
+while a round is being written; one connection behind a lock serialises the writers, which
+is plenty for one record per round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+RUN_STATUSES = ("running", "stopping", "stopped", "finished", "failed")
+ACTIVE_STATUSES = ("running", "stopping")
+END_STATUSES = ("stopped", "finished", "failed")
+EVENT_LEVELS = ("info", "warning", "error")
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""Run ids end up in file names, grants and URLs, so they stay plain."""
+
+Edge = tuple[int, int, float]
+"""(i, j, w): client i uses client j's model with weight w."""
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS members (
+    client_id INTEGER PRIMARY KEY,
+    flower_node_id TEXT NOT NULL,  -- a uint64, which SQLite's signed INTEGER cannot hold
+    peer_address TEXT NOT NULL,
+    num_samples INTEGER NOT NULL,
+    registered_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    method TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN {RUN_STATUSES}),
+    last_completed_round INTEGER,
+    message TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    run_id TEXT NOT NULL REFERENCES runs (run_id),
+    round INTEGER NOT NULL,
+    num_clients INTEGER NOT NULL,
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (run_id, round)
+);
+CREATE TABLE IF NOT EXISTS edges (
+    run_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    i INTEGER NOT NULL,
+    j INTEGER NOT NULL,
+    weight REAL NOT NULL,
+    PRIMARY KEY (run_id, round, i, j),
+    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    client_id INTEGER NOT NULL,
+    metrics_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, round, client_id),
+    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS events (
+    event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT REFERENCES runs (run_id),  -- NULL: federation-wide
+    round INTEGER,
+    level TEXT NOT NULL CHECK (level IN {EVENT_LEVELS}),
+    kind TEXT NOT NULL,
+    client_id INTEGER,
+    message TEXT NOT NULL,
+    time REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, event_id);
+"""
+
+
+class NotFound(KeyError):
+    """Something named in a request does not exist; the message says what."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "not found"
+
+
+class UnknownRun(NotFound):
+    pass
+
+
+class UnknownRound(NotFound):
+    pass
+
+
+class UnknownMember(NotFound):
+    pass
+
+
+class InvalidRecord(ValueError):
+    """A request whose content breaks a rule (bad index, weight, JSON, status, ...)."""
+
+
+class RunConflict(ValueError):
+    """A run with this id already exists with a different method or config."""
+
+
+class RunNotActive(ValueError):
+    """The run has ended, so it takes no more rounds, grants or stop requests."""
+
+
+class SchemaMismatch(RuntimeError):
+    """The database was written by a collabfl with another schema version."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One federation participant: its client index and how to reach its daemon."""
+
+    client_id: int
+    flower_node_id: int
+    peer_address: str
+    num_samples: int
+    registered_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run's identity, config and progress; ``status`` is one of RUN_STATUSES."""
+
+    run_id: str
+    method: str
+    config: dict[str, Any]
+    status: str
+    last_completed_round: int | None
+    created_at: float
+    updated_at: float
+    message: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+@dataclass(frozen=True)
+class RoundGraph:
+    """One round's collaboration graph over clients 0 .. num_clients-1."""
+
+    round: int
+    num_clients: int
+    edges: list[Edge]
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """Everything recorded for one round: its graph and each client's metrics."""
+
+    run_id: str
+    round: int
+    num_clients: int
+    edges: list[Edge]
+    metrics: dict[int, dict[str, Any]]
+    recorded_at: float
+
+
+@dataclass(frozen=True)
+class Event:
+    """A fault or notice worth keeping: a skipped peer, a vanished client, a refused fetch."""
+
+    event_id: int
+    run_id: str
+    level: str
+    kind: str
+    message: str
+    time: float
+    round: int | None = None
+    client_id: int | None = None
+
+
+class CoordinatorState:
+    """All coordinator records in the SQLite file at ``db_path`` (created if missing)."""
+
+    def __init__(self, db_path: Path | str) -> None:
+        self.path = Path(db_path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            with self._conn:
+                self._conn.executescript(_SCHEMA)
+                self._check_schema_version()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _check_schema_version(self) -> None:
+        row = self._conn.execute("SELECT version FROM schema_version").fetchone()
+        if row is None:
+            self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+        elif row["version"] != SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"{self.path} has schema version {row['version']}; this collabfl reads "
+                f"version {SCHEMA_VERSION}"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> CoordinatorState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic, committed unit of work; concurrent callers wait for the lock."""
+        with self._lock, self._conn:
+            yield self._conn
+
+    # Members
+
+    def register_members(self, members: Iterable[Member]) -> list[Member]:
+        """Insert or update members by client_id (a daemon re-registers after a restart)."""
+        now = time.time()
+        with self._transaction() as conn:
+            for member in members:
+                node_id = _non_negative("member flower_node_id", member.flower_node_id)
+                if node_id >= 2**64:
+                    raise InvalidRecord(f"flower_node_id {node_id} exceeds uint64")
+                conn.execute(
+                    """INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (client_id) DO UPDATE SET flower_node_id = excluded.flower_node_id,
+                        peer_address = excluded.peer_address, num_samples = excluded.num_samples,
+                        updated_at = excluded.updated_at""",
+                    (
+                        _non_negative("member client_id", member.client_id),
+                        str(node_id),
+                        member.peer_address,
+                        _non_negative("member num_samples", member.num_samples),
+                        now,
+                        now,
+                    ),
+                )
+        return self.members()
+
+    def members(self) -> list[Member]:
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT * FROM members ORDER BY client_id").fetchall()
+        return [_member(row) for row in rows]
+
+    def member(self, client_id: int) -> Member:
+        with self._transaction() as conn:
+            row = conn.execute("SELECT * FROM members WHERE client_id = ?", (client_id,)).fetchone()
+        if row is None:
+            raise UnknownMember(f"client {client_id} is not a registered member")
+        return _member(row)
+
+    # Runs
+
+    def create_run(self, run_id: str, method: str, config: Mapping[str, Any]) -> Run:
+        """Create a run, or resume the existing one with this id, method and config.
+
+        Resuming sets a stopped or failed run back to running; a finished run stays
+        finished. The same id with another method or config is a RunConflict.
+        """
+        if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+            raise InvalidRecord(
+                f"run id {run_id!r} must be 1-128 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        if not method:
+            raise InvalidRecord("a run needs a method name")
+        if not isinstance(config, Mapping):
+            raise InvalidRecord(f"a run config must be a JSON object, got {type(config).__name__}")
+        try:
+            config_json = json.dumps(config, sort_keys=True, default=json_scalar)
+        except (TypeError, ValueError) as error:
+            raise InvalidRecord(f"run config is not JSON: {error}") from None
+        now = time.time()
+        with self._transaction() as conn:
+            row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO runs VALUES (?, ?, ?, 'running', NULL, '', ?, ?)",
+                    (run_id, method, config_json, now, now),
+                )
+            elif row["method"] != method or row["config_json"] != config_json:
+                raise RunConflict(
+                    f"run {run_id} already exists with method {row['method']} and another "
+                    "config; choose a new run id"
+                )
+            elif row["status"] in ("stopped", "failed"):
+                conn.execute(
+                    "UPDATE runs SET status = 'running', message = '', updated_at = ? "
+                    "WHERE run_id = ?",
+                    (now, run_id),
+                )
+        return self.run(run_id)
+
+    def run(self, run_id: str) -> Run:
+        with self._transaction() as conn:
+            return _run(self._run_row(conn, run_id))
+
+    def runs(self) -> list[Run]:
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT * FROM runs ORDER BY created_at, run_id").fetchall()
+        return [_run(row) for row in rows]
+
+    def last_completed_round(self, run_id: str) -> int | None:
+        """The round a restarted ServerApp resumes after (None: start from the beginning)."""
+        return self.run(run_id).last_completed_round
+
+    def request_stop(self, run_id: str) -> Run:
+        """Mark the run stopping; the ServerApp notices and ends it cleanly."""
+        with self._transaction() as conn:
+            row = self._run_row(conn, run_id)
+            if row["status"] in END_STATUSES:
+                raise RunNotActive(f"run {run_id} has already ended ({row['status']})")
+            conn.execute(
+                "UPDATE runs SET status = 'stopping', updated_at = ? WHERE run_id = ?",
+                (time.time(), run_id),
+            )
+        return self.run(run_id)
+
+    def finish_run(self, run_id: str, status: str, message: str = "") -> Run:
+        """End a run; repeating the same end status is a no-op so a retried call succeeds."""
+        if status not in END_STATUSES:
+            raise InvalidRecord(f"a run ends as one of {', '.join(END_STATUSES)}, not {status!r}")
+        with self._transaction() as conn:
+            row = self._run_row(conn, run_id)
+            if row["status"] == status:
+                return _run(row)
+            if row["status"] in END_STATUSES:
+                raise RunNotActive(f"run {run_id} has already ended ({row['status']})")
+            conn.execute(
+                "UPDATE runs SET status = ?, message = ?, updated_at = ? WHERE run_id = ?",
+                (status, message, time.time(), run_id),
+            )
+        return self.run(run_id)
+
+    def active_run(self, run_id: str) -> Run:
+        """The run, which must still be running or stopping."""
+        run = self.run(run_id)
+        if not run.active:
+            raise RunNotActive(f"run {run_id} has ended ({run.status})")
+        return run
+
+    @staticmethod
+    def _run_row(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row:
+        row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise UnknownRun(f"no run {run_id!r}")
+        return row
+
+    # Rounds
+
+    def record_round(
+        self,
+        run_id: str,
+        round: int,
+        edges: Iterable[Edge],
+        metrics: Mapping[int, Mapping[str, Any]],
+        num_clients: int = 0,
+    ) -> Run:
+        """Store one completed round, replacing any earlier record of the same round.
+
+        Replacing (rather than refusing) makes a resumed run's re-sent round harmless. The
+        last completed round is the largest round recorded. ``num_clients`` 0 means one
+        more than the largest client index seen.
+        """
+        round = _non_negative("round", round)
+        num_clients = _non_negative("num_clients", num_clients)
+        edge_list = _checked_edges(edges)
+        metrics_json = _checked_metrics(metrics)
+        indices = [c for i, j, _ in edge_list for c in (i, j)] + list(metrics_json)
+        size = num_clients or (max(indices) + 1 if indices else 0)
+        if indices and max(indices) >= size:
+            raise InvalidRecord(f"client index {max(indices)} outside a graph of {size} clients")
+        now = time.time()
+        with self._transaction() as conn:
+            row = self._run_row(conn, run_id)
+            if row["status"] in END_STATUSES:
+                raise RunNotActive(f"run {run_id} has ended ({row['status']}); rounds refused")
+            conn.execute("DELETE FROM rounds WHERE run_id = ? AND round = ?", (run_id, round))
+            conn.execute("INSERT INTO rounds VALUES (?, ?, ?, ?)", (run_id, round, size, now))
+            conn.executemany(
+                "INSERT INTO edges VALUES (?, ?, ?, ?, ?)",
+                [(run_id, round, i, j, w) for i, j, w in edge_list],
+            )
+            conn.executemany(
+                "INSERT INTO metrics VALUES (?, ?, ?, ?)",
+                [(run_id, round, client, text) for client, text in metrics_json.items()],
+            )
+            last = row["last_completed_round"]
+            conn.execute(
+                "UPDATE runs SET last_completed_round = ?, updated_at = ? WHERE run_id = ?",
+                (round if last is None else max(last, round), now, run_id),
+            )
+        return self.run(run_id)
+
+    def round(self, run_id: str, round: int) -> RoundRecord:
+        with self._transaction() as conn:
+            self._run_row(conn, run_id)
+            row = conn.execute(
+                "SELECT * FROM rounds WHERE run_id = ? AND round = ?", (run_id, round)
+            ).fetchone()
+            if row is None:
+                raise UnknownRound(f"run {run_id} has no recorded round {round}")
+            edges = self._edges(conn, run_id).get(round, [])
+            metrics = self._metrics(conn, run_id).get(round, {})
+        return RoundRecord(run_id, round, row["num_clients"], edges, metrics, row["recorded_at"])
+
+    def graph_history(self, run_id: str) -> list[RoundGraph]:
+        """Every recorded round's graph, in round order (rounds without edges included)."""
+        with self._transaction() as conn:
+            self._run_row(conn, run_id)
+            rounds = conn.execute(
+                "SELECT round, num_clients FROM rounds WHERE run_id = ? ORDER BY round", (run_id,)
+            ).fetchall()
+            edges = self._edges(conn, run_id)
+        return [RoundGraph(r["round"], r["num_clients"], edges.get(r["round"], [])) for r in rounds]
+
+    def metrics(self, run_id: str) -> dict[int, dict[int, dict[str, Any]]]:
+        """Per round, per client: the metrics recorded, rounds in order."""
+        with self._transaction() as conn:
+            self._run_row(conn, run_id)
+            rounds = conn.execute(
+                "SELECT round FROM rounds WHERE run_id = ? ORDER BY round", (run_id,)
+            ).fetchall()
+            metrics = self._metrics(conn, run_id)
+        return {r["round"]: metrics.get(r["round"], {}) for r in rounds}
+
+    @staticmethod
+    def _edges(conn: sqlite3.Connection, run_id: str) -> dict[int, list[Edge]]:
+        by_round: dict[int, list[Edge]] = {}
+        for row in conn.execute(
+            "SELECT round, i, j, weight FROM edges WHERE run_id = ? ORDER BY round, i, j",
+            (run_id,),
+        ):
+            by_round.setdefault(row["round"], []).append((row["i"], row["j"], row["weight"]))
+        return by_round
+
+    @staticmethod
+    def _metrics(conn: sqlite3.Connection, run_id: str) -> dict[int, dict[int, dict[str, Any]]]:
+        by_round: dict[int, dict[int, dict[str, Any]]] = {}
+        for row in conn.execute(
+            "SELECT round, client_id, metrics_json FROM metrics WHERE run_id = ? "
+            "ORDER BY round, client_id",
+            (run_id,),
+        ):
+            by_round.setdefault(row["round"], {})[row["client_id"]] = json.loads(
+                row["metrics_json"]
+            )
+        return by_round
+
+    # Events
+
+    def record_event(
+        self,
+        run_id: str,
+        kind: str,
+        message: str = "",
+        level: str = "warning",
+        round: int | None = None,
+        client_id: int | None = None,
+    ) -> Event:
+        """Keep an event; ``run_id`` empty for one that concerns the whole federation."""
+        if level not in EVENT_LEVELS:
+            raise InvalidRecord(f"event level must be one of {', '.join(EVENT_LEVELS)}")
+        if not kind:
+            raise InvalidRecord("an event needs a kind (e.g. peer_skipped)")
+        for name, value in (("event round", round), ("event client_id", client_id)):
+            if value is not None:
+                _non_negative(name, value)
+        now = time.time()
+        with self._transaction() as conn:
+            if run_id:
+                self._run_row(conn, run_id)
+            cursor = conn.execute(
+                "INSERT INTO events (run_id, round, level, kind, client_id, message, time) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id or None, round, level, kind, client_id, message, now),
+            )
+            event_id = int(cursor.lastrowid or 0)
+        return Event(event_id, run_id, level, kind, message, now, round, client_id)
+
+    def events(self, run_id: str = "", after_id: int = 0, limit: int = 0) -> list[Event]:
+        """Events oldest first; ``run_id`` empty: all of them; ``limit`` 0: no limit."""
+        _non_negative("after_id", after_id)
+        _non_negative("limit", limit)
+        query = "SELECT * FROM events WHERE event_id > ?"
+        args: list[Any] = [after_id]
+        with self._transaction() as conn:
+            if run_id:
+                self._run_row(conn, run_id)
+                query += " AND run_id = ?"
+                args.append(run_id)
+            query += " ORDER BY event_id" + (" LIMIT ?" if limit else "")
+            rows = conn.execute(query, [*args, limit] if limit else args).fetchall()
+        return [
+            Event(
+                row["event_id"],
+                row["run_id"] or "",
+                row["level"],
+                row["kind"],
+                row["message"],
+                row["time"],
+                row["round"],
+                row["client_id"],
+            )
+            for row in rows
+        ]
+
+
+def _non_negative(name: str, value: object) -> int:
+    """Indices, rounds and sizes as ints >= 0; numpy integers pass, bools are not counts."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidRecord(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def _checked_edges(edges: Iterable[Edge]) -> list[Edge]:
+    """Edges as (int, int, float), refusing negative indices, bad weights and duplicates."""
+    result: list[Edge] = []
+    seen: set[tuple[int, int]] = set()
+    for i, j, weight in edges:
+        source = _non_negative("edge source i", i)
+        target = _non_negative("edge target j", j)
+        w = float(weight) if isinstance(weight, numbers.Real) else math.nan
+        if not math.isfinite(w) or w < 0:
+            raise InvalidRecord(f"edge ({i}, {j}) has weight {weight!r}; it must be finite, >= 0")
+        if (source, target) in seen:
+            raise InvalidRecord(f"edge ({i}, {j}) listed twice")
+        seen.add((source, target))
+        result.append((source, target, w))
+    return result
+
+
+def _checked_metrics(metrics: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
+    """Each client's metrics as JSON text; only JSON objects keyed by client index pass."""
+    result: dict[int, str] = {}
+    for client, values in metrics.items():
+        index = _non_negative("metrics client id", client)
+        if not isinstance(values, Mapping):
+            raise InvalidRecord(f"metrics of client {client} must be a JSON object")
+        try:
+            result[index] = json.dumps(values, sort_keys=True, default=json_scalar)
+        except (TypeError, ValueError) as error:
+            raise InvalidRecord(f"metrics of client {client} are not JSON: {error}") from None
+    return result
+
+
+def json_scalar(value: Any) -> Any:
+    """Let json write numpy scalars, which metrics code produces naturally."""
+    if isinstance(value, numbers.Number) and hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _member(row: sqlite3.Row) -> Member:
+    return Member(
+        row["client_id"],
+        int(row["flower_node_id"]),
+        row["peer_address"],
+        row["num_samples"],
+        row["registered_at"],
+        row["updated_at"],
+    )
+
+
+def _run(row: sqlite3.Row) -> Run:
+    return Run(
+        row["run_id"],
+        row["method"],
+        json.loads(row["config_json"]),
+        row["status"],
+        row["last_completed_round"],
+        row["created_at"],
+        row["updated_at"],
+        row["message"],
+    )

@@ -1,0 +1,1 @@
+"""Protocol buffers and generated gRPC modules (regenerate with proto/generate.py)."""

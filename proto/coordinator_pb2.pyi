@@ -1,0 +1,286 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATUS_UNSPECIFIED: _ClassVar[RunStatus]
+    RUN_STATUS_RUNNING: _ClassVar[RunStatus]
+    RUN_STATUS_STOPPING: _ClassVar[RunStatus]
+    RUN_STATUS_STOPPED: _ClassVar[RunStatus]
+    RUN_STATUS_FINISHED: _ClassVar[RunStatus]
+    RUN_STATUS_FAILED: _ClassVar[RunStatus]
+
+class EventLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_LEVEL_UNSPECIFIED: _ClassVar[EventLevel]
+    EVENT_LEVEL_INFO: _ClassVar[EventLevel]
+    EVENT_LEVEL_WARNING: _ClassVar[EventLevel]
+    EVENT_LEVEL_ERROR: _ClassVar[EventLevel]
+RUN_STATUS_UNSPECIFIED: RunStatus
+RUN_STATUS_RUNNING: RunStatus
+RUN_STATUS_STOPPING: RunStatus
+RUN_STATUS_STOPPED: RunStatus
+RUN_STATUS_FINISHED: RunStatus
+RUN_STATUS_FAILED: RunStatus
+EVENT_LEVEL_UNSPECIFIED: EventLevel
+EVENT_LEVEL_INFO: EventLevel
+EVENT_LEVEL_WARNING: EventLevel
+EVENT_LEVEL_ERROR: EventLevel
+
+class Member(_message.Message):
+    __slots__ = ("client_id", "flower_node_id", "peer_address", "num_samples", "registered_at", "updated_at")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FLOWER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    flower_node_id: int
+    peer_address: str
+    num_samples: int
+    registered_at: float
+    updated_at: float
+    def __init__(self, client_id: _Optional[int] = ..., flower_node_id: _Optional[int] = ..., peer_address: _Optional[str] = ..., num_samples: _Optional[int] = ..., registered_at: _Optional[float] = ..., updated_at: _Optional[float] = ...) -> None: ...
+
+class RegisterMembersRequest(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class ListMembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MemberList(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("run_id", "method", "config_json", "status", "last_completed_round", "created_at", "updated_at", "message")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMPLETED_ROUND_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    method: str
+    config_json: str
+    status: RunStatus
+    last_completed_round: int
+    created_at: float
+    updated_at: float
+    message: str
+    def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., last_completed_round: _Optional[int] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CreateRunRequest(_message.Message):
+    __slots__ = ("run_id", "method", "config_json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    method: str
+    config_json: str
+    def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+
+class RunRef(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RunList(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
+
+class FinishRunRequest(_message.Message):
+    __slots__ = ("run_id", "status", "message")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    status: RunStatus
+    message: str
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Edge(_message.Message):
+    __slots__ = ("i", "j", "weight")
+    I_FIELD_NUMBER: _ClassVar[int]
+    J_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    i: int
+    j: int
+    weight: float
+    def __init__(self, i: _Optional[int] = ..., j: _Optional[int] = ..., weight: _Optional[float] = ...) -> None: ...
+
+class RoundRecord(_message.Message):
+    __slots__ = ("run_id", "round", "num_clients", "edges", "metrics_json", "recorded_at")
+    class MetricsJsonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    EDGES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    round: int
+    num_clients: int
+    edges: _containers.RepeatedCompositeFieldContainer[Edge]
+    metrics_json: _containers.ScalarMap[int, str]
+    recorded_at: float
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., num_clients: _Optional[int] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ..., metrics_json: _Optional[_Mapping[int, str]] = ..., recorded_at: _Optional[float] = ...) -> None: ...
+
+class RoundRef(_message.Message):
+    __slots__ = ("run_id", "round")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    round: int
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("event_id", "run_id", "round", "level", "kind", "client_id", "message", "time")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    run_id: str
+    round: int
+    level: EventLevel
+    kind: str
+    client_id: int
+    message: str
+    time: float
+    def __init__(self, event_id: _Optional[int] = ..., run_id: _Optional[str] = ..., round: _Optional[int] = ..., level: _Optional[_Union[EventLevel, str]] = ..., kind: _Optional[str] = ..., client_id: _Optional[int] = ..., message: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
+
+class ListEventsRequest(_message.Message):
+    __slots__ = ("run_id", "after_id", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_id: int
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., after_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class EventList(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class IssueGrantsRequest(_message.Message):
+    __slots__ = ("run_id", "round", "fetcher", "owners", "ttl_s")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    FETCHER_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    round: int
+    fetcher: int
+    owners: _containers.RepeatedScalarFieldContainer[int]
+    ttl_s: float
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., fetcher: _Optional[int] = ..., owners: _Optional[_Iterable[int]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("owner", "token")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    owner: int
+    token: bytes
+    def __init__(self, owner: _Optional[int] = ..., token: _Optional[bytes] = ...) -> None: ...
+
+class GrantList(_message.Message):
+    __slots__ = ("grants",)
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    grants: _containers.RepeatedCompositeFieldContainer[Grant]
+    def __init__(self, grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
+
+class RoundGraph(_message.Message):
+    __slots__ = ("round", "num_clients", "edges")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    EDGES_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    num_clients: int
+    edges: _containers.RepeatedCompositeFieldContainer[Edge]
+    def __init__(self, round: _Optional[int] = ..., num_clients: _Optional[int] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ...) -> None: ...
+
+class GraphHistory(_message.Message):
+    __slots__ = ("run_id", "rounds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    rounds: _containers.RepeatedCompositeFieldContainer[RoundGraph]
+    def __init__(self, run_id: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[RoundGraph, _Mapping]]] = ...) -> None: ...
+
+class RoundMetrics(_message.Message):
+    __slots__ = ("round", "metrics_json")
+    class MetricsJsonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    metrics_json: _containers.ScalarMap[int, str]
+    def __init__(self, round: _Optional[int] = ..., metrics_json: _Optional[_Mapping[int, str]] = ...) -> None: ...
+
+class MetricsHistory(_message.Message):
+    __slots__ = ("run_id", "rounds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    rounds: _containers.RepeatedCompositeFieldContainer[RoundMetrics]
+    def __init__(self, run_id: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("uptime_s", "db_path", "num_members", "num_runs", "active_runs")
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    DB_PATH_FIELD_NUMBER: _ClassVar[int]
+    NUM_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_RUNS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    uptime_s: float
+    db_path: str
+    num_members: int
+    num_runs: int
+    active_runs: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, uptime_s: _Optional[float] = ..., db_path: _Optional[str] = ..., num_members: _Optional[int] = ..., num_runs: _Optional[int] = ..., active_runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,156 @@
+"""``collabfl admin`` against a real coordinator service, and against nothing at all."""
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner, Result
+
+from collabfl.coordinator import admin
+from collabfl.coordinator.admin import admin_app
+from collabfl.coordinator.service import serve
+from collabfl.coordinator.state import CoordinatorState, Member
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ROUNDS = {
+    0: [(0, 1, 0.5), (1, 0, 0.25), (2, 3, 1.0)],
+    1: [(0, 1, 0.75), (3, 2, 0.5)],
+}
+METRICS = {
+    0: {0: {"test_acc": 0.5, "bytes_fetched": 1024}, 1: {"test_acc": 0.7, "bytes_fetched": 1024}},
+    1: {0: {"test_acc": 0.6, "bytes_fetched": 2048}, 1: {"test_acc": 0.9, "bytes_fetched": 0}},
+}
+
+
+class FakeSigner:
+    def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes:
+        return b"token"
+
+
+@pytest.fixture
+def address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A live coordinator holding members, a run with two rounds, and events."""
+    monkeypatch.setattr(admin, "console", Console(width=200))  # no wrapped table cells
+    with CoordinatorState(tmp_path / "coordinator.sqlite") as state:
+        state.register_members([Member(c, 1000 + c, f"10.0.0.{c}:9400", 50) for c in range(4)])
+        state.create_run("exp-1", "dpfl", {"budget": 1})
+        for round_index, edges in ROUNDS.items():
+            state.record_round("exp-1", round_index, edges, METRICS[round_index], num_clients=4)
+        state.record_event("exp-1", "peer_skipped", "digest mismatch", round=1, client_id=3)
+        state.create_run("wide", "pfedgraph", {})
+        state.record_round("wide", 0, [(i, (i + 1) % 20, 0.5) for i in range(20)], {})
+        server, port = serve(state, FakeSigner())
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            server.stop(None)
+
+
+def _admin(address: str, *args: str) -> Result:
+    return CliRunner().invoke(admin_app, ["--coordinator", address, *args])
+
+
+def _ok(address: str, *args: str) -> str:
+    result = _admin(address, *args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_status(address: str) -> None:
+    out = _ok(address, "status")
+    assert f"coordinator {address}: up" in out
+    assert "4 members, 2 runs, 2 active" in out
+    assert "exp-1" in out and "wide" in out
+
+
+def test_address_from_the_environment(address: str) -> None:
+    result = CliRunner().invoke(admin_app, ["members"], env={"COLLABFL_COORDINATOR": address})
+    assert result.exit_code == 0, result.output
+    assert "10.0.0.3:9400" in result.stdout
+
+
+def test_members_and_runs(address: str) -> None:
+    members = _ok(address, "members")
+    assert all(f"10.0.0.{c}:9400" in members for c in range(4))
+    assert "1003" in members
+    runs = _ok(address, "runs")
+    assert "exp-1" in runs and "dpfl" in runs and "pfedgraph" in runs
+
+
+def test_graph_table_and_png(address: str, tmp_path: Path) -> None:
+    png = tmp_path / "plots" / "round0.png"
+    out = _ok(address, "graph", "exp-1", "0", "--png", str(png))
+    assert "run exp-1, round 0: 4 clients, 3 edges" in out
+    assert "0.50" in out and "0.25" in out and "1.00" in out
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    last = _ok(address, "graph", "exp-1")  # default: the last completed round
+    assert "round 1: 4 clients, 2 edges" in last and "0.75" in last
+
+
+def test_large_graph_prints_as_edge_list(address: str) -> None:
+    out = _ok(address, "graph", "wide", "0")
+    assert "uses peer j" in out
+    assert "0.5000" in out
+
+
+def test_export_json(address: str, tmp_path: Path) -> None:
+    out = tmp_path / "history.json"
+    _ok(address, "export", "exp-1", "--format", "json", "--out", str(out))
+    document = json.loads(out.read_text())
+    assert (document["run_id"], document["method"]) == ("exp-1", "dpfl")
+    assert [
+        (r["round"], r["num_clients"], [tuple(e) for e in r["edges"]]) for r in document["rounds"]
+    ] == [(r, 4, sorted(edges)) for r, edges in ROUNDS.items()]
+
+
+def test_export_graphml(address: str, tmp_path: Path) -> None:
+    out = tmp_path / "history.graphml"
+    _ok(address, "export", "exp-1", "--format", "graphml", "--out", str(out))
+    graph = nx.read_graphml(out, node_type=int, force_multigraph=True)
+    assert graph.is_directed()
+    assert sorted(graph.nodes) == [0, 1, 2, 3]
+    assert graph.graph["run_id"] == "exp-1"
+    edges = sorted((d["round"], i, j, d["weight"]) for i, j, d in graph.edges(data=True))
+    assert edges == sorted((r, i, j, w) for r, es in ROUNDS.items() for i, j, w in es)
+
+
+def test_metrics(address: str) -> None:
+    out = _ok(address, "metrics", "exp-1")
+    assert "60.00%" in out and "50.00%" in out and "70.00%" in out  # round 0 mean/min/max
+    assert "75.00%" in out and "90.00%" in out  # round 1
+    assert "2.0 KiB" in out
+
+
+def test_events(address: str) -> None:
+    out = _ok(address, "events", "exp-1")
+    assert "peer_skipped" in out and "digest mismatch" in out
+
+
+def test_stop_then_stop_an_ended_run(address: str) -> None:
+    assert "run exp-1: stop requested (status stopping)" in _ok(address, "stop", "exp-1")
+    assert "stopping" in _ok(address, "runs")
+    unknown = _admin(address, "stop", "nope")
+    assert unknown.exit_code == admin.EXIT_REFUSED
+    assert unknown.stderr.strip() == "error: no run 'nope'"
+
+
+def test_unknown_round_is_refused(address: str) -> None:
+    result = _admin(address, "graph", "exp-1", "7")
+    assert result.exit_code == admin.EXIT_REFUSED
+    assert "no recorded round 7" in result.stderr
+
+
+def test_dead_coordinator_exits_3_with_one_line() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    result = CliRunner().invoke(admin_app, ["--coordinator", dead, "--timeout", "2", "status"])
+    assert result.exit_code == admin.EXIT_UNREACHABLE == 3
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: cannot reach the coordinator at {dead}")
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

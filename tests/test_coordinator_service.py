@@ -1,0 +1,281 @@
+"""The coordinator service over a real gRPC server and SQLite file, through CoordinatorClient."""
+
+import datetime
+import ipaddress
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from collabfl.client.tls import ClientTLS, ServerTLS
+from collabfl.coordinator.service import (
+    CoordinatorClient,
+    CoordinatorError,
+    CoordinatorUnreachable,
+    serve,
+)
+from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.proto import coordinator_pb2 as pb
+from collabfl.proto import coordinator_pb2_grpc as pb_grpc
+
+MEMBERS = [Member(c, 2**63 + c, f"127.0.0.1:{9400 + c}", 100 + c) for c in range(4)]
+
+
+class FakeSigner:
+    """Stands in for GrantSigner: a readable token that says what it grants."""
+
+    def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes:
+        return f"{run}:{fetcher}->{owner}@{round}/{ttl_s:g}".encode()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "coordinator.sqlite"
+
+
+@pytest.fixture
+def client(db: Path) -> Iterator[CoordinatorClient]:
+    with CoordinatorState(db) as state:
+        server, port = serve(state, FakeSigner())
+        try:
+            with CoordinatorClient(f"127.0.0.1:{port}") as connected:
+                yield connected
+        finally:
+            server.stop(None)
+
+
+def _dead_address() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_members_round_trip(client: CoordinatorClient) -> None:
+    registered = client.register_members(MEMBERS)
+    assert [(m.client_id, m.flower_node_id, m.peer_address, m.num_samples) for m in registered] == [
+        (m.client_id, m.flower_node_id, m.peer_address, m.num_samples) for m in MEMBERS
+    ]
+    assert client.list_members() == registered
+    assert all(m.registered_at > 0 for m in registered)
+
+
+def test_runs_rounds_and_history(client: CoordinatorClient) -> None:
+    run = client.create_run("exp-1", "dpfl", {"budget": 2})
+    assert (run.status, run.last_completed_round, run.config) == ("running", None, {"budget": 2})
+    edges = [(0, 1, 0.5), (1, 0, 0.25)]
+    metrics = {0: {"test_acc": 0.75, "bytes_fetched": 4096}, 1: {"test_acc": 0.5}}
+    numpy_metrics = {
+        0: {"test_acc": np.float32(0.75), "bytes_fetched": np.int64(4096)},
+        1: {"test_acc": 0.5},
+    }
+    after = client.record_round("exp-1", 0, edges, numpy_metrics, num_clients=4)
+    assert after.last_completed_round == 0
+    client.record_round("exp-1", 1, [(2, 3, 1.0)], {2: {"test_acc": 0.9}})
+    client.record_round("exp-1", 1, [(2, 3, 1.0)], {2: {"test_acc": 0.9}})  # re-sent
+
+    record = client.get_round("exp-1", 0)
+    assert (record.num_clients, record.edges, record.metrics) == (4, edges, metrics)
+    assert [(g.round, g.num_clients, g.edges) for g in client.get_graph_history("exp-1")] == [
+        (0, 4, edges),
+        (1, 4, [(2, 3, 1.0)]),
+    ]
+    assert client.get_metrics("exp-1") == {0: metrics, 1: {2: {"test_acc": 0.9}}}
+    assert client.get_run("exp-1").last_completed_round == 1
+    assert [r.run_id for r in client.list_runs()] == ["exp-1"]
+    resumed = client.create_run("exp-1", "dpfl", {"budget": 2})
+    assert resumed.last_completed_round == 1
+
+
+def test_stop_is_seen_by_the_round_reply_then_finish(client: CoordinatorClient) -> None:
+    client.create_run("r", "dpfl", {})
+    assert client.stop_run("r").status == "stopping"
+    assert client.record_round("r", 0, [], {}).status == "stopping"
+    finished = client.finish_run("r", "stopped", "operator asked")
+    assert (finished.status, finished.message) == ("stopped", "operator asked")
+
+
+def test_events(client: CoordinatorClient) -> None:
+    client.create_run("r", "dpfl", {})
+    vanished = client.record_event("r", "client_vanished", "no reply", level="error", client_id=3)
+    skipped = client.record_event("r", "peer_skipped", "bad digest", round=2, client_id=1)
+    assert (vanished.round, vanished.client_id, vanished.level) == (None, 3, "error")
+    assert client.list_events("r") == [vanished, skipped]
+    assert client.list_events("r", after_id=vanished.event_id) == [skipped]
+
+
+def test_grants(client: CoordinatorClient) -> None:
+    client.register_members(MEMBERS)
+    client.create_run("r", "dpfl", {})
+    tokens = client.issue_grants("r", round=3, fetcher=0, owners=[2, 1], ttl_s=30)
+    assert tokens == {2: b"r:0->2@3/30", 1: b"r:0->1@3/30"}
+    assert client.issue_grants("r", 3, 0, [], 30) == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "details"),
+    [
+        (("nope", 0, 0, [1], 30.0), grpc.StatusCode.NOT_FOUND, "no run 'nope'"),
+        (("r", 0, 0, [9], 30.0), grpc.StatusCode.NOT_FOUND, "client 9 is not a registered"),
+        (("r", 0, 0, [0, 1], 30.0), grpc.StatusCode.INVALID_ARGUMENT, "its own model"),
+        (("r", 0, 0, [1, 1], 30.0), grpc.StatusCode.INVALID_ARGUMENT, "twice"),
+        (("r", 0, 0, [1], 0.0), grpc.StatusCode.INVALID_ARGUMENT, "ttl_s"),
+        (("r", 0, 0, [1], 1e6), grpc.StatusCode.INVALID_ARGUMENT, "ttl_s"),
+        (("r", -1, 0, [1], 30.0), grpc.StatusCode.INVALID_ARGUMENT, "round"),
+        (("ended", 0, 0, [1], 30.0), grpc.StatusCode.FAILED_PRECONDITION, "has ended"),
+    ],
+)
+def test_grant_refusals(
+    client: CoordinatorClient, args: tuple, code: grpc.StatusCode, details: str
+) -> None:
+    client.register_members(MEMBERS)
+    client.create_run("r", "dpfl", {})
+    client.create_run("ended", "dpfl", {})
+    client.finish_run("ended")
+    with pytest.raises(CoordinatorError, match=details) as caught:
+        client.issue_grants(*args)
+    assert caught.value.code == code
+
+
+def test_error_codes(client: CoordinatorClient) -> None:
+    client.create_run("r", "dpfl", {"a": 1})
+    cases = [
+        (lambda: client.get_run("missing"), grpc.StatusCode.NOT_FOUND, "no run 'missing'"),
+        (lambda: client.get_round("r", 5), grpc.StatusCode.NOT_FOUND, "no recorded round 5"),
+        (
+            lambda: client.create_run("r", "dpfl", {"a": 2}),
+            grpc.StatusCode.ALREADY_EXISTS,
+            "exists",
+        ),
+        (lambda: client.create_run("bad id", "dpfl", {}), grpc.StatusCode.INVALID_ARGUMENT, "id"),
+        (
+            lambda: client.record_round("r", 0, [(0, 1, -1.0)], {}),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "weight",
+        ),
+        (lambda: client.record_event("r", ""), grpc.StatusCode.INVALID_ARGUMENT, "kind"),
+    ]
+    for call, code, details in cases:
+        with pytest.raises(CoordinatorError, match=details) as caught:
+            call()
+        assert caught.value.code == code
+    client.finish_run("r", "finished")
+    with pytest.raises(CoordinatorError) as caught:
+        client.stop_run("r")
+    assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_malformed_json_and_enums_are_invalid_arguments(client: CoordinatorClient) -> None:
+    """What a non-Python caller could send: the service checks it, not only our client."""
+    channel = grpc.insecure_channel(client.address)
+    stub = pb_grpc.CoordinatorStub(channel)
+    client.create_run("r", "dpfl", {})
+    bad_requests = [
+        (stub.CreateRun, pb.CreateRunRequest(run_id="x", method="m", config_json="[1]")),
+        (stub.CreateRun, pb.CreateRunRequest(run_id="x", method="m", config_json="{oops")),
+        (stub.RecordRound, pb.RoundRecord(run_id="r", round=0, metrics_json={0: "nan-json"})),
+        (stub.FinishRun, pb.FinishRunRequest(run_id="r")),
+        (stub.RecordEvent, pb.Event(run_id="r", kind="k")),
+    ]
+    for rpc, request in bad_requests:
+        with pytest.raises(grpc.RpcError) as caught:
+            rpc(request, timeout=5)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, request
+    channel.close()
+
+
+def test_status(client: CoordinatorClient, db: Path) -> None:
+    client.register_members(MEMBERS)
+    client.create_run("a", "dpfl", {})
+    client.create_run("b", "fedavg", {})
+    client.record_round("a", 0, [], {})
+    client.finish_run("b")
+    status = client.status()
+    assert status.uptime_s >= 0
+    assert status.db_path == str(db)
+    assert (status.num_members, status.num_runs) == (4, 2)
+    assert [(r.run_id, r.last_completed_round) for r in status.active_runs] == [("a", 0)]
+
+
+def test_restarted_coordinator_resumes(db: Path) -> None:
+    with CoordinatorState(db) as state:
+        server, port = serve(state, FakeSigner())
+        with CoordinatorClient(f"127.0.0.1:{port}") as client:
+            client.register_members(MEMBERS)
+            client.create_run("r", "dpfl", {"rounds": 9})
+            for round_index in range(3):
+                client.record_round("r", round_index, [(0, 1, 0.5)], {0: {"test_acc": 0.5}})
+        server.stop(None)
+
+    with CoordinatorState(db) as state:
+        server, port = serve(state, FakeSigner())
+        try:
+            with CoordinatorClient(f"127.0.0.1:{port}") as client:
+                run = client.create_run("r", "dpfl", {"rounds": 9})
+                assert (run.status, run.last_completed_round) == ("running", 2)
+                assert len(client.list_members()) == 4
+                assert len(client.get_graph_history("r")) == 3
+        finally:
+            server.stop(None)
+
+
+def test_unreachable_coordinator_is_one_clear_error() -> None:
+    address = _dead_address()
+    with (
+        CoordinatorClient(address, timeout_s=2) as client,
+        pytest.raises(CoordinatorUnreachable) as caught,
+    ):
+        client.status()
+    message = str(caught.value)
+    assert f"cannot reach the coordinator at {address}" in message
+    assert "collabfl-coordinator is running" in message
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "collabfl test coordinator")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def test_tls(db: Path) -> None:
+    cert, key = _self_signed()
+    with CoordinatorState(db) as state:
+        server, port = serve(state, FakeSigner(), tls=ServerTLS(cert, key))
+        try:
+            address = f"127.0.0.1:{port}"
+            with CoordinatorClient(address, tls=ClientTLS(cert)) as client:
+                assert client.status().num_runs == 0
+            with (
+                CoordinatorClient(address, timeout_s=2) as plain,
+                pytest.raises(CoordinatorUnreachable, match="agree on TLS"),
+            ):
+                plain.status()
+        finally:
+            server.stop(None)

@@ -1,0 +1,192 @@
+"""Peer model exchange over real gRPC on loopback: a store, a server, a client source."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import grpc
+import pytest
+import torch
+
+from collabfl.client.grants import GrantSigner, GrantVerifier, generate_private_key
+from collabfl.client.model_store import DiskModelStore
+from collabfl.client.peer_client import GrpcPeerSource
+from collabfl.client.peer_server import PeerModelServer
+from collabfl.client.peers import InvalidPeerModel, PeerFetcher, PeerUnavailable
+from collabfl.proto import peer_pb2, peer_pb2_grpc
+
+OWNER, FETCHER, ROUND, NUMEL = 3, 1, 4, 300_000  # 1.2 MB: the stream spans two chunks
+
+
+@pytest.fixture
+def signer() -> GrantSigner:
+    return GrantSigner(generate_private_key())
+
+
+@pytest.fixture
+def store(tmp_path) -> DiskModelStore:
+    store = DiskModelStore(tmp_path, owner=OWNER)
+    store.publish(OWNER, ROUND, torch.randn(NUMEL, generator=torch.Generator().manual_seed(0)))
+    return store
+
+
+@pytest.fixture
+def address(store, signer):
+    server = PeerModelServer(store, GrantVerifier(signer.public_key_bytes()))
+    port = server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def source_for(address: str, grant: bytes | None, **overrides) -> GrpcPeerSource:
+    settings = dict(expected_numel=NUMEL, max_bytes=8 * NUMEL, timeout_s=5.0) | overrides
+    grants = {} if grant is None else {OWNER: grant}
+    return GrpcPeerSource({OWNER: address}, grants, **settings)
+
+
+def test_fetch_returns_the_published_model(store, signer, address):
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    with source_for(address, grant) as source:
+        assert torch.equal(source.fetch(OWNER, ROUND), store.load(ROUND))
+        assert torch.equal(source.fetch(OWNER, ROUND), store.load(ROUND))  # channel reused
+        assert len(source._channels) == 1
+
+
+def test_manifest_reports_the_stored_file(store, signer, address):
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    with grpc.insecure_channel(address) as channel:
+        stub = peer_pb2_grpc.PeerModelsStub(channel)
+        request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=grant)
+        manifest = stub.GetManifest(request, timeout=5)
+        chunks = list(stub.FetchModel(request, timeout=5))
+    assert manifest.byte_size == store.path(ROUND).stat().st_size
+    assert manifest.sha256 == store.digest(ROUND)
+    assert [len(c.data) for c in chunks] == [1 << 20, manifest.byte_size - (1 << 20)]
+    assert [c.offset for c in chunks] == [0, 1 << 20]
+
+
+def test_health_needs_no_grant(address):
+    with grpc.insecure_channel(address) as channel:
+        reply = peer_pb2_grpc.PeerModelsStub(channel).Health(peer_pb2.HealthRequest(), timeout=5)
+    assert (reply.owner, reply.latest_round, reply.status) == (OWNER, ROUND, "SERVING")
+
+
+def grant_cases(signer: GrantSigner) -> dict[str, tuple[bytes | None, str]]:
+    other = GrantSigner(generate_private_key())
+    return {
+        "missing": (b"", "no grant presented"),
+        "forged": (other.issue("run", FETCHER, OWNER, ROUND, 30), "bad signature"),
+        "expired": (signer.issue("run", FETCHER, OWNER, ROUND, 0.001), "expired"),
+        "other-owner": (signer.issue("run", FETCHER, OWNER + 1, ROUND, 30), "for owner"),
+        "other-round": (signer.issue("run", FETCHER, OWNER, ROUND - 1, 30), "for round"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "forged", "expired", "other-owner", "other-round"])
+def test_bad_grants_are_refused(signer, address, case, caplog):
+    token, reason = grant_cases(signer)[case]
+    time.sleep(0.002)  # let the short grant expire
+    with (
+        source_for(address, token) as source,
+        caplog.at_level(logging.WARNING),
+        pytest.raises(PeerUnavailable, match=f"PERMISSION_DENIED: .*{reason}"),
+    ):
+        source.fetch(OWNER, ROUND)
+    assert f"refused GetManifest of round {ROUND}" in caplog.text
+
+
+def test_fetch_stream_also_checks_the_grant(address):
+    with grpc.insecure_channel(address) as channel:
+        stub = peer_pb2_grpc.PeerModelsStub(channel)
+        request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=b"nope")
+        with pytest.raises(grpc.RpcError) as error:
+            list(stub.FetchModel(request, timeout=5))
+    assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_unknown_round_is_unavailable(signer, address):
+    grant = signer.issue("run", FETCHER, OWNER, ROUND + 1, ttl_s=30)
+    with source_for(address, grant) as source, pytest.raises(PeerUnavailable, match="NOT_FOUND"):
+        source.fetch(OWNER, ROUND + 1)
+
+
+def test_no_grant_or_address_fails_without_a_call(address):
+    with source_for(address, None) as source:
+        with pytest.raises(PeerUnavailable, match="no grant"):
+            source.fetch(OWNER, ROUND)
+        with pytest.raises(PeerUnavailable, match="no address"):
+            source.fetch(OWNER + 1, ROUND)
+
+
+def test_connection_refused_is_unavailable(signer):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    started = time.monotonic()
+    with (
+        source_for(f"127.0.0.1:{port}", grant) as source,
+        pytest.raises(PeerUnavailable, match="UNAVAILABLE"),
+    ):
+        source.fetch(OWNER, ROUND)
+    assert time.monotonic() - started < 3
+
+
+def test_oversized_model_is_refused_before_transfer(signer, address):
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    with (
+        source_for(address, grant, max_bytes=4 * NUMEL) as source,
+        pytest.raises(InvalidPeerModel, match="exceeds the limit"),
+    ):
+        source.fetch(OWNER, ROUND)
+
+
+def test_wrong_length_model_is_refused(signer, address):
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    with (
+        source_for(address, grant, expected_numel=NUMEL - 1) as source,
+        pytest.raises(InvalidPeerModel, match="lists tensors"),
+    ):
+        source.fetch(OWNER, ROUND)
+
+
+def test_corrupted_file_fails_the_digest(store, signer, address):
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    store.digest(ROUND)  # the digest the server announces, cached before the disk goes bad
+    path = store.path(ROUND)
+    stat = path.stat()
+    with path.open("r+b") as file:
+        file.seek(-4, 2)
+        file.write(b"\xff\xff\xff\xff")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # bit rot keeps the mtime
+    with source_for(address, grant) as source, pytest.raises(InvalidPeerModel, match="SHA-256"):
+        source.fetch(OWNER, ROUND)
+
+
+def test_nan_weights_never_reach_the_aggregate(tmp_path, signer):
+    store = DiskModelStore(tmp_path, owner=OWNER)
+    store.publish(OWNER, ROUND, torch.tensor([1.0, float("nan"), 2.0]))
+    server = PeerModelServer(store, GrantVerifier(signer.public_key_bytes()))
+    address = f"127.0.0.1:{server.start()}"
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    try:
+        with source_for(address, grant, expected_numel=3) as source:
+            fetcher = PeerFetcher(source, expected_numel=3)
+            with fetcher.hold([OWNER], ROUND, limit=1) as models:
+                assert models == {}
+    finally:
+        server.stop(None)
+    stats = fetcher.take_stats()
+    assert (stats.failures, stats.models_fetched) == (1, 0)
+
+
+def test_grpc_source_feeds_the_fetcher(store, signer, address):
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    with source_for(address, grant) as source:
+        fetcher = PeerFetcher(source, expected_numel=NUMEL)
+        with fetcher.hold([OWNER], ROUND, limit=1) as models:
+            assert torch.equal(models[OWNER], store.load(ROUND))
+    assert fetcher.take_stats().bytes_fetched == 4 * NUMEL
