@@ -8,6 +8,7 @@ import platform
 import shlex
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ def environment() -> dict[str, Any]:
         "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "load_average_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -69,3 +71,24 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+class Stopwatch:
+    """Wall-clock and process CPU time of a ``with`` block (accumulates over several blocks).
+
+    On a shared machine the wall time of a single-threaded computation includes the time
+    other processes held the core; the process CPU time does not, so side-by-side ratios of
+    CPU times are the steadier figure there. Both are recorded.
+    """
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall += time.perf_counter() - self._wall0
+        self.cpu += time.process_time() - self._cpu0

@@ -12,8 +12,14 @@ Partitions: Dir(0.1) (data.partition=dirichlet, data.alpha=0.1) and Patho(3)
 benchmarks/results/runs-accuracy-<timestamp>/ (git-ignored); the table goes to
 benchmarks/results/accuracy.md and the figures to benchmarks/results/accuracy.json.
 
-Default settings (rounds, epochs) were chosen so that the full run, 2 partitions × 3 seeds
-× 10 methods at N = 50, takes about 30 minutes on 2 cores with ``--jobs 2``.
+Default settings (30 rounds, τ_train = 1 epoch, τ_init = 5 epochs) were chosen so that the
+full run, 2 partitions × 3 seeds × 10 methods at N = 50, takes about 30 minutes on 2 cores
+with ``--jobs 2``. Calibration (one Dir(0.1) federation, all 10 methods in one process, one
+torch thread, CPU time): 96 s at 4 rounds and 153 s at 8 rounds, i.e. about 38 s fixed
+(DPFL's τ_init, FedAvg+FT's fine-tuning, set-up) plus 14 s per round; the slowest methods
+are DPFL Bc = ∞ (≈ 4 s/round) and Ditto (two trainings per round). Each worker runs 3 of
+the 6 combinations: 3 × (43 + 14 × 30) s ≈ 23 min of CPU each, ≈ 26 min of wall time with
+both cores busy, more on a machine shared with other work.
 
 Run: python benchmarks/accuracy.py [--jobs 2] [--quick]
 """
@@ -21,6 +27,7 @@ Run: python benchmarks/accuracy.py [--jobs 2] [--quick]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import traceback
@@ -52,7 +59,7 @@ PARTITIONS: dict[str, tuple[str, ...]] = {
 PARTITION_KEYS = {"dir": "Dir(0.1)", "patho": "Patho(3)"}
 
 # Chosen from measured single-method times at N = 50 (see the module docstring).
-DEFAULT_ROUNDS = 25
+DEFAULT_ROUNDS = 30
 DEFAULT_EPOCHS = 1.0
 DEFAULT_INIT_EPOCHS = 5.0
 
@@ -185,7 +192,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument("--epochs", type=float, default=DEFAULT_EPOCHS, help="τ_train")
     parser.add_argument("--init-epochs", type=float, default=DEFAULT_INIT_EPOCHS, help="τ_init")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (1 thread each)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="worker processes (1 thread each)",
+    )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], help="extra config override"
     )

@@ -29,15 +29,15 @@ Run: python benchmarks/overhead.py [--quick]
 from __future__ import annotations
 
 import argparse
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import format_table, median, write_results
+from _common import Stopwatch, format_table, median, write_results
 from torch import nn
 
 from collabfl.client.flat import FlatModel
@@ -46,7 +46,7 @@ from collabfl.client.node import ClientSplits
 from collabfl.client.training import TrainingConfig, evaluate, steps_for
 from collabfl.coordinator.config import ExperimentConfig, load_config
 from collabfl.coordinator.experiment import model_name, prepare_data
-from collabfl.coordinator.inprocess import InProcessFederation, build_federation, to_device
+from collabfl.coordinator.inprocess import InProcessFederation, build_federation
 from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.protocol import Instruction, Verb, broadcast
 from collabfl.strategies.rounds import average_replies
@@ -75,7 +75,7 @@ def make_setup(num_clients: int, epochs: float, seed: int) -> Setup:
     overrides = [f"data.num_clients={num_clients}", f"epochs={epochs}", f"seed={seed}"]
     config = load_config(None, overrides)
     data = prepare_data(config)
-    splits = to_device(data.clients, torch.device("cpu"))
+    splits = [ClientSplits.from_data(c, torch.device("cpu")) for c in data.clients]
     module = build_model(model_name(config), data.pool.num_classes, seed=config.seed)
     workspace = FlatModel(module)
     return Setup(config, splits, data.pool.num_classes, workspace, workspace.get())
@@ -91,22 +91,21 @@ def batch_generator(seed: int, client: int, round_index: int, slot: str) -> torc
 # --- a) FedAvg round ------------------------------------------------------------------------
 
 
-def framework_round(setup: Setup, with_eval: bool) -> tuple[float, torch.Tensor]:
-    """Seconds for one FedAvg round through the library, and the resulting global model."""
+def framework_round(setup: Setup, with_eval: bool) -> tuple[Stopwatch, torch.Tensor]:
+    """Time of one FedAvg round through the library, and the resulting global model."""
     federation = setup.federation()
     epochs = setup.config.epochs
-    started = time.perf_counter()
+    with Stopwatch() as watch:
+        if with_eval:
+            for _ in FedAvg(epochs).rounds(federation, 1):
+                pass
+        else:
+            train = {"slot": "global", "epochs": epochs, "prox_mu": 0.0, "upload": True}
+            trained = broadcast(federation, Verb.TRAIN, 0, train)
+            global_model = average_replies(trained, federation.sample_counts)
     if with_eval:
-        for _ in FedAvg(epochs).rounds(federation, 1):
-            pass
-        elapsed = time.perf_counter() - started
         global_model = federation.nodes[0].slots["global"]
-    else:
-        train = {"slot": "global", "epochs": epochs, "prox_mu": 0.0, "upload": True}
-        trained = broadcast(federation, Verb.TRAIN, 0, train)
-        global_model = average_replies(trained, federation.sample_counts)
-        elapsed = time.perf_counter() - started
-    return elapsed, global_model
+    return watch, global_model
 
 
 class BareFedAvg:
@@ -118,11 +117,15 @@ class BareFedAvg:
         self.module: nn.Module = build_model(model_name(config), setup.num_classes, config.seed)
         self.start = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
 
-    def round(self, with_eval: bool) -> tuple[float, torch.Tensor]:
+    def round(self, with_eval: bool) -> tuple[Stopwatch, torch.Tensor]:
+        with Stopwatch() as watch:
+            average = self._round(with_eval)
+        return watch, torch.cat([v.reshape(-1) for v in average.values()])
+
+    def _round(self, with_eval: bool) -> dict[str, torch.Tensor]:
         setup, module = self.setup, self.module
         training: TrainingConfig = setup.config.training
         epochs, seed = setup.config.epochs, setup.config.seed
-        started = time.perf_counter()
         states, counts, losses = [], [], []
         for k, split in enumerate(setup.splits):
             module.load_state_dict(self.start)
@@ -165,9 +168,7 @@ class BareFedAvg:
                 for split in setup.splits:
                     for part in (split.val, split.test):
                         metrics.append(bare_evaluate(module, part.x, part.y, training))
-        elapsed = time.perf_counter() - started
-        flat = torch.cat([v.reshape(-1) for v in average.values()])
-        return elapsed, flat
+        return average
 
 
 def bare_evaluate(
@@ -183,34 +184,57 @@ def bare_evaluate(
     return float(loss_sum) / len(y), float(correct) / len(y)
 
 
-def measure_round(setup: Setup, repeats: int, with_eval: bool) -> dict[str, object]:
-    """Alternate framework/bare, ``repeats`` times after one untimed warm-up of each."""
+def side_by_side(
+    first: Callable[[], Stopwatch], second: Callable[[], Stopwatch], repeats: int
+) -> dict[str, Any]:
+    """Time ``first`` and ``second`` ``repeats`` times each, alternating which goes first.
+
+    Ratios are first / second per repetition, for wall-clock and for process CPU time;
+    the medians are the reported figures.
+    """
+    walls: tuple[list[float], list[float]] = ([], [])
+    cpus: tuple[list[float], list[float]] = ([], [])
+    for rep in range(repeats):
+        if rep % 2:
+            b, a = second(), first()
+        else:
+            a, b = first(), second()
+        for i, watch in enumerate((a, b)):
+            walls[i].append(watch.wall)
+            cpus[i].append(watch.cpu)
+    wall_ratios = [x / y for x, y in zip(*walls, strict=True)]
+    cpu_ratios = [x / y for x, y in zip(*cpus, strict=True)]
+    return {
+        "wall_s": {"first": walls[0], "second": walls[1]},
+        "cpu_s": {"first": cpus[0], "second": cpus[1]},
+        "wall_ratios": wall_ratios,
+        "cpu_ratios": cpu_ratios,
+        "median_wall_s": [median(walls[0]), median(walls[1])],
+        "median_cpu_s": [median(cpus[0]), median(cpus[1])],
+        "median_wall_ratio": median(wall_ratios),
+        "median_cpu_ratio": median(cpu_ratios),
+    }
+
+
+def measure_round(setup: Setup, repeats: int, with_eval: bool) -> dict[str, Any]:
+    """Framework (first) vs bare (second), after one untimed warm-up of each."""
     bare = BareFedAvg(setup)
     framework_round(setup, with_eval)
     bare.round(with_eval)
-    fw_times, bare_times, ratios, deviations = [], [], [], []
-    for rep in range(repeats):
-        sides: list[Callable[[], tuple[float, torch.Tensor]]] = [
-            lambda: framework_round(setup, with_eval),
-            lambda: bare.round(with_eval),
-        ]
-        if rep % 2:
-            (t_bare, m_bare), (t_fw, m_fw) = sides[1](), sides[0]()
-        else:
-            (t_fw, m_fw), (t_bare, m_bare) = sides[0](), sides[1]()
-        fw_times.append(t_fw)
-        bare_times.append(t_bare)
-        ratios.append(t_fw / t_bare)
-        deviations.append(float((m_fw - m_bare).abs().max()))
-    return {
-        "framework_s": fw_times,
-        "bare_s": bare_times,
-        "ratios": ratios,
-        "median_framework_s": median(fw_times),
-        "median_bare_s": median(bare_times),
-        "median_ratio": median(ratios),
-        "max_abs_diff_global_model": max(deviations),
-    }
+    models: dict[str, torch.Tensor] = {}
+    deviations: list[float] = []
+
+    def framework() -> Stopwatch:
+        watch, models["framework"] = framework_round(setup, with_eval)
+        return watch
+
+    def plain() -> Stopwatch:
+        watch, models["bare"] = bare.round(with_eval)
+        deviations.append(float((models["framework"] - models["bare"]).abs().max()))
+        return watch
+
+    result = side_by_side(framework, plain, repeats)
+    return {"sides": ["framework", "bare"], **result, "max_abs_diff_global_model": max(deviations)}
 
 
 # --- b) GGC cost ----------------------------------------------------------------------------
@@ -227,7 +251,7 @@ def published_federation(setup: Setup, rounds: int = 2) -> InProcessFederation:
 
 def measure_ggc(
     federation: InProcessFederation, budget: int | None, round_index: int, repeats: int
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Greedy search time over every client vs the same number of bare validation passes."""
     counts = federation.sample_counts
     clients = sorted(federation.nodes)
@@ -247,55 +271,41 @@ def measure_ggc(
     instructions = {k: instruction(k) for k in clients}
     evaluations: dict[int, int] = {}
 
-    def greedy_side() -> float:
-        elapsed = 0.0
+    def greedy_side() -> Stopwatch:
+        watch = Stopwatch()
         for k in clients:
             node = federation.nodes[k]
-            started = time.perf_counter()
-            reply = node.handle(instructions[k])
-            elapsed += time.perf_counter() - started
+            with watch:
+                reply = node.handle(instructions[k])
             evaluations[k] = int(reply.metrics["reward_evaluations"])
             node.slots["model"] = saved[k]
             node.fetcher.take_stats()
-        return elapsed
+        return watch
 
-    def evaluation_side() -> float:
-        elapsed = 0.0
+    def evaluation_side() -> Stopwatch:
+        watch = Stopwatch()
         for k in clients:
             node = federation.nodes[k]
             node.workspace.load(saved[k])
             val, batch = node.data.val, node.training.eval_batch_size
-            started = time.perf_counter()
-            for _ in range(evaluations[k]):
-                evaluate(node.workspace, val, batch)
-            elapsed += time.perf_counter() - started
-        return elapsed
+            with watch:
+                for _ in range(evaluations[k]):
+                    evaluate(node.workspace, val, batch)
+        return watch
 
     greedy_side()  # warm-up, and learns the evaluation counts
     evaluation_side()
-    greedy_times, eval_times, ratios = [], [], []
-    for rep in range(repeats):
-        if rep % 2:
-            t_eval, t_greedy = evaluation_side(), greedy_side()
-        else:
-            t_greedy, t_eval = greedy_side(), evaluation_side()
-        greedy_times.append(t_greedy)
-        eval_times.append(t_eval)
-        ratios.append(t_greedy / t_eval)
+    result = side_by_side(greedy_side, evaluation_side, repeats)
     total_evaluations = sum(evaluations.values())
+    per_eval = [1e6 * t / total_evaluations for t in result["median_cpu_s"]]
     return {
         "budget": "inf" if budget is None else budget,
         "clients": len(clients),
         "reward_evaluations_total": total_evaluations,
         "reward_evaluations_per_client": total_evaluations / len(clients),
-        "greedy_s": greedy_times,
-        "evaluations_s": eval_times,
-        "ratios": ratios,
-        "median_greedy_s": median(greedy_times),
-        "median_evaluations_s": median(eval_times),
-        "median_ratio": median(ratios),
-        "median_greedy_us_per_evaluation": 1e6 * median(greedy_times) / total_evaluations,
-        "median_eval_us_per_evaluation": 1e6 * median(eval_times) / total_evaluations,
+        "sides": ["greedy", "evaluations"],
+        **result,
+        "median_cpu_us_per_evaluation": {"greedy": per_eval[0], "evaluations": per_eval[1]},
     }
 
 
@@ -307,7 +317,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=20, help="federation size N")
     parser.add_argument("--epochs", type=float, default=1.0, help="local epochs per round")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per ratio")
+    parser.add_argument("--repeats", type=int, default=9, help="timed repetitions per ratio")
     parser.add_argument("--budgets", default="2,5,inf", help="GGC budgets Bc (comma separated)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (runtime default 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -331,17 +341,20 @@ def main() -> None:
     rows = [
         [
             name.replace("_", " "),
-            f"{r['median_framework_s']:.3f}",
-            f"{r['median_bare_s']:.3f}",
-            f"{r['median_ratio']:.3f}",
+            f"{r['median_cpu_s'][0]:.3f}",
+            f"{r['median_cpu_s'][1]:.3f}",
+            f"{r['median_cpu_ratio']:.3f}",
+            f"{r['median_wall_s'][0]:.3f}",
+            f"{r['median_wall_s'][1]:.3f}",
+            f"{r['median_wall_ratio']:.3f}",
             f"{TARGET_ROUND:.2f}",
             f"{r['max_abs_diff_global_model']:.1e}",
         ]
         for name, r in rounds.items()
     ]
-    print("\na) one FedAvg round: framework vs bare torch")
-    headers = ["round", "framework s", "bare s", "ratio", "target", "max |Δ global|"]
-    print(format_table(headers, rows))
+    print("\na) one FedAvg round: framework vs bare torch (CPU time, then wall time)")
+    headers = ["round", "fw cpu s", "bare cpu s", "cpu ratio", "fw wall s", "bare wall s"]
+    print(format_table([*headers, "wall ratio", "target", "max |Δ global|"], rows))
 
     federation = published_federation(setup)
     ggc = [measure_ggc(federation, b, round_index=1, repeats=args.repeats) for b in budgets]
@@ -349,18 +362,19 @@ def main() -> None:
         [
             str(r["budget"]),
             f"{r['reward_evaluations_per_client']:.1f}",
-            f"{r['median_greedy_s']:.3f}",
-            f"{r['median_evaluations_s']:.3f}",
-            f"{r['median_greedy_us_per_evaluation']:.0f}",
-            f"{r['median_eval_us_per_evaluation']:.0f}",
-            f"{r['median_ratio']:.3f}",
+            f"{r['median_cpu_s'][0]:.3f}",
+            f"{r['median_cpu_s'][1]:.3f}",
+            f"{r['median_cpu_us_per_evaluation']['greedy']:.0f}",
+            f"{r['median_cpu_us_per_evaluation']['evaluations']:.0f}",
+            f"{r['median_cpu_ratio']:.3f}",
+            f"{r['median_wall_ratio']:.3f}",
             f"{TARGET_GGC:.2f}",
         ]
         for r in ggc
     ]
     print(f"\nb) greedy search (BGGC, all {args.clients} clients) vs bare validation passes")
-    headers = ["Bc", "evals/client", "greedy s", "evals s", "µs/eval", "bare µs/eval"]
-    print(format_table([*headers, "ratio", "target"], rows))
+    headers = ["Bc", "evals/client", "greedy cpu s", "evals cpu s", "µs/eval", "bare µs/eval"]
+    print(format_table([*headers, "cpu ratio", "wall ratio", "target"], rows))
     settings = {
         "clients": args.clients,
         "epochs": args.epochs,

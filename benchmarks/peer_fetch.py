@@ -6,12 +6,15 @@ bare gRPC server that streams the same file bytes, pre-split into 1 MiB messages
 protobuf at all: the fastest a server-streaming transfer can go here. Throughput is the
 payload size over the median wall time of ``GrpcPeerSource.fetch`` (manifest, parse, SHA-256,
 copy into the result tensor) and of draining the bare stream; repetitions alternate which
-goes first. Target: ratio >= 0.5.
+goes first. Target: ratio >= 0.5. For context, "new tensor" is the rate at which this
+machine can merely allocate a fresh tensor of the model's size and copy bytes into it, a
+floor under any fetch that returns a new tensor (page faults dominate it in a VM).
 
-Memory: a fresh subprocess (this script with ``--child``) makes one refused fetch (a round
-its grant does not cover) to open the connection, resets its RSS high-water mark
-(/proc/self/clear_refs), then fetches the model once; the figure is VmHWM after minus VmRSS
-before, the result tensor included. Target: <= 1.5x the model size.
+Memory: a fresh subprocess (this script with ``--child``) makes one call that transfers
+nothing to open the connection, resets its RSS high-water mark (/proc/self/clear_refs), then
+fetches the model once; the figure is VmHWM after minus VmRSS before, the result tensor
+included. Target: <= 1.5x the model size. The same is measured for draining the bare stream,
+which shows what gRPC itself buffers.
 
 Run: python benchmarks/peer_fetch.py [--quick]
 """
@@ -22,10 +25,12 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -42,18 +47,22 @@ from collabfl.client.peers import PeerUnavailable
 
 RESULT_PREFIX = "PEER-FETCH-RESULT "
 OWNER, ROUND = 1, 0
-BARE_METHOD = "/bare.Bytes/Stream"
 MB = 1_000_000
+BARE_OPTIONS = [("grpc.max_receive_message_length", 2 * CHUNK_BYTES)]
 
 
 def bare_server(chunks: list[bytes]) -> tuple[grpc.Server, int]:
-    """A server-streaming RPC that sends ``chunks`` as raw messages (no (de)serialisation)."""
+    """Raw-bytes RPCs: ``Stream`` sends ``chunks`` as they are, ``Ping`` answers at once."""
 
     def stream(request: bytes, context: grpc.ServicerContext):
         yield from chunks
 
     handler = grpc.method_handlers_generic_handler(
-        "bare.Bytes", {"Stream": grpc.unary_stream_rpc_method_handler(stream)}
+        "bare.Bytes",
+        {
+            "Stream": grpc.unary_stream_rpc_method_handler(stream),
+            "Ping": grpc.unary_unary_rpc_method_handler(lambda request, context: b""),
+        },
     )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     server.add_generic_rpc_handlers((handler,))
@@ -63,7 +72,7 @@ def bare_server(chunks: list[bytes]) -> tuple[grpc.Server, int]:
 
 
 def drain_bare(channel: grpc.Channel, timeout_s: float) -> int:
-    call = channel.unary_stream(BARE_METHOD)(b"", timeout=timeout_s)
+    call = channel.unary_stream("/bare.Bytes/Stream")(b"", timeout=timeout_s)
     return sum(len(message) for message in call)
 
 
@@ -74,38 +83,44 @@ def proc_status_kib(field: str) -> int:
     raise KeyError(field)
 
 
-def child(spec: dict[str, Any]) -> dict[str, Any]:
-    """One measured fetch in this fresh process; returns the memory figures in bytes."""
-    grants = {OWNER: bytes.fromhex(spec["grant"])}
-    addresses = {OWNER: spec["address"]}
-    with GrpcPeerSource(
-        addresses, grants, spec["numel"], spec["max_bytes"], spec["timeout_s"]
-    ) as source:
-        # Refused (the grant is for ROUND): opens the connection, transfers nothing.
-        with contextlib.suppress(PeerUnavailable):
-            source.fetch(OWNER, ROUND + 1)
-        before = proc_status_kib("VmRSS")
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := current RSS
-        hwm_reset = proc_status_kib("VmHWM")
-        vector = source.fetch(OWNER, ROUND)
-        after = proc_status_kib("VmHWM")
+def peak_extra(warm_up: Callable[[], object], run: Callable[[], object]) -> dict[str, Any]:
+    """RSS high-water mark reached by ``run`` above the RSS before it, in bytes."""
+    warm_up()
+    before = proc_status_kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := current RSS
+    reset = proc_status_kib("VmHWM")
+    run()
+    after = proc_status_kib("VmHWM")
     return {
         "rss_before_bytes": before * 1024,
         "hwm_after_bytes": after * 1024,
-        "hwm_reset_ok": hwm_reset <= before + 1024,
+        "hwm_reset_ok": reset <= before + 1024,
         "extra_bytes": (after - before) * 1024,
-        "result_bytes": vector.numel() * vector.element_size(),
     }
 
 
-def measure_memory(address: str, grant: bytes, numel: int, timeout_s: float) -> dict[str, Any]:
-    spec = {
-        "address": address,
-        "grant": grant.hex(),
-        "numel": numel,
-        "max_bytes": 8 * numel + MB,
-        "timeout_s": timeout_s,
-    }
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One measured transfer (``fetch`` or ``bare``) in this fresh process."""
+    if spec["kind"] == "bare":
+        with grpc.insecure_channel(spec["address"], options=BARE_OPTIONS) as channel:
+            ping = channel.unary_unary("/bare.Bytes/Ping")
+            return peak_extra(
+                lambda: ping(b"", timeout=spec["timeout_s"]),
+                lambda: drain_bare(channel, spec["timeout_s"]),
+            )
+    grants = {OWNER: bytes.fromhex(spec["grant"])}
+    with GrpcPeerSource(
+        {OWNER: spec["address"]}, grants, spec["numel"], spec["max_bytes"], spec["timeout_s"]
+    ) as source:
+
+        def refused_fetch() -> None:
+            with contextlib.suppress(PeerUnavailable):  # the grant is for ROUND only
+                source.fetch(OWNER, ROUND + 1)
+
+        return peak_extra(refused_fetch, lambda: source.fetch(OWNER, ROUND))
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [x for x in done.stdout.splitlines() if x.startswith(RESULT_PREFIX)]
@@ -114,71 +129,81 @@ def measure_memory(address: str, grant: bytes, numel: int, timeout_s: float) -> 
     return json.loads(lines[-1][len(RESULT_PREFIX) :])
 
 
+def timed(run: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def fill_new_tensor(numel: int, chunks: list[bytes]) -> torch.Tensor:
+    """Allocate a float32 tensor and copy ``chunks`` into it: the floor of returning one."""
+    tensor = torch.empty(numel, dtype=torch.float32)
+    dest = memoryview(tensor.numpy()).cast("B")
+    at = 0
+    for chunk in chunks:
+        n = min(len(chunk), len(dest) - at)
+        dest[at : at + n] = memoryview(chunk)[:n]
+        at += n
+    return tensor
+
+
 def bench_size(size_mb: int, repeats: int, timeout_s: float) -> dict[str, Any]:
     numel = size_mb * MB // 4
+    max_bytes = 4 * numel + MB
     signer = GrantSigner(generate_private_key())
     with tempfile.TemporaryDirectory(prefix="collabfl-peer-fetch-") as tmp:
         store = DiskModelStore(Path(tmp), owner=OWNER)
         store.publish(OWNER, ROUND, torch.randn(numel))
         payload = store.path(ROUND).read_bytes()
-        chunks = [payload[at : at + CHUNK_BYTES] for at in range(0, len(payload), CHUNK_BYTES)]
+        byte_size = len(payload)
+        chunks = [payload[at : at + CHUNK_BYTES] for at in range(0, byte_size, CHUNK_BYTES)]
         del payload
         server = PeerModelServer(store, GrantVerifier(signer.public_key_bytes()))
         address = f"127.0.0.1:{server.start()}"
         bare, bare_port = bare_server(chunks)
-        grants = {OWNER: signer.issue("bench", 0, OWNER, ROUND, ttl_s=3600)}
-        byte_size = store.describe(ROUND).byte_size
-        source = GrpcPeerSource({OWNER: address}, grants, numel, 8 * numel + MB, timeout_s)
-        bare_channel = grpc.insecure_channel(
-            f"127.0.0.1:{bare_port}", options=[("grpc.max_receive_message_length", 2 << 20)]
-        )
-
-        def ours() -> float:
-            started = time.perf_counter()
-            vector = source.fetch(OWNER, ROUND)
-            elapsed = time.perf_counter() - started
-            assert vector.numel() == numel
-            return elapsed
-
-        def bare_run() -> float:
-            started = time.perf_counter()
-            received = drain_bare(bare_channel, timeout_s)
-            elapsed = time.perf_counter() - started
-            assert received == byte_size
-            return elapsed
-
-        ours(), bare_run()  # warm-up: connections, page cache, allocator
-        times: dict[str, list[float]] = {"ours": [], "bare": []}
+        bare_address = f"127.0.0.1:{bare_port}"
+        grant = signer.issue("bench", 0, OWNER, ROUND, ttl_s=3600)
+        source = GrpcPeerSource({OWNER: address}, {OWNER: grant}, numel, max_bytes, timeout_s)
+        bare_channel = grpc.insecure_channel(bare_address, options=BARE_OPTIONS)
+        runs = {
+            "fetch": lambda: source.fetch(OWNER, ROUND),
+            "bare": lambda: drain_bare(bare_channel, timeout_s),
+            "new_tensor": lambda: fill_new_tensor(numel, chunks),
+        }
+        for run in runs.values():
+            run()  # warm-up: connections, page cache, allocator
+        times: dict[str, list[float]] = {name: [] for name in runs}
         for rep in range(repeats):
-            order = [("ours", ours), ("bare", bare_run)]
+            order = list(runs.items())
             for name, run in order if rep % 2 == 0 else order[::-1]:
-                times[name].append(run())
-        memory = measure_memory(address, grants[OWNER], numel, timeout_s)
+                times[name].append(timed(run))
+        child_spec = {"numel": numel, "max_bytes": max_bytes, "timeout_s": timeout_s}
+        memory = {
+            "fetch": run_child(
+                {**child_spec, "kind": "fetch", "address": address, "grant": grant.hex()}
+            ),
+            "bare": run_child({**child_spec, "kind": "bare", "address": bare_address}),
+        }
         source.close()
         bare_channel.close()
         bare.stop(None)
         server.stop(None)
-    ours_s, bare_s = median(times["ours"]), median(times["bare"])
+    rates = {name: byte_size / MB / median(values) for name, values in times.items()}
     return {
         "size_mb": size_mb,
         "payload_bytes": byte_size,
-        "repeats": repeats,
-        "ours_s": times["ours"],
-        "bare_s": times["bare"],
-        "ours_median_s": ours_s,
-        "bare_median_s": bare_s,
-        "ours_mb_per_s": byte_size / MB / ours_s,
-        "bare_mb_per_s": byte_size / MB / bare_s,
-        "throughput_ratio": bare_s / ours_s,
+        "times_s": times,
+        "mb_per_s": rates,
+        "throughput_ratio": rates["fetch"] / rates["bare"],
         "memory": memory,
-        "extra_memory_ratio": memory["extra_bytes"] / byte_size,
+        "extra_memory_ratio": memory["fetch"]["extra_bytes"] / byte_size,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,10,100", help="model sizes in MB (comma separated)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed fetches per size and side")
+    parser.add_argument("--repeats", type=int, default=7, help="timed transfers per size and kind")
     parser.add_argument("--timeout", type=float, default=120.0, help="deadline of one fetch, s")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 and 4 MB, 3 repeats")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -191,29 +216,41 @@ def main() -> None:
     # The memory child's deliberate warm-up refusal is expected; keep it off the output.
     logging.getLogger("collabfl.client.peer_server").setLevel(logging.ERROR)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    load_before = os.getloadavg()
     results = []
     for size in sizes:
         results.append(bench_size(size, args.repeats, args.timeout))
         print(f"  {size} MB done", flush=True)
-    rows = [
-        [
-            f"{r['size_mb']}",
-            f"{r['ours_mb_per_s']:.0f}",
-            f"{r['bare_mb_per_s']:.0f}",
-            f"{r['throughput_ratio']:.2f}",
-            f"{r['memory']['extra_bytes'] / MB:.1f}",
-            f"{r['extra_memory_ratio']:.2f}",
-        ]
-        for r in results
-    ]
-    headers = ["MB", "fetch MB/s", "bare MB/s", "ratio", "extra MB", "extra/model"]
+    rows = []
+    for r in results:
+        fetch_extra = r["memory"]["fetch"]["extra_bytes"]
+        bare_extra = r["memory"]["bare"]["extra_bytes"]
+        rows.append(
+            [
+                f"{r['size_mb']}",
+                f"{r['mb_per_s']['fetch']:.0f}",
+                f"{r['mb_per_s']['bare']:.0f}",
+                f"{r['throughput_ratio']:.2f}",
+                f"{r['mb_per_s']['new_tensor']:.0f}",
+                f"{fetch_extra / MB:.1f}",
+                f"{bare_extra / MB:.1f}",
+                f"{r['extra_memory_ratio']:.2f}",
+            ]
+        )
+    headers = ["MB", "fetch MB/s", "bare MB/s", "ratio", "new tensor MB/s"]
+    headers += ["fetch extra MB", "bare extra MB", "fetch extra/model"]
     print()
     print(format_table(headers, rows))
-    print("targets: ratio >= 0.5, extra/model <= 1.5")
-    settings = {"sizes_mb": sizes, "repeats": args.repeats, "chunk_bytes": CHUNK_BYTES}
-    path = write_results(
-        "peer_fetch-quick" if args.quick else "peer_fetch", {"sizes": results}, settings
-    )
+    print("targets: ratio >= 0.5, fetch extra/model <= 1.5")
+    settings = {
+        "sizes_mb": sizes,
+        "repeats": args.repeats,
+        "chunk_bytes": CHUNK_BYTES,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+    }
+    name = "peer_fetch-quick" if args.quick else "peer_fetch"
+    path = write_results(name, {"sizes": results}, settings)
     print(f"\nwrote {path}")
 
 

@@ -101,6 +101,8 @@ def handle(message: Message, context: Context) -> Message:
     settings = NodeSettings.from_context(context)
     instruction = decode_instruction(message.content)
     state = NodeState(settings.state_dir)
+    step = f"{instruction.verb.value}:{instruction.config.get('slot', 'model')}"
+    state.begin(instruction.round, step)
     store = DiskModelStore(state.published, owner=settings.client_id)
     node = open_node(settings.client_id, settings.data_path, state, store, NoPeers())
     if instruction.verb is Verb.COLLABORATE:
@@ -112,6 +114,7 @@ def handle(message: Message, context: Context) -> Message:
         if close is not None:
             close()
     state.save(node)
+    state.done(instruction.round, step)
     return Message(encode_reply(reply), reply_to=message)
 
 

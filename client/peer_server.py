@@ -126,11 +126,11 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
     ) -> NoReturn:
         """Log the refusal and end the call with ``code`` (context.abort raises)."""
         log.warning(
-            "refused %s of round %s for %s (client %s): %s: %s",
+            "client %s refused %s of round %s to %s: %s: %s",
+            self.store.owner,
             method,
             request.round,
             context.peer(),
-            self.store.owner,
             code.name,
             reason,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,7 @@ class NodeState:
             current.exists()
             and RunSettings.from_json(current.read_text()).run_id != settings.run_id
         ):
-            for name in ("slots.safetensors", "best.safetensors", "node.json"):
+            for name in ("slots.safetensors", "best.safetensors", "node.json", "progress.json"):
                 (self.dir / name).unlink(missing_ok=True)
         _write_atomic(current, settings.to_json().encode())
 
@@ -104,6 +105,40 @@ class NodeState:
     def _files(self) -> tuple[Path, Path, Path]:
         return self.dir / "slots.safetensors", self.dir / "best.safetensors", self.dir / "node.json"
 
+    def begin(self, round_index: int, step: str) -> None:
+        """Make a resumed coordinator's replay of a round exact.
+
+        The first message of a new round snapshots the node's state; a step of the current
+        round that arrives a second time means the coordinator restarted and replays the
+        round, so the state goes back to that snapshot first.
+        """
+        progress = self._progress()
+        snapshot = self.dir / "round_start"
+        if round_index > progress["round"]:
+            snapshot.mkdir(exist_ok=True)
+            for path in self._files():
+                _copy_or_remove(path, snapshot / path.name)
+            progress = {"round": round_index, "done": []}
+        elif round_index == progress["round"] and step in progress["done"]:
+            for path in self._files():
+                _copy_or_remove(snapshot / path.name, path)
+            progress["done"] = []
+        self._write_progress(progress)
+
+    def done(self, round_index: int, step: str) -> None:
+        """Record that ``step`` of the round finished and its state was saved."""
+        progress = self._progress()
+        if progress["round"] == round_index and step not in progress["done"]:
+            progress["done"].append(step)
+            self._write_progress(progress)
+
+    def _progress(self) -> dict[str, Any]:
+        path = self.dir / "progress.json"
+        return json.loads(path.read_text()) if path.exists() else {"round": -1, "done": []}
+
+    def _write_progress(self, progress: dict[str, Any]) -> None:
+        _write_atomic(self.dir / "progress.json", json.dumps(progress).encode())
+
 
 def open_node(
     client_id: int,
@@ -131,6 +166,16 @@ def open_node(
     )
     state.restore(node)
     return node
+
+
+def _copy_or_remove(source: Path, target: Path) -> None:
+    """Make ``target`` a copy of ``source``, or absent when ``source`` is."""
+    if source.exists():
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    else:
+        target.unlink(missing_ok=True)
 
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:

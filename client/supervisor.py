@@ -9,16 +9,20 @@ own helper processes (flower-superexec, ClientApp processes) go with it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
 
 
 class Supervisor:
@@ -56,6 +60,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         log.info("%s started (pid %s)", self.name, self.process.pid)
 
@@ -95,6 +100,16 @@ class Supervisor:
         stop_group(self.process, grace_s)
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+
+
+def die_with_parent() -> None:
+    """In the child: get SIGTERM when the daemon dies, even by SIGKILL (Linux only).
+
+    Without it a killed daemon would leave its SuperNode or SuperLink running, orphaned.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def stop_group(process: subprocess.Popen, grace_s: float) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from collabfl.client.tls import ClientTLS
+from collabfl.coordinator.config import ConfigError, load_config
+from collabfl.coordinator.methods import parse_method_spec, run_request
+from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.graph_stats import adjacency, mean_out_degree, sparsity, symmetry
 from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
 from collabfl.coordinator.report.run_dir import RunRecords
@@ -166,6 +170,32 @@ def runs(ctx: typer.Context) -> None:
     with _client(ctx) as client:
         all_runs = client.list_runs()
     console.print(_runs_table(all_runs) if all_runs else "no runs")
+
+
+@admin_app.command()
+def start(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Argument(help="TOML config (default: built-in)")] = None,
+    clients: Annotated[int, typer.Option(min=1, help="clients the run waits for")] = 1,
+    method: Annotated[str | None, typer.Option(help="method spec (default: `method`)")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="override a config value (repeatable)")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="default: label-timestamp")] = None,
+    out: Annotated[str, typer.Option(help="run directory on the coordinator machine")] = "",
+    message_timeout: Annotated[float, typer.Option(help="seconds a client may take")] = 600.0,
+) -> None:
+    """Start a run: the coordinator launches its ServerApp and the clients join."""
+    try:
+        settings = load_config(config, overrides)
+        spec = parse_method_spec(method or settings.method, settings)
+    except ConfigError as error:
+        _fail(error, EXIT_REFUSED)
+    run_id = run_id or f"{safe_name(spec.label)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    request = run_request(spec, clients, out, message_timeout)
+    with _client(ctx) as client:
+        run = client.create_run(run_id, spec.label, request)
+    console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
 
 
 @admin_app.command()

@@ -134,6 +134,27 @@ def federation_up_command(
         _fail(error)
 
 
+@federation_app.command("prepare")
+def federation_prepare_command(
+    out: Annotated[Path, typer.Option("--out", help="folder for client-K.npz files")],
+    config: ConfigArg = None,
+    clients: Annotated[
+        int | None, typer.Option("--clients", help="number of clients (data.num_clients)")
+    ] = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Write one data file per client (demo data for daemons on separate machines)."""
+    from collabfl.coordinator.federation import write_client_files
+
+    try:
+        extra = [f"data.num_clients={clients}"] if clients is not None else []
+        settings = load_config(config, [*(overrides or []), *extra])
+        files = write_client_files(settings, out)
+    except (ConfigError, FileNotFoundError, ValueError) as error:
+        _fail(error)
+    console.print(f"wrote {len(files)} client data files to {out}")
+
+
 def split_methods(text: str) -> list[str]:
     """Split a --methods list on commas that start a new method, not inside its options.
 

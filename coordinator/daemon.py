@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -175,7 +176,9 @@ class RunLauncher:
             "coordinator": self.service,
             "out-dir": str(out_dir.resolve()),
             "expected-clients": int(run.config.get("expected_clients", 1)),
+            "message-timeout": float(run.config.get("message_timeout", 600)),
         }
+        self.stop_previous(out_dir / "serverapp.log")
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
         command = [
             _binary("flwr"),
@@ -196,6 +199,23 @@ class RunLauncher:
                 env=self.env,
                 start_new_session=True,
             )
+
+    def stop_previous(self, log_path: Path) -> None:
+        """Stop the Flower run a previous launch of this run started, if it still runs.
+
+        After a crash its ServerApp may survive and reconnect; two ServerApps must never
+        drive the same run.
+        """
+        if not log_path.exists():
+            return
+        started = re.findall(
+            r"Successfully started run (\d+)", log_path.read_text(errors="replace")
+        )
+        if started:
+            subprocess.run(
+                [_binary("flwr"), "stop", started[-1], CONNECTION],
+                env=self.env, capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -10,8 +10,10 @@ only the processes it started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from collabfl.client.data.client_file import save_client_file
 from collabfl.client.supervisor import stop_group
 from collabfl.coordinator.config import ExperimentConfig
 from collabfl.coordinator.experiment import prepare_data, write_comparison
-from collabfl.coordinator.methods import MethodSpec
+from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.service import CoordinatorClient, CoordinatorUnreachable
@@ -81,6 +83,7 @@ class LocalFederation:
     work_dir: Path
     client_files: list[Path]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    commands: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.client_files)
@@ -131,6 +134,18 @@ class LocalFederation:
             self.processes[name] = subprocess.Popen(
                 command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
+        self.commands[name] = command
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one daemon (a crash, not a shutdown); its Flower child follows it."""
+        process = self.processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def restart(self, name: str) -> None:
+        """Start a killed daemon again with the same command (same state directory)."""
+        self._spawn(name, self.commands[name])
 
     def _wait_ready(self, timeout_s: float) -> None:
         """The coordinator service answers and the SuperLink reports healthy."""
@@ -189,6 +204,27 @@ class LocalFederation:
         for name in sorted(self.processes, key=lambda n: n == "coordinator"):
             stop_group(self.processes[name], grace_s=15.0)
 
+    def client(self) -> CoordinatorClient:
+        return CoordinatorClient(self.service, timeout_s=10)
+
+
+def write_client_files(
+    config: ExperimentConfig, folder: Path, partition_path: Path | None = None
+) -> list[Path]:
+    """One data file per client (``client-K.npz``) from the config's dataset and partition.
+
+    In a real deployment every participant brings its own file; this makes demo ones.
+    """
+    data = prepare_data(config)
+    (partition_path or folder / "partition.npz").parent.mkdir(parents=True, exist_ok=True)
+    data.partition.save(partition_path or folder / "partition.npz")
+    files = []
+    for client in data.clients:
+        path = folder / f"client-{client.client_id}.npz"
+        save_client_file(client, path, num_classes=data.pool.num_classes, dataset=data.pool.name)
+        files.append(path)
+    return files
+
 
 def run_on_federation(
     federation: LocalFederation,
@@ -199,11 +235,7 @@ def run_on_federation(
 ) -> dict[str, Any]:
     """Create one run through the coordinator service and wait for it to end."""
     run_id = f"{safe_name(spec.label)}-{int(time.time())}"
-    config = {
-        "experiment": spec.config.model_dump(mode="json"),
-        "out_dir": str(out_dir.resolve()),
-        "expected_clients": len(federation.client_files),
-    }
+    config = run_request(spec, len(federation.client_files), str(out_dir.resolve()))
     deadline = time.monotonic() + timeout_s
     with CoordinatorClient(federation.service, timeout_s=10) as client:
         client.create_run(run_id, spec.label, config)
@@ -233,14 +265,8 @@ def federation_up(
 ) -> list[dict[str, Any]]:
     """Prepare each client's data file, start the federation, run every spec, tear down."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = prepare_data(config)
-    data.partition.save(out_dir / "partition.npz")
     work_dir = out_dir / "federation"
-    files = []
-    for client in data.clients:
-        path = work_dir / "data" / f"client-{client.client_id}.npz"
-        save_client_file(client, path, num_classes=data.pool.num_classes, dataset=data.pool.name)
-        files.append(path)
+    files = write_client_files(config, work_dir / "data", partition_path=out_dir / "partition.npz")
     summaries, run_dirs = [], {}
     with LocalFederation(work_dir, files) as federation:
         console.print(

@@ -34,6 +34,9 @@ GrantIssuer = Callable[[int, Sequence[int], int], Mapping[int, bytes]]
 EventSink = Callable[[int, str, int, str], None]
 """(round, kind, client_id, message): where faults are reported."""
 
+Admitter = Callable[[Sequence[int]], list[Member]]
+"""Sends the run's set-up to new Flower nodes and returns the members they turned out to be."""
+
 
 class FlowerClientPool:
     """Sends instructions through a Flower Grid and collects the replies."""
@@ -44,12 +47,16 @@ class FlowerClientPool:
         members: Sequence[Member],
         issue_grants: GrantIssuer,
         on_event: EventSink,
+        admit: Admitter,
         timeout_s: float = 600.0,
         poll_s: float = 0.25,
     ) -> None:
         self.grid = grid
-        self.members = {m.client_id: m for m in members}
-        self.by_node = {m.flower_node_id: m.client_id for m in members}
+        self.members: dict[int, Member] = {}
+        self.by_node: dict[int, int] = {}
+        for member in members:
+            self._add(member)
+        self.admit = admit
         self.issue_grants = issue_grants
         self.on_event = on_event
         self.timeout_s = timeout_s
@@ -61,10 +68,15 @@ class FlowerClientPool:
         return {k: m.num_samples for k, m in self.members.items()}
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        round_index = next(iter(instructions.values())).round if instructions else -1
+        online = self.refresh()
         messages = []
         for client_id, instruction in instructions.items():
             member = self.members.get(client_id)
             if member is None:
+                continue
+            if member.flower_node_id not in online:
+                self.on_event(round_index, "offline", client_id, "node is offline; skipped")
                 continue
             if instruction.verb is Verb.COLLABORATE:
                 instruction = self._with_peer_access(client_id, instruction)
@@ -77,7 +89,6 @@ class FlowerClientPool:
                 )
             )
             self._count(client_id, instruction.model)
-        round_index = next(iter(instructions.values())).round if instructions else -1
         replies = {}
         for client_id, content in exchange(
             self.grid, messages, self.timeout_s, self.poll_s
@@ -94,10 +105,32 @@ class FlowerClientPool:
                 self.on_event(round_index, "bad_reply", sender, str(error))
                 continue
             self._count(sender, reply.model)
-        for client_id in instructions:
-            if client_id in self.members and client_id not in replies:
+        for message in messages:
+            client_id = self.by_node[message.metadata.dst_node_id]
+            if client_id not in replies:
                 self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
-        return replies
+        return dict(sorted(replies.items()))  # arrival order must not leak into the method
+
+    def refresh(self) -> set[int]:
+        """Admit nodes that appeared since the last message (new or restarted clients).
+
+        A restarted client daemon comes back as a new Flower node with the same client id;
+        it takes over that member's place. Returns the node ids online now.
+        """
+        online = set(self.grid.get_node_ids())
+        new = sorted(online - set(self.by_node))
+        if new:
+            for member in self.admit(new):
+                self._add(member)
+        return online
+
+    def _add(self, member: Member) -> None:
+        previous = self.members.get(member.client_id)
+        if previous is not None:
+            self.by_node.pop(previous.flower_node_id, None)
+            log.info("client %s rejoined as node %s", member.client_id, member.flower_node_id)
+        self.members[member.client_id] = member
+        self.by_node[member.flower_node_id] = member.client_id
 
     def take_coordinator_bytes(self) -> dict[int, int]:
         counts, self.coordinator_bytes = self.coordinator_bytes, {}

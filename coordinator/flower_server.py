@@ -14,8 +14,10 @@ Run config keys: ``run-id``, ``coordinator`` (address of the coordinator service
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from collabfl.client.flat import FlatModel
 from collabfl.client.models import build_model
+from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.config import validate_config
 from collabfl.coordinator.experiment import model_name, write_comparison
 from collabfl.coordinator.flower_pool import FlowerClientPool, exchange
@@ -48,14 +51,21 @@ def main(grid: Grid, context: Context) -> None:
     with CoordinatorClient(str(settings["coordinator"]), timeout_s=30) as coordinator:
         run = coordinator.get_run(run_id)
         try:
-            config = validate_config(run.config["experiment"])
-            spec = parse_method_spec(run.method, config)
+            spec = parse_method_spec(run.method, validate_config(run.config["experiment"]))
+        except ValueError as error:  # a config that can never run: fail, don't retry
+            coordinator.finish_run(run_id, "failed", f"invalid run config: {error}")
+            raise
+        try:
             drive(grid, coordinator, run_id, spec, settings)
         except StopRequested:
             coordinator.finish_run(run_id, "stopped", "stopped by an operator")
         except Exception as error:
-            log.exception("run %s failed", run_id)
-            coordinator.finish_run(run_id, "failed", f"{type(error).__name__}: {error}")
+            # Leave the run active: the coordinator daemon launches it again and it resumes
+            # after its last completed round (a SuperLink restart ends up here).
+            log.exception("run %s interrupted", run_id)
+            with contextlib.suppress(Exception):
+                message = f"{type(error).__name__}: {error}"
+                coordinator.record_event(run_id, "interrupted", message, "error")
             raise
         else:
             coordinator.finish_run(run_id, "finished")
@@ -69,7 +79,8 @@ def drive(
     settings: dict[str, Any],
 ) -> None:
     """Join the clients, run every round, record it, and write the run directory."""
-    members, num_classes = join(grid, run_id, spec, settings)
+    setup = setup_record(run_id, spec)
+    members, num_classes = join(grid, setup, settings)
     coordinator.register_members(members)
     ttl = float(settings.get("grant-ttl", 600))
 
@@ -80,17 +91,29 @@ def drive(
         log.warning("round %s client %s: %s: %s", round_index, client_id, kind, message)
         coordinator.record_event(run_id, kind, message, round=round_index, client_id=client_id)
 
-    pool = FlowerClientPool(
-        grid, members, issue, on_event, timeout_s=float(settings.get("message-timeout", 600))
-    )
+    def admit_new(nodes: Sequence[int]) -> list[Member]:
+        joined, _ = admit(grid, nodes, setup, timeout_s=60.0)
+        if joined:
+            coordinator.register_members(joined)
+        return joined
+
+    timeout = float(settings.get("message-timeout", 600))
+    pool = FlowerClientPool(grid, members, issue, on_event, admit_new, timeout_s=timeout)
     model = model_name(spec.config)
     model_bytes = FlatModel(build_model(model, num_classes, spec.config.seed)).nbytes
     out_dir = Path(str(settings["out-dir"]))
     run_dir = out_dir / safe_name(spec.label)
-    recorder = MethodRecorder(spec, run_dir, len(members), model, model_bytes)
+    last = coordinator.get_run(run_id).last_completed_round
+    resume = None if last is None else load_checkpoint(run_dir / "checkpoint", last)
+    if resume is not None:
+        log.warning("run %s resumes after round %s", run_id, last)
+        coordinator.record_event(run_id, "resumed", f"resuming after round {last}", "info")
+    recorder = MethodRecorder(spec, run_dir, len(members), model, model_bytes, last)
     started = time.perf_counter()
-    for outcome in build_method(spec, len(members)).rounds(pool, spec.config.rounds):
+    method = build_method(spec, len(members))
+    for outcome in method.rounds(pool, spec.config.rounds, resume):
         rows = recorder.record(outcome, pool.take_coordinator_bytes())
+        save_checkpoint(run_dir / "checkpoint", outcome.round, outcome.checkpoint)
         metrics = {row["client"]: row for row in rows}
         run = coordinator.record_round(
             run_id, outcome.round, outcome.graph or [], metrics, num_clients=len(members)
@@ -101,18 +124,10 @@ def drive(
     write_comparison(out_dir, [summary], {spec.label: run_dir})
 
 
-def join(
-    grid: Grid, run_id: str, spec: MethodSpec, settings: dict[str, Any]
-) -> tuple[list[Member], int]:
-    """Wait for the expected clients, send them the run's settings, collect who they are."""
-    expected = int(settings.get("expected-clients", 1))
-    deadline = time.monotonic() + float(settings.get("join-timeout", 120))
-    nodes = list(grid.get_node_ids())
-    while len(nodes) < expected and time.monotonic() < deadline:
-        time.sleep(0.5)
-        nodes = list(grid.get_node_ids())
+def setup_record(run_id: str, spec: MethodSpec) -> ConfigRecord:
+    """The run settings every client needs before its first instruction."""
     config = spec.config
-    setup = ConfigRecord(
+    return ConfigRecord(
         {
             "run_id": run_id,
             "seed": config.seed,
@@ -122,13 +137,18 @@ def join(
             "training": config.training.model_dump_json(),
         }
     )
+
+
+def admit(
+    grid: Grid, nodes: Sequence[int], setup: ConfigRecord, timeout_s: float
+) -> tuple[list[Member], set[int]]:
+    """Send the set-up to ``nodes``; return the members that answered and their class counts."""
     messages = [
         Message(RecordDict({"config": setup}), dst_node_id=node, message_type="query.setup")
         for node in nodes
     ]
-    timeout = max(deadline - time.monotonic(), 30.0)
     members, classes = [], set()
-    for node, content in exchange(grid, messages, timeout, 0.25).items():
+    for node, content in exchange(grid, messages, timeout_s, 0.25).items():
         if isinstance(content, str):
             log.warning("node %s failed to join: %s", node, content)
             continue
@@ -142,6 +162,18 @@ def join(
             )
         )
         classes.add(int(described["num_classes"]))
+    return members, classes
+
+
+def join(grid: Grid, setup: ConfigRecord, settings: dict[str, Any]) -> tuple[list[Member], int]:
+    """Wait for the expected clients, send them the run's settings, collect who they are."""
+    expected = int(settings.get("expected-clients", 1))
+    deadline = time.monotonic() + float(settings.get("join-timeout", 120))
+    nodes = list(grid.get_node_ids())
+    while len(nodes) < expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+        nodes = list(grid.get_node_ids())
+    members, classes = admit(grid, nodes, setup, max(deadline - time.monotonic(), 30.0))
     if not members:
         raise RuntimeError(f"no client joined within the join timeout ({len(nodes)} nodes seen)")
     if len(classes) != 1:

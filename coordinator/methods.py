@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from collabfl.coordinator.config import (
     METHOD_NAMES,
@@ -91,3 +92,15 @@ def build_method(spec: MethodSpec, num_clients: int) -> Method:
                 name=spec.label,
             )
     raise ConfigError(f"unknown method {spec.name!r}")
+
+
+def run_request(
+    spec: MethodSpec, expected_clients: int, out_dir: str = "", message_timeout: float = 600.0
+) -> dict[str, Any]:
+    """What the coordinator service stores for a new run and its ServerApp reads back."""
+    return {
+        "experiment": spec.config.model_dump(mode="json"),
+        "expected_clients": expected_clients,
+        "out_dir": out_dir,
+        "message_timeout": message_timeout,
+    }

@@ -42,12 +42,13 @@ class MethodRecorder:
         num_clients: int,
         model: str,
         model_bytes: int,
+        resume_after: int | None = None,
     ) -> None:
         self.spec = spec
         self.run_dir = run_dir
         self.num_clients = num_clients
         self.model_bytes = model_bytes
-        self.writer = RunWriter(run_dir)
+        self.writer = RunWriter(run_dir, resume_after=resume_after)
         self.writer.write_config(resolved_config(spec, num_clients, model, model_bytes))
 
     def record(self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:

@@ -6,7 +6,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from collabfl.strategies.protocol import ClientPool, Verb, broadcast
-from collabfl.strategies.rounds import RoundOutcome, average_replies, merge_metrics
+from collabfl.strategies.rounds import (
+    Resume,
+    RoundOutcome,
+    average_replies,
+    first_round,
+    merge_metrics,
+)
 
 
 @dataclass(frozen=True)
@@ -19,9 +25,11 @@ class Ditto:
     lam: float = 0.75
     name: str = "ditto"
 
-    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
-        global_model = None
-        for t in range(num_rounds):
+    def rounds(
+        self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
+    ) -> Iterator[RoundOutcome]:
+        global_model = None if resume is None else resume.checkpoint["global"]
+        for t in range(first_round(resume), num_rounds):
             personal = {
                 "slot": "personal",
                 "model_into": "global",
@@ -34,4 +42,5 @@ class Ditto:
             trained_global = broadcast(pool, Verb.TRAIN, t, shared)
             global_model = average_replies(trained_global, pool.sample_counts)
             evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "personal"})
-            yield RoundOutcome(t, merge_metrics(trained_global, trained_personal, evaluated))
+            metrics = merge_metrics(trained_global, trained_personal, evaluated)
+            yield RoundOutcome(t, metrics, None, {"global": global_model})

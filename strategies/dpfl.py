@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb, broadcast
-from collabfl.strategies.rounds import Edge, RoundOutcome, merge_metrics
+from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
 
 GraphRule = Literal["ggc", "random"]
 
@@ -43,25 +43,33 @@ class DPFL:
         if self.select_every < 1:
             raise ValueError(f"select_every must be >= 1, got {self.select_every}")
 
-    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
-        if num_rounds < 1:
-            return
-        trained = self._train_and_publish(pool, 0, self.init_epochs)
-        first_search = "greedy" if self.graph == "ggc" else "random"
-        everyone = {k: [j for j in trained if j != k] for k in trained}
-        collaborated = self._collaborate(pool, 0, everyone, first_search)
-        candidates = {k: list(r.metrics["chosen"]) for k, r in collaborated.items()}
-        yield self._outcome(pool, 0, trained, collaborated)
+    def rounds(
+        self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
+    ) -> Iterator[RoundOutcome]:
+        if resume is None:
+            if num_rounds < 1:
+                return
+            trained = self._train_and_publish(pool, 0, self.init_epochs)
+            first_search = "greedy" if self.graph == "ggc" else "random"
+            # Sorted: replies arrive in any order in a real federation, and the candidate order
+            # seeds GGC's visiting order.
+            everyone = {k: [j for j in sorted(trained) if j != k] for k in sorted(trained)}
+            collaborated = self._collaborate(pool, 0, everyone, first_search)
+            candidates = {k: list(r.metrics["chosen"]) for k, r in collaborated.items()}
+            chosen = candidates
+            yield self._outcome(pool, 0, trained, collaborated, candidates, chosen)
+        else:
+            candidates = _int_lists(resume.checkpoint["candidates"])
+            chosen = _int_lists(resume.checkpoint["chosen"])
 
-        chosen = candidates
-        for t in range(1, num_rounds):
+        for t in range(max(1, first_round(resume)), num_rounds):
             trained = self._train_and_publish(pool, t, self.epochs)
             search_now = self.graph == "ggc" and (t - 1) % self.select_every == 0
             lists = candidates if search_now else chosen
             alive = {k: [j for j in lists.get(k, []) if j in trained] for k in trained}
             collaborated = self._collaborate(pool, t, alive, "greedy" if search_now else "none")
             chosen = {k: list(r.metrics["chosen"]) for k, r in collaborated.items()}
-            yield self._outcome(pool, t, trained, collaborated)
+            yield self._outcome(pool, t, trained, collaborated, candidates, chosen)
 
     def _train_and_publish(self, pool: ClientPool, t: int, epochs: float) -> dict[int, Reply]:
         config = {"slot": "model", "epochs": epochs, "publish": True}
@@ -94,13 +102,21 @@ class DPFL:
         t: int,
         trained: Mapping[int, Reply],
         collaborated: Mapping[int, Reply],
+        candidates: dict[int, list[int]],
+        chosen: dict[int, list[int]],
     ) -> RoundOutcome:
         evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "model"}, clients=sorted(trained))
         return RoundOutcome(
             t,
             merge_metrics(trained, collaborated, evaluated),
             collaboration_edges(collaborated, pool.sample_counts),
+            {"candidates": candidates, "chosen": chosen},
         )
+
+
+def _int_lists(lists: Mapping) -> dict[int, list[int]]:
+    """Checkpoints may come back from JSON with string keys."""
+    return {int(k): [int(j) for j in v] for k, v in lists.items()}
 
 
 def collaboration_edges(

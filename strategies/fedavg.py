@@ -6,7 +6,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from collabfl.strategies.protocol import ClientPool, Verb, broadcast
-from collabfl.strategies.rounds import RoundOutcome, average_replies, merge_metrics
+from collabfl.strategies.rounds import (
+    Resume,
+    RoundOutcome,
+    average_replies,
+    first_round,
+    merge_metrics,
+)
 
 
 @dataclass(frozen=True)
@@ -23,21 +29,24 @@ class FedAvg:
     finetune_epochs: float = 0.0
     name: str = "fedavg"
 
-    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
-        global_model = None  # round 0 starts from the shared initial model on every client
+    def rounds(
+        self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
+    ) -> Iterator[RoundOutcome]:
+        # Round 0 starts from the shared initial model on every client.
+        global_model = None if resume is None else resume.checkpoint["global"]
         train_config = {
             "slot": "global",
             "epochs": self.epochs,
             "prox_mu": self.prox_mu,
             "upload": True,
         }
-        for t in range(num_rounds):
+        for t in range(first_round(resume), num_rounds):
             trained = broadcast(pool, Verb.TRAIN, t, train_config, model=global_model)
             global_model = average_replies(trained, pool.sample_counts)
             evaluate = {"slot": "global", "keep_best": self.finetune_epochs > 0}
             evaluated = broadcast(pool, Verb.EVALUATE, t, evaluate, model=global_model)
-            yield RoundOutcome(t, merge_metrics(trained, evaluated))
-        if self.finetune_epochs > 0:
+            yield RoundOutcome(t, merge_metrics(trained, evaluated), None, {"global": global_model})
+        if self.finetune_epochs > 0 and first_round(resume) <= num_rounds:
             t = num_rounds
             finetune = {"slot": "finetuned", "from_best": "global", "epochs": self.finetune_epochs}
             trained = broadcast(pool, Verb.TRAIN, t, finetune)

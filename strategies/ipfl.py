@@ -164,16 +164,16 @@ def market_graph(
     n = _counts(profiles)
     cost = np.array([p.cost for p in profiles], dtype=np.float64)
     d = _distances(distances, len(profiles))
+    eagerness = np.array([p.eagerness for p in profiles], dtype=np.float64)
+    prices = np.stack([_prices(i, n, cost, d, lam) for i in range(n.size)])
+    limits = _threshold_table(n[:, None], eagerness[:, None], n[None, :], prices)
     graph = np.zeros((n.size, n.size), dtype=np.int8)
-    for i, buyer in enumerate(profiles):
-        if buyer.eagerness == 0:
-            continue
-        limits = _thresholds(buyer, n, _prices(i, n, cost, d, lam))
+    for i in np.flatnonzero(eagerness > 0):
         total = 0.0
-        for j in np.argsort(-limits, kind="stable"):
-            if j == i:  # its own price is ∞, so its threshold is 0 and nothing after fits
+        for j in np.argsort(-limits[i], kind="stable"):
+            if j == i:  # never itself (its price is ∞, so its threshold is 0 anyway)
                 continue
-            if not total + n[j] < limits[j]:
+            if not total + n[j] < limits[i, j]:
                 break
             graph[i, j] = 1
             total += n[j]
@@ -288,8 +288,11 @@ def proximal_center(
     peers = np.flatnonzero(a[i])
     if peers.size == 0:
         return x[i].copy()
-    shifted = x if origin is None else x - np.asarray(origin, dtype=np.float64)[None, :]
-    grads = grad_distance(shifted[i], shifted[peers])
+    own, others = x[i], x[peers]
+    if origin is not None:
+        base = np.asarray(origin, dtype=np.float64)
+        own, others = own - base, others - base[None, :]
+    grads = grad_distance(own, others)
     return x[i] - (eta / counts[i]) * (counts[peers] @ grads)
 
 
@@ -309,40 +312,61 @@ def proximal_centers(
 
 
 def _gain_difference(profile: ClientProfile, total: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """g(total) − g(total − m) without cancellation (with m = total it is g(total))."""
-    u = profile.n + total
+    """g(total) − g(total − m) for one client (with m = total it is g(total))."""
+    return _marginal(profile.n, math.sqrt(profile.eagerness), total, m)
+
+
+def _marginal(
+    n_own: np.ndarray | float, root_k: np.ndarray | float, total: np.ndarray, m: np.ndarray
+) -> np.ndarray:
+    """sqrt(K/(u − m)) − sqrt(K/u) with u = n_own + total, in the cancellation-free form."""
+    u = n_own + total
     low = np.sqrt(u - m)
     high = np.sqrt(u)
-    return math.sqrt(profile.eagerness) * m / (low * high * (low + high))
+    return root_k * m / (low * high * (low + high))
 
 
 def _thresholds(profile: ClientProfile, n_j: np.ndarray, b_j: np.ndarray) -> np.ndarray:
-    """``threshold`` for many peers at once (vectorised bracketing and bisection)."""
-    alone = _gain_difference(profile, n_j, n_j)  # g_i(n_j), the largest marginal gain
-    out = np.zeros_like(b_j)
-    out[(b_j <= 0) & (alone > 0)] = math.inf
-    solve = (b_j > 0) & (b_j < alone)
-    if not np.any(solve):
-        return out
-    m, b = n_j[solve], b_j[solve]
+    """``threshold`` for one buyer and many peers."""
+    return _threshold_table(np.float64(profile.n), np.float64(profile.eagerness), n_j, b_j)
+
+
+def _threshold_table(
+    n_own: np.ndarray, eagerness: np.ndarray, n_peer: np.ndarray, price: np.ndarray
+) -> np.ndarray:
+    """Thresholds for buyers × peers at once (arrays broadcast together), by bisection.
+
+    One vectorised bracketing-and-bisection pass for every (buyer, peer) pair: the market
+    graph needs N² thresholds per round, and a Python loop per buyer would dominate.
+    """
+    arrays = np.broadcast_arrays(n_own, np.sqrt(eagerness), n_peer, price)
+    shape = arrays[0].shape
+    n_own, root_k, m, b = (np.array(a, dtype=np.float64).ravel() for a in arrays)
+    alone = _marginal(n_own, root_k, m, m)  # g_i(n_j), the largest marginal gain
+    out = np.zeros_like(b)
+    out[(b <= 0) & (alone > 0)] = math.inf
+    solve = np.flatnonzero((b > 0) & (b < alone))
+    if solve.size == 0:
+        return out.reshape(shape)
+    own, k, m, b = n_own[solve], root_k[solve], m[solve], b[solve]
     lo, hi = m.copy(), 2.0 * m
     # Grow the bracket until the marginal gain at hi drops below the price; for b > 0 this
     # ends (the marginal gain tends to 0), at the latest when hi overflows to inf.
     while True:
-        short = _gain_difference(profile, hi, m) >= b
+        short = _marginal(own, k, hi, m) >= b
         if not np.any(short):
             break
         lo = np.where(short, hi, lo)
         hi = np.where(short, 2.0 * hi, hi)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        above = _gain_difference(profile, mid, m) >= b
+        above = _marginal(own, k, mid, m) >= b
         lo = np.where(above, mid, lo)
         hi = np.where(above, hi, mid)
         if np.all(hi - lo <= 4 * np.spacing(hi)):
             break
     out[solve] = 0.5 * (lo + hi)
-    return out
+    return out.reshape(shape)
 
 
 def _prices(buyer: int, n: np.ndarray, cost: np.ndarray, d: np.ndarray, lam: float) -> np.ndarray:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from collabfl.strategies.protocol import ClientPool, Verb, broadcast
-from collabfl.strategies.rounds import RoundOutcome, merge_metrics
+from collabfl.strategies.rounds import Resume, RoundOutcome, first_round, merge_metrics
 
 
 @dataclass(frozen=True)
@@ -16,8 +16,10 @@ class Local:
     epochs: float
     name: str = "local"
 
-    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
-        for t in range(num_rounds):
+    def rounds(
+        self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
+    ) -> Iterator[RoundOutcome]:
+        for t in range(first_round(resume), num_rounds):
             trained = broadcast(pool, Verb.TRAIN, t, {"slot": "model", "epochs": self.epochs})
             evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "model"})
             yield RoundOutcome(t, merge_metrics(trained, evaluated))

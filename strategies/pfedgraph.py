@@ -108,7 +108,7 @@ def graph_row_fast(prior: np.ndarray, similarity_row: np.ndarray, alpha: float) 
 def graph_row_cvxpy(prior: np.ndarray, similarity_row: np.ndarray, alpha: float) -> np.ndarray:
     """The same row solved as a QP with CVXPY (the paper's solver; reference for tests)."""
     p, s = _row_inputs(prior, similarity_row, alpha)
-    return _CvxpyRows(p).solve(alpha * s)
+    return CvxpyRowSolver(p).solve(alpha * s)
 
 
 def collaboration_graph(
@@ -128,7 +128,7 @@ def collaboration_graph(
     if solver == "fast":
         return project_to_simplex(p[None, :] + 0.5 * alpha * sim)
     if solver == "cvxpy":
-        rows = _CvxpyRows(p)
+        rows = CvxpyRowSolver(p)
         return np.stack([rows.solve(alpha * sim[i]) for i in range(n)])
     raise ValueError(f"unknown solver {solver!r}; expected 'fast' or 'cvxpy'")
 
@@ -188,7 +188,7 @@ def poison(
     raise ValueError(f"unknown attack {attack!r}; expected one of {ATTACKS}")
 
 
-class _CvxpyRows:
+class CvxpyRowSolver:
     """One compiled QP, minimise ‖w − p‖² − cᵀw on the simplex, re-solved for each c = α s_i.
 
     CVXPY is imported here so the fast path does not need it. Clarabel (an interior-point

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collabfl.strategies.protocol import ClientPool, ConfigValue, Reply
@@ -21,6 +21,25 @@ class RoundOutcome:
     """Per client: its evaluation metrics merged with what its other replies reported."""
     graph: list[Edge] | None = None
     """The collaboration graph used this round, for methods that have one."""
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    """The method's coordinator-side state after this round: with it, ``rounds`` can
+    continue at the next round after a restart (see ``Resume``)."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue a run after ``last_round`` from the checkpoint that round yielded."""
+
+    last_round: int
+    checkpoint: dict[str, Any]
+
+    @property
+    def next_round(self) -> int:
+        return self.last_round + 1
+
+
+def first_round(resume: Resume | None) -> int:
+    return 0 if resume is None else resume.next_round
 
 
 class Method(Protocol):
@@ -28,8 +47,10 @@ class Method(Protocol):
 
     name: str
 
-    def rounds(self, pool: ClientPool, num_rounds: int) -> Iterator[RoundOutcome]:
-        """Run the method, yielding after every round so the runtime can record it."""
+    def rounds(
+        self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
+    ) -> Iterator[RoundOutcome]:
+        """Run the method (from ``resume`` if given), yielding after every round."""
         ...
 
 

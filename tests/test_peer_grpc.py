@@ -74,6 +74,18 @@ def test_health_needs_no_grant(address):
     assert (reply.owner, reply.latest_round, reply.status) == (OWNER, ROUND, "SERVING")
 
 
+def test_health_of_an_empty_store(tmp_path):
+    server = PeerModelServer(DiskModelStore(tmp_path, owner=OWNER), verifier=None)
+    port = server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = peer_pb2_grpc.PeerModelsStub(channel)
+            reply = stub.Health(peer_pb2.HealthRequest(), timeout=5)
+    finally:
+        server.stop(None)
+    assert not reply.HasField("latest_round")
+
+
 def grant_cases(signer: GrantSigner) -> dict[str, tuple[bytes | None, str]]:
     other = GrantSigner(generate_private_key())
     return {
@@ -95,7 +107,7 @@ def test_bad_grants_are_refused(signer, address, case, caplog):
         pytest.raises(PeerUnavailable, match=f"PERMISSION_DENIED: .*{reason}"),
     ):
         source.fetch(OWNER, ROUND)
-    assert f"refused GetManifest of round {ROUND}" in caplog.text
+    assert f"client {OWNER} refused GetManifest of round {ROUND}" in caplog.text
 
 
 def test_fetch_stream_also_checks_the_grant(address):

@@ -262,3 +262,10 @@ def test_server_stopped_mid_stream_is_unavailable_fast(serve):
         fetch_from(address, numel=400_000, timeout_s=10.0)
     assert time.monotonic() - started < 3
     stopper.join()
+
+
+def test_message_over_the_grpc_limit_is_unavailable(serve):
+    huge = b"\0" * (2 * MIB)
+    address, _ = serve(FakePeer(manifest_of(huge), [peer_pb2.Chunk(data=huge, offset=0)]))
+    with pytest.raises(PeerUnavailable, match="RESOURCE_EXHAUSTED"):
+        fetch_from(address)

@@ -12,7 +12,7 @@ from collabfl.strategies.dpfl import DPFL, collaboration_edges
 from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.local import Local
 from collabfl.strategies.protocol import Instruction, Reply, Verb
-from collabfl.strategies.rounds import weighted_average
+from collabfl.strategies.rounds import Resume, weighted_average
 
 
 class ScriptedPool:
@@ -135,3 +135,64 @@ def test_weighted_average_validates_input():
         weighted_average([], [])
     with pytest.raises(ValueError, match="positive"):
         weighted_average([np.ones(2)], [0])
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        DPFL(epochs=1, init_epochs=2, budget=1, select_every=2),
+        FedAvg(epochs=1, finetune_epochs=1),
+        Ditto(epochs=1),
+        Local(epochs=1),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_resume_continues_exactly_where_the_checkpoint_left(method):
+    """A run resumed from round 1's checkpoint sends what the uninterrupted run sent."""
+    whole = ScriptedPool(COUNTS)
+    list(method.rounds(whole, 4))
+    first = ScriptedPool(COUNTS)
+    outcomes = method.rounds(first, 4)
+    checkpoint = [next(outcomes), next(outcomes)][-1].checkpoint
+    outcomes.close()
+    resumed = ScriptedPool(COUNTS)
+    resumed.models = {k: v.copy() for k, v in first.models.items()}
+    later = list(method.rounds(resumed, 4, Resume(1, checkpoint)))
+    assert later[0].round == 2
+
+    def sent(pool):
+        return [
+            (
+                k,
+                ins.verb,
+                ins.round,
+                dict(ins.config),
+                None if ins.model is None else list(ins.model),
+            )
+            for k, ins in pool.log
+            if ins.round >= 2
+        ]
+
+    assert sent(resumed) == sent(whole)
+
+
+class ShuffledPool(ScriptedPool):
+    """Replies arrive in reverse order, as they may in a real federation."""
+
+    def send(self, instructions):
+        return dict(reversed(list(super().send(instructions).items())))
+
+
+def test_dpfl_candidate_order_does_not_depend_on_reply_order():
+    ordered, shuffled = ScriptedPool(COUNTS), ShuffledPool(COUNTS)
+    list(DPFL(epochs=1, init_epochs=1, budget=None).rounds(ordered, 2))
+    list(DPFL(epochs=1, init_epochs=1, budget=None).rounds(shuffled, 2))
+
+    def candidates(pool):
+        return sorted(
+            (k, ins.round, list(ins.config["candidates"]))
+            for k, ins in pool.log
+            if ins.verb is Verb.COLLABORATE
+        )
+
+    assert candidates(ordered) == candidates(shuffled)

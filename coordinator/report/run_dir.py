@@ -59,15 +59,34 @@ class RunWriter:
     """Writes one method run's records into its own folder.
 
     The folder must be new or empty: appending to another run's metrics would silently mix
-    two runs.
+    two runs. The exception is ``resume_after``: the same run continuing after a restart,
+    which keeps the records of rounds up to that one and drops anything later.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, resume_after: int | None = None) -> None:
         self.path = Path(path)
-        if self.path.exists() and any(self.path.iterdir()):
+        if resume_after is not None:
+            self._truncate_after(resume_after)
+        elif self.path.exists() and any(self.path.iterdir()):
             raise FileExistsError(f"run directory {self.path} is not empty")
         (self.path / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
         (self.path / METRICS_FILE).touch()
+
+    def _truncate_after(self, last_round: int) -> None:
+        metrics = self.path / METRICS_FILE
+        if metrics.exists():
+            kept = [
+                line
+                for line in metrics.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line)["round"] <= last_round
+            ]
+            _write_atomic(metrics, "".join(line + "\n" for line in kept))
+        graphs = self.path / GRAPHS_DIR
+        if graphs.exists():
+            for graph in graphs.glob("round_*.json"):
+                if json.loads(graph.read_text(encoding="utf-8"))["round"] > last_round:
+                    graph.unlink()
+        (self.path / SUMMARY_FILE).unlink(missing_ok=True)
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Record the resolved config, so the run can be reproduced and labelled later."""

@@ -1,0 +1,93 @@
+"""The real federation end to end: SuperLink, SuperNodes, peer gRPC servers, SQLite.
+
+``collabfl federation up`` starts a coordinator daemon and client daemons as real processes
+on loopback and runs DPFL through them; the results must equal the in-process runtime's on
+the same seed and config, every graph must respect the budget, and the coordinator must
+never have carried a model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from collabfl.coordinator.cli import app
+from collabfl.coordinator.report.graph_stats import adjacency
+from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.state import CoordinatorState
+
+BUDGET = 1
+SETTINGS = [
+    "data.num_train=1500",
+    "data.num_test=600",
+    "data.num_clients=3",
+    "rounds=3",
+    "epochs=0.5",
+    "dpfl.init_epochs=1",
+    f"dpfl.budget={BUDGET}",
+]
+
+
+def _invoke(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("federation")
+    overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
+    flags = [arg for o in overrides for arg in ("--set", o)]
+    _invoke("federation", "up", *flags, "--out", str(root / "real"), "--timeout", "400")
+    _invoke("simulate", *flags, "--out", str(root / "inprocess"))
+    return root / "real", root / "inprocess"
+
+
+def test_real_federation_equals_in_process_runtime(runs):
+    real, inprocess = (read_run(path / "dpfl").rows for path in runs)
+    assert len(real) == len(inprocess) == 3 * 3
+    for a, b in zip(real, inprocess, strict=True):
+        assert (a["round"], a["client"]) == (b["round"], b["client"])
+        for key in ("best_test_acc", "test_acc", "val_acc"):
+            assert a[key] == pytest.approx(b[key], abs=1e-9), (a["round"], a["client"], key)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+        assert a["num_collaborators"] == b["num_collaborators"]
+        assert a["bytes_fetched"] == b["bytes_fetched"]
+
+
+def test_graphs_respect_budget_and_match_the_coordinator_record(runs):
+    real = runs[0]
+    records = read_run(real / "dpfl")
+    assert sorted(records.graphs) == [0, 1, 2]
+    for matrix in records.graphs.values():
+        assert (matrix > 0).sum(axis=1).max() <= BUDGET
+    assert all(row["peak_peer_models"] <= BUDGET for row in records.rows)
+    with CoordinatorState(real / "federation" / "coordinator" / "coordinator.db") as state:
+        (run,) = state.runs()
+        assert run.status == "finished" and run.last_completed_round == 2
+        history = state.graph_history(run.run_id)
+        metrics = state.metrics(run.run_id)
+    assert [g.round for g in history] == [0, 1, 2]
+    for graph in history:
+        recorded = adjacency(graph.num_clients, graph.edges)
+        np.testing.assert_allclose(recorded, records.graphs[graph.round])
+    assert set(metrics[2]) == {0, 1, 2}
+
+
+def test_coordinator_never_carried_model_weights(runs):
+    records = read_run(runs[0] / "dpfl")
+    assert all(row["coordinator_bytes"] == 0 for row in records.rows)
+    assert sum(row["bytes_fetched"] for row in records.rows) > 0  # peers did exchange models
+    assert records.summary["coordinator_bytes_per_client_round"] == 0
+
+
+def test_run_directory_matches_simulate_layout(runs):
+    real, inprocess = runs
+    expected = {p.relative_to(inprocess).as_posix() for p in inprocess.rglob("*") if p.is_file()}
+    produced = {p.relative_to(real).as_posix() for p in real.rglob("*") if p.is_file()}
+    assert expected <= produced
