@@ -13,8 +13,8 @@ floor under any fetch that returns a new tensor (page faults dominate it in a VM
 Memory: a fresh subprocess (this script with ``--child``) makes one call that transfers
 nothing to open the connection, resets its RSS high-water mark (/proc/self/clear_refs), then
 fetches the model once; the figure is VmHWM after minus VmRSS before, the result tensor
-included. Target: <= 1.5x the model size. The same is measured for draining the bare stream,
-which shows what gRPC itself buffers.
+included (median of a few children). Target: <= 1.5x the model size. The same is measured
+for draining the bare stream, which shows what gRPC itself buffers.
 
 Run: python benchmarks/peer_fetch.py [--quick]
 """
@@ -147,7 +147,7 @@ def fill_new_tensor(numel: int, chunks: list[bytes]) -> torch.Tensor:
     return tensor
 
 
-def bench_size(size_mb: int, repeats: int, timeout_s: float) -> dict[str, Any]:
+def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float) -> dict[str, Any]:
     numel = size_mb * MB // 4
     max_bytes = 4 * numel + MB
     signer = GrantSigner(generate_private_key())
@@ -178,12 +178,15 @@ def bench_size(size_mb: int, repeats: int, timeout_s: float) -> dict[str, Any]:
             for name, run in order if rep % 2 == 0 else order[::-1]:
                 times[name].append(timed(run))
         child_spec = {"numel": numel, "max_bytes": max_bytes, "timeout_s": timeout_s}
-        memory = {
-            "fetch": run_child(
-                {**child_spec, "kind": "fetch", "address": address, "grant": grant.hex()}
-            ),
-            "bare": run_child({**child_spec, "kind": "bare", "address": bare_address}),
+        specs = {
+            "fetch": {**child_spec, "kind": "fetch", "address": address, "grant": grant.hex()},
+            "bare": {**child_spec, "kind": "bare", "address": bare_address},
         }
+        memory = {}
+        for kind, spec in specs.items():
+            reports = [run_child(spec) for _ in range(memory_repeats)]
+            extras = [report["extra_bytes"] for report in reports]
+            memory[kind] = {"extra_bytes": median(extras), "children": reports}
         source.close()
         bare_channel.close()
         bare.stop(None)
@@ -204,6 +207,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,10,100", help="model sizes in MB (comma separated)")
     parser.add_argument("--repeats", type=int, default=7, help="timed transfers per size and kind")
+    parser.add_argument(
+        "--memory-repeats", type=int, default=3, help="fresh memory children per size and kind"
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="deadline of one fetch, s")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 and 4 MB, 3 repeats")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -219,7 +225,7 @@ def main() -> None:
     load_before = os.getloadavg()
     results = []
     for size in sizes:
-        results.append(bench_size(size, args.repeats, args.timeout))
+        results.append(bench_size(size, args.repeats, args.memory_repeats, args.timeout))
         print(f"  {size} MB done", flush=True)
     rows = []
     for r in results:
@@ -245,6 +251,7 @@ def main() -> None:
     settings = {
         "sizes_mb": sizes,
         "repeats": args.repeats,
+        "memory_repeats": args.memory_repeats,
         "chunk_bytes": CHUNK_BYTES,
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),

@@ -7,6 +7,7 @@ wrapped by a Flower ClientApp, a real federation.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,7 +97,14 @@ class ClientNode:
             Verb.COLLABORATE: self._collaborate,
             Verb.EVALUATE: self._evaluate,
         }
-        return handlers[Verb(instruction.verb)](instruction)
+        verb = Verb(instruction.verb)
+        fetch_before = self.fetcher.stats.fetch_seconds
+        started = time.perf_counter()
+        reply = handlers[verb](instruction)
+        timing: dict[str, ConfigValue] = {f"{verb.value}_s": time.perf_counter() - started}
+        if verb is Verb.COLLABORATE:
+            timing["fetch_s"] = self.fetcher.stats.fetch_seconds - fetch_before
+        return Reply({**reply.metrics, **timing}, reply.model)
 
     def slot(self, name: str) -> torch.Tensor:
         """The model in slot ``name``; a slot starts as the shared initial model."""
@@ -169,6 +177,7 @@ class ClientNode:
             "chosen": chosen,
             "num_collaborators": len(chosen),
             "reward_evaluations": evaluations,
+            "skipped_peers": self.fetcher.take_skipped(),
         }
         return Reply(metrics)
 

@@ -9,6 +9,7 @@ rejects malformed models before they can reach an aggregate, and counts what it 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class FetchStats:
     models_fetched: int = 0
     peak_resident: int = 0
     failures: int = 0
+    fetch_seconds: float = 0.0
 
 
 class PeerFetcher:
@@ -66,6 +68,8 @@ class PeerFetcher:
         self.expected_numel = expected_numel
         self.resident = 0
         self.stats = FetchStats()
+        self.skipped: list[str] = []
+        """Why peers were skipped since the last ``take_skipped`` (one line each)."""
 
     @contextmanager
     def hold(
@@ -85,13 +89,17 @@ class PeerFetcher:
         models: dict[int, torch.Tensor] = {}
         try:
             for owner in owners:
+                started = time.perf_counter()
                 try:
                     vector = self.source.fetch(owner, round_index)
                     self._validate(owner, vector)
                 except (PeerUnavailable, InvalidPeerModel) as error:
                     log.warning("skipping peer %s in round %s: %s", owner, round_index, error)
                     self.stats.failures += 1
+                    self.skipped.append(f"peer {owner}: {error}")
                     continue
+                finally:
+                    self.stats.fetch_seconds += time.perf_counter() - started
                 models[owner] = vector
                 self.resident += 1
                 self.stats.peak_resident = max(self.stats.peak_resident, self.resident)
@@ -101,6 +109,11 @@ class PeerFetcher:
         finally:
             self.resident -= len(models)
             models.clear()
+
+    def take_skipped(self) -> list[str]:
+        """The skip reasons collected so far, and start a new list."""
+        skipped, self.skipped = self.skipped, []
+        return skipped
 
     def take_stats(self) -> FetchStats:
         """Return the traffic counters and start new ones."""

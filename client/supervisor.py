@@ -47,7 +47,23 @@ class Supervisor:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self._reap_previous()
         self._spawn()
+
+    @property
+    def pid_file(self) -> Path:
+        return self.log_path.with_suffix(".pid")
+
+    def _reap_previous(self) -> None:
+        """Kill a child left behind by an earlier daemon on this state dir, if it still runs."""
+        try:
+            pid = int(self.pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return
+        if any(Path(self.command[0]).name.encode() in part for part in cmdline):
+            log.warning("killing %s left over from a previous run (pid %s)", self.name, pid)
+            _kill_group(pid, signal.SIGKILL)
         self._thread = threading.Thread(target=self._watch, name=f"watch-{self.name}", daemon=True)
         self._thread.start()
 
@@ -62,6 +78,7 @@ class Supervisor:
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
+        self.pid_file.write_text(str(self.process.pid))
         log.info("%s started (pid %s)", self.name, self.process.pid)
 
     def _watch(self) -> None:
@@ -103,13 +120,15 @@ class Supervisor:
 
 
 def die_with_parent() -> None:
-    """In the child: get SIGTERM when the daemon dies, even by SIGKILL (Linux only).
+    """In the child: be killed when the daemon dies, even by SIGKILL (Linux only).
 
-    Without it a killed daemon would leave its SuperNode or SuperLink running, orphaned.
+    Without it a crashed daemon would leave its SuperNode or SuperLink running, orphaned,
+    and a restarted daemon's new SuperLink would share the port with the old one. SIGKILL,
+    not SIGTERM: Flower catches SIGTERM and may wait on its own children indefinitely.
     """
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def stop_group(process: subprocess.Popen, grace_s: float) -> None:

@@ -105,6 +105,8 @@ class FlowerClientPool:
                 self.on_event(round_index, "bad_reply", sender, str(error))
                 continue
             self._count(sender, reply.model)
+            for reason in reply.metrics.get("skipped_peers", []):
+                self.on_event(round_index, "peer_skipped", sender, str(reason))
         for message in messages:
             client_id = self.by_node[message.metadata.dst_node_id]
             if client_id not in replies:

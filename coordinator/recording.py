@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,12 @@ ROW_KEYS = (
     "reward_evaluations",
     "fetch_failures",
     "malicious",
+    "train_s",
+    "collaborate_s",
+    "fetch_s",
+    "evaluate_s",
 )
+"""What a metrics row keeps of a client's replies (``*_s``: seconds the client spent)."""
 
 
 class MethodRecorder:
@@ -49,11 +55,16 @@ class MethodRecorder:
         self.num_clients = num_clients
         self.model_bytes = model_bytes
         self.writer = RunWriter(run_dir, resume_after=resume_after)
+        self._round_started = time.perf_counter()
         self.writer.write_config(resolved_config(spec, num_clients, model, model_bytes))
 
     def record(self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
         """Append one round; returns the rows written (other sinks may want them)."""
         rows = round_rows(outcome, coordinator_bytes)
+        now = time.perf_counter()
+        for row in rows:
+            row["round_s"] = now - self._round_started  # wall time of the whole round
+        self._round_started = now
         self.writer.log_round(rows)
         if outcome.graph is not None:
             self.writer.log_graph(outcome.round, self.num_clients, outcome.graph)
