@@ -9,6 +9,10 @@ reads ``peak_peer_models`` back from the run's metrics.jsonl (per round) and sum
 Two reference children give context: "import" (python + torch + collabfl imported, nothing
 run) and "local" (the same federation, local training only: no peer models at all).
 
+A model of the MNIST-1D CNN is 108 KiB, so even Bc = N − 1 = 99 resident peers add only
+about 11 MiB over "local"; differences of ±15 MiB between configurations are allocator and
+import noise (matplotlib, rich), not peer models.
+
 Check: the peak number of peer models a client held at once must never exceed Bc (N − 1
 when unlimited). A violation prints a FAIL line; the JSON is written either way.
 

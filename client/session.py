@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from collabfl.client.atomic import replacing, write_bytes
 from collabfl.client.data.client_file import load_client_file
 from collabfl.client.flat import FlatModel
 from collabfl.client.models import build_model
@@ -68,7 +67,7 @@ class NodeState:
         ):
             for name in ("slots.safetensors", "best.safetensors", "node.json", "progress.json"):
                 (self.dir / name).unlink(missing_ok=True)
-        _write_atomic(current, settings.to_json().encode())
+        write_bytes(current, settings.to_json().encode())
 
     def read_settings(self) -> RunSettings:
         path = self.dir / "run.json"
@@ -100,7 +99,7 @@ class NodeState:
             for slot, b in node.best.items()
         }
         saved = {"best": best, "fetch": dataclasses.asdict(node.fetcher.stats)}
-        _write_atomic(node_file, json.dumps(saved).encode())
+        write_bytes(node_file, json.dumps(saved).encode())
 
     def _files(self) -> tuple[Path, Path, Path]:
         return self.dir / "slots.safetensors", self.dir / "best.safetensors", self.dir / "node.json"
@@ -137,7 +136,7 @@ class NodeState:
         return json.loads(path.read_text()) if path.exists() else {"round": -1, "done": []}
 
     def _write_progress(self, progress: dict[str, Any]) -> None:
-        _write_atomic(self.dir / "progress.json", json.dumps(progress).encode())
+        write_bytes(self.dir / "progress.json", json.dumps(progress).encode())
 
 
 def open_node(
@@ -171,35 +170,15 @@ def open_node(
 def _copy_or_remove(source: Path, target: Path) -> None:
     """Make ``target`` a copy of ``source``, or absent when ``source`` is."""
     if source.exists():
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
+        with replacing(target) as tmp:
+            shutil.copyfile(source, tmp)
     else:
         target.unlink(missing_ok=True)
 
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_atomic(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(path) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
 
 
 def describe(client_id: int, data_path: Path, peer_address: str) -> dict[str, Any]:

@@ -7,14 +7,13 @@ are replaced atomically, JSON last, so a reader sees either the old or the new c
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from collabfl.client.atomic import replacing, write_text
 from collabfl.strategies.rounds import Resume
 
 TENSORS, STATE = "checkpoint.safetensors", "checkpoint.json"
@@ -25,13 +24,10 @@ def save_checkpoint(folder: Path, round_index: int, checkpoint: dict[str, Any]) 
     plain = {k: v for k, v in checkpoint.items() if not _is_tensor(v)}
     folder.mkdir(parents=True, exist_ok=True)
     if tensors:
-        tmp = _temp(folder, TENSORS)
-        save_file(tensors, tmp)
-        os.replace(tmp, folder / TENSORS)
+        with replacing(folder / TENSORS) as tmp:
+            save_file(tensors, str(tmp))
     record = {"round": round_index, "state": plain, "tensors": sorted(tensors)}
-    tmp = _temp(folder, STATE)
-    Path(tmp).write_text(json.dumps(record))
-    os.replace(tmp, folder / STATE)
+    write_text(folder / STATE, json.dumps(record))
 
 
 def load_checkpoint(folder: Path, expected_round: int) -> Resume:
@@ -53,9 +49,3 @@ def load_checkpoint(folder: Path, expected_round: int) -> Resume:
 
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
-
-
-def _temp(folder: Path, name: str) -> str:
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    os.close(fd)
-    return tmp

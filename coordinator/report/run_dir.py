@@ -7,14 +7,13 @@ graph or summary behind; metrics.jsonl is append-only and flushed after every ro
 """
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from collabfl.client.atomic import write_text
 from collabfl.coordinator.report.graph_stats import adjacency
 
 CONFIG_FILE = "config.json"
@@ -39,20 +38,6 @@ def _to_builtin(value: Any) -> Any:
 
 def _dumps(obj: Any, indent: int | None = None) -> str:
     return json.dumps(obj, default=_to_builtin, indent=indent)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, so readers see old or new, never half."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class RunWriter:
@@ -80,7 +65,7 @@ class RunWriter:
                 for line in metrics.read_text(encoding="utf-8").splitlines()
                 if line.strip() and json.loads(line)["round"] <= last_round
             ]
-            _write_atomic(metrics, "".join(line + "\n" for line in kept))
+            write_text(metrics, "".join(line + "\n" for line in kept))
         graphs = self.path / GRAPHS_DIR
         if graphs.exists():
             for graph in graphs.glob("round_*.json"):
@@ -90,7 +75,7 @@ class RunWriter:
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Record the resolved config, so the run can be reproduced and labelled later."""
-        _write_atomic(self.path / CONFIG_FILE, _dumps(config, indent=2) + "\n")
+        write_text(self.path / CONFIG_FILE, _dumps(config, indent=2) + "\n")
 
     def log_round(self, rows: list[dict[str, Any]]) -> None:
         """Append one round's rows (one per client); flushed so a crash keeps finished rounds."""
@@ -106,11 +91,11 @@ class RunWriter:
             "num_clients": int(num_clients),
             "edges": [[int(i), int(j), float(w)] for i, j, w in edges],
         }
-        _write_atomic(self.path / GRAPHS_DIR / graph_file_name(round), _dumps(record) + "\n")
+        write_text(self.path / GRAPHS_DIR / graph_file_name(round), _dumps(record) + "\n")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Record the final summary; written last, so its presence marks a finished run."""
-        _write_atomic(self.path / SUMMARY_FILE, _dumps(summary, indent=2) + "\n")
+        write_text(self.path / SUMMARY_FILE, _dumps(summary, indent=2) + "\n")
 
 
 @dataclass(eq=False)

@@ -1,0 +1,93 @@
+"""A client's state across Flower's one-process-per-message ClientApp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from collabfl.client.data import ArrayDataset, ClientData
+from collabfl.client.data.client_file import load_client_file, save_client_file
+from collabfl.client.peers import MemoryModelStore
+from collabfl.client.session import NodeState, RunSettings, open_node
+from collabfl.client.training import TrainingConfig
+from collabfl.strategies.protocol import Instruction, Verb
+
+
+def _data(path, seed: int = 0):
+    rng = np.random.default_rng(seed)
+
+    def split(n):
+        return ArrayDataset(rng.normal(size=(n, 1, 40)).astype(np.float32), rng.integers(0, 10, n))
+
+    client = ClientData(3, split(40), split(10), split(10), malicious=False)
+    save_client_file(client, path, num_classes=10, dataset="synthetic")
+    return path
+
+
+def _settings(run_id: str = "r1") -> RunSettings:
+    return RunSettings(run_id, 0, "mnist1d_cnn", "cpu", 1, TrainingConfig(batch_size=8))
+
+
+def _node(tmp_path, state: NodeState):
+    store = MemoryModelStore()
+    return open_node(3, tmp_path / "c.npz", state, store, store)
+
+
+def _train(node, round_index: int):
+    return node.handle(Instruction(Verb.TRAIN, round_index, {"slot": "model", "epochs": 1}))
+
+
+def test_client_file_round_trip_and_errors(tmp_path):
+    path = _data(tmp_path / "c.npz")
+    client, meta = load_client_file(path)
+    assert (len(client.train), meta["num_classes"], meta["input_shape"]) == (40, 10, [1, 40])
+    (tmp_path / "bad.npz").write_bytes(b"not an archive")
+    with pytest.raises(ValueError, match="not a collabfl client data file"):
+        load_client_file(tmp_path / "bad.npz")
+    with pytest.raises(FileNotFoundError):
+        load_client_file(tmp_path / "missing.npz")
+
+
+def test_state_survives_a_new_process(tmp_path):
+    _data(tmp_path / "c.npz")
+    state = NodeState(tmp_path / "state")
+    with pytest.raises(RuntimeError, match="setup"):
+        _node(tmp_path, state)
+    state.write_settings(_settings())
+    node = _node(tmp_path, state)
+    _train(node, 0)
+    node.handle(Instruction(Verb.EVALUATE, 0, {"slot": "model"}))
+    state.save(node)
+    again = _node(tmp_path, NodeState(tmp_path / "state"))
+    assert torch.equal(again.slots["model"], node.slots["model"])
+    assert again.best["model"].val_acc == node.best["model"].val_acc
+
+
+def test_replayed_round_starts_from_the_round_snapshot(tmp_path):
+    _data(tmp_path / "c.npz")
+    state = NodeState(tmp_path / "state")
+    state.write_settings(_settings())
+    for round_index in (0, 1):
+        state.begin(round_index, "train:model")
+        node = _node(tmp_path, state)
+        _train(node, round_index)
+        state.save(node)
+        state.done(round_index, "train:model")
+    after_round_one = _node(tmp_path, state).slots["model"].clone()
+    # The coordinator restarted and replays round 1 from its first step.
+    state.begin(1, "train:model")
+    node = _node(tmp_path, state)
+    _train(node, 1)
+    assert torch.equal(node.slots["model"], after_round_one)
+
+
+def test_a_new_run_starts_clean(tmp_path):
+    _data(tmp_path / "c.npz")
+    state = NodeState(tmp_path / "state")
+    state.write_settings(_settings("r1"))
+    node = _node(tmp_path, state)
+    _train(node, 0)
+    state.save(node)
+    state.write_settings(_settings("r2"))
+    assert _node(tmp_path, state).slots == {}
