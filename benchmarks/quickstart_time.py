@@ -14,6 +14,7 @@ Run: python benchmarks/quickstart_time.py [--repeat N] [--quick]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -56,6 +57,7 @@ def main() -> None:
     extra = ["--set", "rounds=2"] if args.quick else []
     times: list[float] = []
     cpu_times: list[float] = []
+    per_method: list[dict[str, float]] = []
     load_before = os.getloadavg()
     commands: list[str] = []
     methods: list[str] = []
@@ -75,6 +77,8 @@ def main() -> None:
                 sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
                 raise SystemExit(f"run {rep + 1} failed with exit code {done.returncode}")
             methods = sorted(p.name for p in out.iterdir() if (p / "summary.json").exists())
+            summaries = json.loads((out / "summary.json").read_text())
+            per_method.append({s["method"]: s["wall_time_s"] for s in summaries})
         times.append(elapsed)
         cpu_times.append(cpu)
         shown = ["collabfl", *("<tmp>" if c == str(out) else c for c in command[1:])]
@@ -104,6 +108,11 @@ def main() -> None:
         f"load average (1 min) before the first run: {load_before[0]:.2f} on "
         f"{os.cpu_count()} cores; wall time above CPU time means the cores were shared"
     )
+    method_rows = [
+        [name, f"{median([run[name] for run in per_method]):.1f}"] for name in per_method[0]
+    ]
+    print()
+    print(format_table(["method", "median s (in-process, from summary.json)"], method_rows))
     settings = {
         "repeat": args.repeat,
         "quick": args.quick,
@@ -116,6 +125,7 @@ def main() -> None:
         "cpu_seconds": cpu_times,
         "median_cpu_s": median(cpu_times),
         "load_average_before": list(load_before),
+        "method_wall_s": per_method,
         "median_s": result,
         "target_s": TARGET_S,
         "within_target": result < TARGET_S,

@@ -9,9 +9,9 @@ own helper processes (flower-superexec, ClientApp processes) go with it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-
-PR_SET_PDEATHSIG = 1
 
 
 class Supervisor:
@@ -37,7 +35,8 @@ class Supervisor:
         max_restarts: int = 5,
     ) -> None:
         self.name = name
-        self.command = list(command)
+        self.original_command = list(command)
+        self.command = with_parent_death_signal(self.original_command)
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
         self.max_restarts = max_restarts
@@ -61,7 +60,8 @@ class Supervisor:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return
-        if any(Path(self.command[0]).name.encode() in part for part in cmdline):
+        binary = Path(self.original_command[0]).name.encode()
+        if any(binary in part for part in cmdline):
             log.warning("killing %s left over from a previous run (pid %s)", self.name, pid)
             _kill_group(pid, signal.SIGKILL)
         self._thread = threading.Thread(target=self._watch, name=f"watch-{self.name}", daemon=True)
@@ -76,7 +76,6 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
-                preexec_fn=die_with_parent,
             )
         self.pid_file.write_text(str(self.process.pid))
         log.info("%s started (pid %s)", self.name, self.process.pid)
@@ -119,16 +118,19 @@ class Supervisor:
             self._thread.join(timeout=1.0)
 
 
-def die_with_parent() -> None:
-    """In the child: be killed when the daemon dies, even by SIGKILL (Linux only).
+def with_parent_death_signal(command: list[str]) -> list[str]:
+    """Make the child be killed when the daemon dies, even by SIGKILL (Linux, util-linux).
 
     Without it a crashed daemon would leave its SuperNode or SuperLink running, orphaned,
     and a restarted daemon's new SuperLink would share the port with the old one. SIGKILL,
     not SIGTERM: Flower catches SIGTERM and may wait on its own children indefinitely.
+    ``setpriv`` sets it in a clean exec'd process; doing it in a ``preexec_fn`` instead can
+    deadlock a daemon whose gRPC threads are running when it forks.
     """
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not sys.platform.startswith("linux"):
+        return command
+    return [setpriv, "--pdeathsig", "KILL", "--", *command]
 
 
 def stop_group(process: subprocess.Popen, grace_s: float) -> None:

@@ -1,0 +1,68 @@
+"""The daemons as processes: bad input stops them before anything starts, SIGTERM stops
+them cleanly together with the Flower process they supervise."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from collabfl.client.data import ArrayDataset, ClientData
+from collabfl.client.data.client_file import save_client_file
+from collabfl.client.grants import generate_private_key, save_public_key
+from collabfl.coordinator.federation import free_ports
+
+
+def _client_args(tmp_path: Path, data: Path) -> list[str]:
+    key = tmp_path / "grant.pub.pem"
+    save_public_key(generate_private_key().public_key().public_bytes_raw(), key)
+    superlink, peer, runtime = free_ports(3)
+    return [
+        sys.executable, "-m", "collabfl.client.daemon", "--client-id", "0",
+        "--data", str(data), "--state-dir", str(tmp_path / "state"),
+        "--superlink", f"127.0.0.1:{superlink}", "--insecure",
+        "--peer-listen", f"127.0.0.1:{peer}", "--peer-address", f"127.0.0.1:{peer}",
+        "--runtime-port", str(runtime), "--coordinator-key", str(key),
+    ]  # fmt: skip
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_client_daemon_refuses_a_bad_data_file(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"garbage")
+    result = subprocess.run(_client_args(tmp_path, bad), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "not a collabfl client data file" in result.stderr
+    assert not (tmp_path / "state" / "supernode.log").exists()
+
+
+def test_client_daemon_stops_cleanly_on_sigterm(tmp_path):
+    rng = np.random.default_rng(0)
+    split = ArrayDataset(rng.normal(size=(8, 1, 40)).astype(np.float32), rng.integers(0, 10, 8))
+    data = tmp_path / "c.npz"
+    save_client_file(ClientData(0, split, split, split, False), data, num_classes=10, dataset="x")
+    process = subprocess.Popen(_client_args(tmp_path, data), start_new_session=True)
+    pid_file = tmp_path / "state" / "supernode.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    supernode = int(pid_file.read_text())
+    assert _alive(supernode)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    deadline = time.monotonic() + 10
+    while _alive(supernode) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(supernode), "the SuperNode outlived its daemon"
