@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ def write_results(name: str, figures: dict[str, Any], settings: dict[str, Any]) 
     record = {
         "benchmark": name,
         "command": command_line(),
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "environment": environment(),
         "settings": settings,
         "figures": figures,

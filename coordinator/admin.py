@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -61,7 +61,7 @@ admin_app = typer.Typer(
 console = Console()
 
 
-class ExportFormat(str, Enum):
+class ExportFormat(StrEnum):
     json = "json"
     graphml = "graphml"
 

@@ -7,10 +7,10 @@ path, the value given and the allowed range.
 from __future__ import annotations
 
 import math
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from collabfl.client.training import TrainingConfig

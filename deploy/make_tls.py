@@ -45,7 +45,7 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
 
 def make_ca(days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name("collabfl federation CA"))
@@ -65,7 +65,7 @@ def make_host_cert(
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A certificate for ``host`` usable as both server and client (mutual TLS)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(host))

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 Scalar = int | float | str | bool
 ConfigValue = Scalar | list[int] | list[float]
 
 
-class Verb(str, Enum):
+class Verb(StrEnum):
     """What a client is asked to do. Each verb is one message in a real federation."""
 
     TRAIN = "train"

@@ -56,7 +56,7 @@ class Authority:
 
     @staticmethod
     def _builder(subject: x509.Name, public_key) -> x509.CertificateBuilder:
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         return (
             x509.CertificateBuilder()
             .subject_name(subject)
