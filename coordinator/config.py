@@ -107,6 +107,9 @@ class ExperimentConfig(_Section):
     epochs: float = Field(1.0, gt=0, le=1000, description="local epochs per round (τ_train)")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     threads: int = Field(1, ge=0, le=1024, description="torch CPU threads; 0 = torch default")
+    jobs: int = Field(
+        0, ge=0, le=1024, description="methods run in parallel by compare; 0 = one per core"
+    )
     method: Literal[METHOD_NAMES] = "dpfl"  # type: ignore[valid-type]
     methods: list[str] = Field(
         default_factory=lambda: ["local", "fedavg", "fedavg_ft", "fedprox", "ditto", "dpfl"],

@@ -159,14 +159,21 @@ class RunLauncher:
 
     def loop(self) -> None:
         while not self.stop_event.wait(1.0):
-            for run in self.state.runs():
-                process = self.running.get(run.run_id)
-                if not run.active or (process is not None and process.poll() is None):
-                    continue
-                if self.launches.get(run.run_id, 0) >= MAX_LAUNCHES:
-                    self.state.finish_run(run.run_id, "failed", "the ServerApp kept dying")
-                    continue
-                self.launch(run)
+            try:
+                self.check_runs()
+            except Exception:  # keep launching later runs whatever one of them did
+                log.exception("run launcher: checking runs failed; retrying")
+
+    def check_runs(self) -> None:
+        """Launch every active run that has no live ServerApp (new, or its ServerApp died)."""
+        for run in self.state.runs():
+            process = self.running.get(run.run_id)
+            if not run.active or (process is not None and process.poll() is None):
+                continue
+            if self.launches.get(run.run_id, 0) >= MAX_LAUNCHES:
+                self.state.finish_run(run.run_id, "failed", "the ServerApp kept dying")
+                continue
+            self.launch(run)
 
     def launch(self, run: Run) -> None:
         out_dir = Path(run.config.get("out_dir") or self.state_dir / "runs" / run.run_id)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,9 +110,8 @@ def run_comparison(
     out_dir.mkdir(parents=True, exist_ok=True)
     data = prepare_data(config)
     data.partition.save(out_dir / "partition.npz")
-    splits = [ClientSplits.from_data(client, device) for client in data.clients]
-    summaries = []
-    run_dirs = {}
+    run_dirs = {spec.label: out_dir / safe_name(spec.label) for spec in specs}
+    jobs = parallel_jobs(config.jobs, len(specs))
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -117,14 +119,51 @@ def run_comparison(
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        for spec in specs:
-            run_dir = out_dir / safe_name(spec.label)
-            summaries.append(run_method(spec, data, splits, device, run_dir, progress))
-            run_dirs[spec.label] = run_dir
+        if jobs == 1:
+            splits = [ClientSplits.from_data(client, device) for client in data.clients]
+            summaries = [
+                run_method(spec, data, splits, device, run_dirs[spec.label], progress)
+                for spec in specs
+            ]
+        else:
+            summaries = _run_in_parallel(specs, run_dirs, jobs, progress)
     write_comparison(out_dir, summaries, run_dirs)
     print_results(summaries, console)
     console.print(f"run directory: {out_dir}")
     return summaries
+
+
+def parallel_jobs(requested: int, num_specs: int) -> int:
+    """Worker processes for a comparison: 0 means one per CPU core, never more than specs."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(requested or cores or 1, num_specs))
+
+
+def _run_in_parallel(
+    specs: list[MethodSpec], run_dirs: dict[str, Path], jobs: int, progress: Progress
+) -> list[dict[str, Any]]:
+    """One method per worker process; each rebuilds the same partition from the seed."""
+    tasks = {s.label: progress.add_task(s.label, total=s.config.rounds) for s in specs}
+    results: dict[str, dict[str, Any]] = {}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_run_one, s, run_dirs[s.label]): s for s in specs}
+        for future in as_completed(futures):
+            spec = futures[future]
+            results[spec.label] = future.result()
+            progress.update(tasks[spec.label], completed=spec.config.rounds)
+    return [results[s.label] for s in specs]
+
+
+def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
+    """Worker entry point: the same work ``run_comparison`` does for one spec."""
+    config = spec.config
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
+    data = prepare_data(config)
+    splits = [ClientSplits.from_data(client, device) for client in data.clients]
+    return run_method(spec, data, splits, device, run_dir)
 
 
 def write_comparison(

@@ -115,3 +115,18 @@ def test_split_methods_keeps_options_with_their_method():
         "local",
         "fedavg",
     ]
+
+
+def test_parallel_compare_equals_sequential(tmp_path):
+    methods = "local,dpfl"
+    common = _args(tmp_path / "cache")
+    _invoke(
+        "compare", *common, "--set", "jobs=1", "--methods", methods, "--out", str(tmp_path / "a")
+    )
+    _invoke(
+        "compare", *common, "--set", "jobs=2", "--methods", methods, "--out", str(tmp_path / "b")
+    )
+    for method in methods.split(","):
+        sequential = _results(read_run(tmp_path / "a" / method).rows)
+        parallel = _results(read_run(tmp_path / "b" / method).rows)
+        assert sequential == parallel, method
