@@ -81,3 +81,12 @@ def build_model(name: str, num_classes: int, seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return MODELS[name](num_classes)
+
+
+def head_parameters(module: nn.Module, layers: int = 2) -> int:
+    """Parameters of the last ``layers`` fully connected layers (pFedGraph's "final layers").
+
+    They sit at the end of the parameter vector, since every model here ends in its head.
+    """
+    linear = [m for m in module.modules() if isinstance(m, nn.Linear)][-layers:]
+    return sum(p.numel() for m in linear for p in m.parameters())

@@ -20,6 +20,7 @@ from collabfl.client.flat import FlatModel
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.training import TensorData, TrainingConfig, evaluate, train
 from collabfl.strategies.greedy import bggc
+from collabfl.strategies.pfedgraph import poison
 from collabfl.strategies.protocol import ConfigValue, Instruction, Reply, Verb
 from collabfl.strategies.streaming import streaming_average
 
@@ -127,6 +128,12 @@ class ClientNode:
         prox_mu = float(config.get("prox_mu", 0.0))
         prox_slot = config.get("prox_slot")
         prox_ref = self.slot(str(prox_slot)) if prox_slot else start
+        align_lam = float(config.get("align_lam", 0.0))
+        align_to = None
+        if align_lam > 0:
+            align_to = self.slot(str(config["align_slot"]))
+            if config.get("align_mode", "normalized") == "cosine":
+                align_to = align_to / align_to.norm().clamp_min(1e-12)
         self.workspace.load(start)
         loss = train(
             self.workspace,
@@ -136,12 +143,22 @@ class ClientNode:
             self._generator(instruction.round, slot),
             prox_mu=prox_mu,
             prox_ref=prox_ref if prox_mu > 0 else None,
+            align_lam=align_lam,
+            align_to=align_to,
         )
         self.slots[slot] = self.workspace.get()
         if config.get("publish", False):
             self.publisher.publish(self.client_id, instruction.round, self.slots[slot])
         upload = self.slots[slot] if config.get("upload", False) else None
+        if upload is not None and config.get("attack"):
+            upload = self._poisoned(upload, str(config["attack"]), instruction.round)
         return Reply({"train_loss": loss, "num_samples": self.num_samples}, upload)
+
+    def _poisoned(self, vector: torch.Tensor, attack: str, round_index: int) -> torch.Tensor:
+        """A model-poisoning client's upload (simulated attacks of the pFedGraph paper)."""
+        rng = np.random.default_rng([self.seed, self.client_id, round_index, 5])
+        poisoned = poison(vector.detach().cpu().numpy(), attack, rng)  # type: ignore[arg-type]
+        return torch.as_tensor(poisoned, dtype=torch.float32, device=vector.device)
 
     def _collaborate(self, instruction: Instruction) -> Reply:
         config = instruction.config

@@ -54,21 +54,28 @@ def train(
     generator: torch.Generator,
     prox_mu: float = 0.0,
     prox_ref: torch.Tensor | None = None,
+    align_lam: float = 0.0,
+    align_to: torch.Tensor | None = None,
 ) -> float:
     """Run local SGD in place on ``model``; return the mean training loss.
 
     With ``prox_mu > 0`` the gradient gets the proximal term mu·(w − prox_ref) (FedProx,
-    Ditto's personal objective).
+    Ditto's personal objective). With ``align_lam > 0`` the objective gets
+    −(λ/2)⟨w/‖w‖, align_to⟩ (pFedGraph's regulariser; pass a unit vector for the cosine
+    variant).
     """
     if len(data) == 0:
         raise ValueError("cannot train on an empty dataset")
     if prox_mu > 0 and prox_ref is None:
         raise ValueError("prox_mu > 0 needs a reference model")
+    if align_lam > 0 and align_to is None:
+        raise ValueError("align_lam > 0 needs a direction to align to")
     steps = steps_for(epochs, len(data), config.batch_size)
     n_params = model.num_parameters
     weights = model.vector[:n_params]
     grad = model.grad
     reference = None if prox_ref is None else prox_ref[:n_params].to(weights.device)
+    direction = None if align_to is None else align_to[:n_params].to(weights.device)
     velocity = torch.zeros_like(weights)
     model.module.train()
     total_loss = torch.zeros((), device=weights.device)
@@ -86,6 +93,8 @@ def train(
         with torch.no_grad():
             if prox_mu > 0:
                 grad.add_(weights - reference, alpha=prox_mu)
+            if align_lam > 0:
+                grad.add_(alignment_gradient(weights, direction), alpha=-align_lam / 2)
             if config.weight_decay > 0:
                 grad.add_(weights, alpha=config.weight_decay)
             if config.momentum > 0:
@@ -95,6 +104,14 @@ def train(
                 weights.sub_(grad, alpha=config.lr)
             total_loss += loss.detach()
     return float(total_loss) / steps
+
+
+def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+    """∇_w ⟨w/‖w‖, d⟩ = (d − (w·d / ‖w‖²) w) / ‖w‖ (zero at w = 0)."""
+    norm = weights.norm()
+    if float(norm) == 0.0:
+        return torch.zeros_like(weights)
+    return (direction - (weights @ direction) / norm**2 * weights) / norm
 
 
 @torch.no_grad()

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -20,7 +21,7 @@ TENSORS, STATE = "checkpoint.safetensors", "checkpoint.json"
 
 
 def save_checkpoint(folder: Path, round_index: int, checkpoint: dict[str, Any]) -> None:
-    tensors = {k: v.detach().cpu().contiguous() for k, v in checkpoint.items() if _is_tensor(v)}
+    tensors = {k: _to_tensor(v) for k, v in checkpoint.items() if _is_tensor(v)}
     plain = {k: v for k, v in checkpoint.items() if not _is_tensor(v)}
     folder.mkdir(parents=True, exist_ok=True)
     if tensors:
@@ -48,4 +49,8 @@ def load_checkpoint(folder: Path, expected_round: int) -> Resume:
 
 
 def _is_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
+    return isinstance(value, torch.Tensor | np.ndarray)
+
+
+def _to_tensor(value: torch.Tensor | np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(value).detach().cpu().contiguous()

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from collabfl.client.training import TrainingConfig
 
 METHOD_NAMES = (
+    "pfedgraph",
     "local",
     "fedavg",
     "fedavg_ft",
@@ -94,6 +95,21 @@ class DittoConfig(_Section):
     lam: float = Field(0.75, ge=0, le=1e4)
 
 
+class PFedGraphConfig(_Section):
+    """pFedGraph's knobs; ``alpha`` in the paper's convention (strategies/pfedgraph.py)."""
+
+    alpha: float | None = Field(
+        None, gt=0, le=1e6, description="default: 1/(0.08·N), the official guidance"
+    )
+    lam: float = Field(0.01, ge=0, le=1e4, description="regulariser weight λ")
+    regularizer: Literal["normalized", "cosine"] = "normalized"
+    similarity: Literal["all", "head"] = Field(
+        "all", description="compare all parameters, or only the final fully connected layers"
+    )
+    attack: Literal["none", "shuffle", "all_ones", "sign_flip", "gaussian"] = "none"
+    attack_fraction: float = Field(0.0, ge=0, le=1, description="share of poisoning clients")
+
+
 class FinetuneConfig(_Section):
     epochs: float | None = Field(None, gt=0, le=1000, description="default: 2 × epochs")
 
@@ -121,6 +137,7 @@ class ExperimentConfig(_Section):
     dpfl: DPFLConfig = Field(default_factory=DPFLConfig)
     fedprox: FedProxConfig = Field(default_factory=FedProxConfig)
     ditto: DittoConfig = Field(default_factory=DittoConfig)
+    pfedgraph: PFedGraphConfig = Field(default_factory=PFedGraphConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
 
 

@@ -152,7 +152,7 @@ class FlowerClientPool:
 
     def _count(self, client_id: int, model) -> None:
         if model is not None:
-            moved = model.numel() * model.element_size()
+            moved = int(model.nbytes)
             self.coordinator_bytes[client_id] = self.coordinator_bytes.get(client_id, 0) + moved
 
 

@@ -100,7 +100,8 @@ def drive(
     timeout = float(settings.get("message-timeout", 600))
     pool = FlowerClientPool(grid, members, issue, on_event, admit_new, timeout_s=timeout)
     model = model_name(spec.config)
-    model_bytes = FlatModel(build_model(model, num_classes, spec.config.seed)).nbytes
+    workspace = FlatModel(build_model(model, num_classes, spec.config.seed))
+    model_bytes = workspace.nbytes
     out_dir = Path(str(settings["out-dir"]))
     run_dir = out_dir / safe_name(spec.label)
     last = coordinator.get_run(run_id).last_completed_round
@@ -110,7 +111,7 @@ def drive(
         coordinator.record_event(run_id, "resumed", f"resuming after round {last}", "info")
     recorder = MethodRecorder(spec, run_dir, len(members), model, model_bytes, last)
     started = time.perf_counter()
-    method = build_method(spec, len(members))
+    method = build_method(spec, len(members), workspace)
     for outcome in method.rounds(pool, spec.config.rounds, resume):
         rows = recorder.record(outcome, pool.take_coordinator_bytes())
         save_checkpoint(run_dir / "checkpoint", outcome.round, outcome.checkpoint)

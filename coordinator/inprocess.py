@@ -48,7 +48,8 @@ class InProcessFederation:
 
 
 def _model_bytes(model: torch.Tensor | None) -> int:
-    return 0 if model is None else model.numel() * model.element_size()
+    """Payload size of a model vector (a torch tensor or a NumPy array)."""
+    return 0 if model is None else int(model.nbytes)
 
 
 def build_federation(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from collabfl.client.flat import FlatModel
+from collabfl.client.models import head_parameters
 from collabfl.coordinator.config import (
     METHOD_NAMES,
     ConfigError,
@@ -17,6 +19,8 @@ from collabfl.strategies.ditto import Ditto
 from collabfl.strategies.dpfl import DPFL
 from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.local import Local
+from collabfl.strategies.pfedgraph import default_alpha
+from collabfl.strategies.pfedgraph_method import PFedGraph, choose_attackers
 from collabfl.strategies.rounds import Method
 
 SECTION_OF = {
@@ -28,6 +32,7 @@ SECTION_OF = {
     "ditto": "ditto",
     "dpfl": "dpfl",
     "dpfl_random": "dpfl",
+    "pfedgraph": "pfedgraph",
 }
 """Which config section a spec's bare ``key=value`` options belong to."""
 
@@ -62,8 +67,9 @@ def parse_method_spec(text: str, base: ExperimentConfig) -> MethodSpec:
     return MethodSpec(text.strip(), name, validate_config(raw))
 
 
-def build_method(spec: MethodSpec, num_clients: int) -> Method:
-    """The strategy object for a spec, with its hyperparameters resolved for N clients."""
+def build_method(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> Method:
+    """The strategy object for a spec, resolved for N clients and the model in ``workspace``
+    (which holds the shared initial model)."""
     config = spec.config
     epochs = config.epochs
     finetune = config.finetune.epochs or 2 * epochs
@@ -91,7 +97,30 @@ def build_method(spec: MethodSpec, num_clients: int) -> Method:
                 graph="random" if spec.name == "dpfl_random" else "ggc",
                 name=spec.label,
             )
+        case "pfedgraph":
+            return _pfedgraph(spec, num_clients, workspace)
     raise ConfigError(f"unknown method {spec.name!r}")
+
+
+def _pfedgraph(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> PFedGraph:
+    options = spec.config.pfedgraph
+    compare = (0, workspace.num_parameters)
+    if options.similarity == "head":
+        compare = (workspace.num_parameters - head_parameters(workspace.module), compare[1])
+    attack = None if options.attack == "none" else options.attack
+    return PFedGraph(
+        epochs=spec.config.epochs,
+        initial_model=workspace.get().cpu().numpy(),
+        alpha=options.alpha or default_alpha(num_clients),
+        lam=options.lam,
+        regularizer=options.regularizer,
+        compare=compare,
+        attack=attack,
+        attackers=choose_attackers(num_clients, options.attack_fraction, spec.config.seed)
+        if attack
+        else frozenset(),
+        name=spec.label,
+    )
 
 
 def run_request(

@@ -43,13 +43,15 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("federation")
     overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
     flags = [arg for o in overrides for arg in ("--set", o)]
-    _invoke("federation", "up", *flags, "--out", str(root / "real"), "--timeout", "400")
-    _invoke("simulate", *flags, "--out", str(root / "inprocess"))
+    methods = ["--methods", "dpfl,pfedgraph"]
+    _invoke("federation", "up", *flags, *methods, "--out", str(root / "real"), "--timeout", "400")
+    _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
     return root / "real", root / "inprocess"
 
 
-def test_real_federation_equals_in_process_runtime(runs):
-    real, inprocess = (read_run(path / "dpfl").rows for path in runs)
+@pytest.mark.parametrize("method", ["dpfl", "pfedgraph"])
+def test_real_federation_equals_in_process_runtime(runs, method):
+    real, inprocess = (read_run(path / method).rows for path in runs)
     assert len(real) == len(inprocess) == 3 * 3
     for a, b in zip(real, inprocess, strict=True):
         assert (a["round"], a["client"]) == (b["round"], b["client"])
@@ -58,6 +60,7 @@ def test_real_federation_equals_in_process_runtime(runs):
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
         assert a["num_collaborators"] == b["num_collaborators"]
         assert a["bytes_fetched"] == b["bytes_fetched"]
+        assert a["coordinator_bytes"] == b["coordinator_bytes"]
 
 
 def test_graphs_respect_budget_and_match_the_coordinator_record(runs):
@@ -68,7 +71,7 @@ def test_graphs_respect_budget_and_match_the_coordinator_record(runs):
         assert (matrix > 0).sum(axis=1).max() <= BUDGET
     assert all(row["peak_peer_models"] <= BUDGET for row in records.rows)
     with CoordinatorState(real / "federation" / "coordinator" / "coordinator.db") as state:
-        (run,) = state.runs()
+        run = next(r for r in state.runs() if r.method == "dpfl")
         assert run.status == "finished" and run.last_completed_round == 2
         history = state.graph_history(run.run_id)
         metrics = state.metrics(run.run_id)
@@ -88,6 +91,10 @@ def test_coordinator_never_carried_model_weights(runs):
 
 def test_run_directory_matches_simulate_layout(runs):
     real, inprocess = runs
-    expected = {p.relative_to(inprocess).as_posix() for p in inprocess.rglob("*") if p.is_file()}
+    expected = {
+        p.relative_to(inprocess).as_posix()
+        for p in inprocess.rglob("*")
+        if p.is_file() and "checkpoint" not in p.parts
+    }
     produced = {p.relative_to(real).as_posix() for p in real.rglob("*") if p.is_file()}
     assert expected <= produced

@@ -11,6 +11,7 @@ from collabfl.strategies.ditto import Ditto
 from collabfl.strategies.dpfl import DPFL, collaboration_edges
 from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.local import Local
+from collabfl.strategies.pfedgraph_method import PFedGraph
 from collabfl.strategies.protocol import Instruction, Reply, Verb
 from collabfl.strategies.rounds import Resume, weighted_average
 
@@ -144,6 +145,7 @@ def test_weighted_average_validates_input():
         FedAvg(epochs=1, finetune_epochs=1),
         Ditto(epochs=1),
         Local(epochs=1),
+        PFedGraph(epochs=1, initial_model=np.zeros(2), alpha=1.0),
     ],
     ids=lambda m: type(m).__name__,
 )
@@ -196,3 +198,33 @@ def test_dpfl_candidate_order_does_not_depend_on_reply_order():
         )
 
     assert candidates(ordered) == candidates(shuffled)
+
+
+def test_pfedgraph_sends_each_client_its_aggregate_and_regulariser_target():
+    from collabfl.strategies.pfedgraph import collaboration_graph, model_similarity
+
+    pool = ScriptedPool(COUNTS)
+    method = PFedGraph(
+        epochs=1,
+        initial_model=np.array([0.5, -0.5]),
+        alpha=0.5,
+        attack="sign_flip",
+        attackers=frozenset({2}),
+    )
+    outcomes = list(method.rounds(pool, 2))
+    trains = {(k, ins.round): ins for k, ins in pool.log if ins.verb is Verb.TRAIN}
+    assert trains[(0, 0)].model is None and trains[(0, 0)].config["align_lam"] == 0.0
+    assert trains[(0, 1)].config["align_lam"] == 0.01 and trains[(0, 1)].model is not None
+    assert trains[(2, 0)].config["attack"] == "sign_flip" and "attack" not in trains[(0, 0)].config
+    # Round 0 uploads are 0, 1, 2 (the scripted training adds the client id to zeros).
+    uploads = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    prior = np.array([10, 30, 60]) / 100
+    weights = collaboration_graph(model_similarity(uploads - [0.5, -0.5]), prior, 0.5)
+    evaluations = {k: ins for k, ins in pool.log if ins.verb is Verb.EVALUATE and ins.round == 0}
+    for k in range(3):
+        np.testing.assert_allclose(evaluations[k].model, weights[k] @ uploads, rtol=1e-6)
+    graph = {(i, j): w for i, j, w in outcomes[0].graph}
+    assert all(i != j for i, j in graph)
+    assert graph.get((0, 1), 0.0) == pytest.approx(weights[0, 1])
+    assert outcomes[0].metrics[2]["malicious"] is True
+    assert "malicious" not in outcomes[0].metrics[0]

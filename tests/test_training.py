@@ -7,7 +7,14 @@ import torch
 
 from collabfl.client.flat import FlatModel
 from collabfl.client.models import MODELS, build_model
-from collabfl.client.training import TensorData, TrainingConfig, evaluate, steps_for, train
+from collabfl.client.training import (
+    TensorData,
+    TrainingConfig,
+    alignment_gradient,
+    evaluate,
+    steps_for,
+    train,
+)
 
 
 def _data(n: int = 96, seed: int = 0) -> TensorData:
@@ -114,3 +121,32 @@ def test_evaluate_counts_correct_predictions():
 )
 def test_steps_for(epochs, n, batch, steps):
     assert steps_for(epochs, n, batch) == steps
+
+
+def test_alignment_gradient_matches_autograd():
+    weights = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    direction = torch.randn(7, dtype=torch.float64)
+    (weights / weights.norm() @ direction).backward()
+    torch.testing.assert_close(alignment_gradient(weights.detach(), direction), weights.grad)
+
+
+def test_alignment_pulls_towards_the_direction():
+    data = _data()
+    config = TrainingConfig(lr=0.02, batch_size=16, weight_decay=0)
+    target = _flat(seed=9).get()
+    free, pulled = _flat(), _flat()
+    train(free, data, 2, config, torch.Generator().manual_seed(0))
+    train(
+        pulled,
+        data,
+        2,
+        config,
+        torch.Generator().manual_seed(0),
+        align_lam=50.0,
+        align_to=target / target.norm(),
+    )
+
+    def cosine(flat):
+        return float(torch.nn.functional.cosine_similarity(flat.get(), target, dim=0))
+
+    assert cosine(pulled) > cosine(free) + 0.05
