@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime-port", type=int, default=9094, help="SuperNode's local API port")
     p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
     p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept")
+    p.add_argument("--cost", type=float, help="iPFL: sharing cost this participant reports")
+    p.add_argument("--eagerness", type=float, help="iPFL: data eagerness it reports")
     tls = p.add_argument_group("TLS (omit all with --insecure)")
     tls.add_argument("--insecure", action="store_true", help="no TLS anywhere (loopback/tests)")
     tls.add_argument("--root-certificates", type=Path, help="CA of the SuperLink and peers")
@@ -64,6 +66,10 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     }
     if args.device:
         node_config["device"] = f'"{args.device}"'
+    for key in ("cost", "eagerness"):
+        value = getattr(args, key)
+        if value is not None:
+            node_config[key] = repr(float(value))
     if args.root_certificates:
         node_config["peer-ca"] = f'"{args.root_certificates.resolve()}"'
     command = [

@@ -9,7 +9,8 @@ coordinator only ever sends indices, sizes, addresses and grants.
 Node config (set by the client daemon on the SuperNode): ``client-id`` (int),
 ``data-path`` (this participant's data file), ``state-dir``, ``peer-address`` (where peers
 reach this daemon's peer server), and optionally ``device`` (overrides the run's device,
-e.g. "cuda:1" on a GPU machine) and ``peer-ca`` (PEM of the CA of peers' TLS certificates).
+e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the CA of peers' TLS certificates),
+``cost`` and ``eagerness`` (the iPFL market profile this participant reports).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class NodeSettings:
     peer_address: str
     device: str
     peer_ca: Path | None
+    market: dict[str, float]
+    """iPFL profile the participant reports: sharing ``cost`` and data ``eagerness``."""
 
     @classmethod
     def from_context(cls, context: Context) -> NodeSettings:
@@ -65,6 +68,7 @@ class NodeSettings:
             peer_address=str(config["peer-address"]),
             device=str(config.get("device", "")),
             peer_ca=Path(peer_ca) if peer_ca else None,
+            market={k: float(config[k]) for k in ("cost", "eagerness") if k in config},
         )
 
 
@@ -89,7 +93,7 @@ def setup(message: Message, context: Context) -> Message:
         training=TrainingConfig.model_validate_json(str(config["training"])),
     )
     NodeState(node.state_dir).write_settings(settings)
-    reply = describe(node.client_id, node.data_path, node.peer_address)
+    reply = describe(node.client_id, node.data_path, node.peer_address, node.market)
     return Message(RecordDict({"metrics": ConfigRecord(reply)}), reply_to=message)
 
 

@@ -181,12 +181,16 @@ def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
 
 
-def describe(client_id: int, data_path: Path, peer_address: str) -> dict[str, Any]:
-    """What a client tells the coordinator at set-up: identity, sizes, where to fetch it."""
+def describe(
+    client_id: int, data_path: Path, peer_address: str, market: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """What a client tells the coordinator at set-up: identity, sizes, where to fetch it,
+    and (for iPFL) its market profile if it chose one."""
     data, meta = load_client_file(data_path)
     return {
         "client_id": client_id,
         "num_samples": len(data.train),
         "num_classes": int(meta["num_classes"]),
         "peer_address": peer_address,
+        **(market or {}),
     }

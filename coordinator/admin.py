@@ -286,6 +286,40 @@ def metrics(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="R
 
 
 @admin_app.command()
+def payments(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    round_index: Annotated[
+        int | None, typer.Option("--round", help="one round only (default: the last)")
+    ] = None,
+) -> None:
+    """iPFL's ledger: per client gain, sharing cost, payment and utility, with totals."""
+    with _client(ctx) as client:
+        history = client.get_metrics(run_id)
+    ledger = {t: m for t, m in history.items() if any("utility" in v for v in m.values())}
+    if not ledger:
+        _fail(f"run {run_id} has no market ledger (is it an iPFL run with a round done?)", 2)
+    shown = max(ledger) if round_index is None else round_index
+    if shown not in ledger:
+        _fail(f"run {run_id} has no ledger for round {shown}", 2)
+    table = Table(
+        "client", "gain", "sharing cost", "payment", "utility", "importers",
+        f"cumulative utility (rounds 0–{shown})", "cumulative payment",
+        title=f"run {run_id}, round {shown}",
+    )  # fmt: skip
+    for client_id, entry in sorted(ledger[shown].items()):
+        rounds = [ledger[t][client_id] for t in ledger if t <= shown and client_id in ledger[t]]
+        table.add_row(
+            str(client_id),
+            *(f"{entry[key]:.3f}" for key in ("gain", "sharing_cost", "payment", "utility")),
+            str(entry.get("importers", 0)),
+            f"{sum(r['utility'] for r in rounds):.3f}",
+            f"{sum(r['payment'] for r in rounds):.3f}",
+        )
+    console.print(table)
+
+
+@admin_app.command()
 def events(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RUN")]) -> None:
     """The run's recorded faults and notices, oldest first."""
     with _client(ctx) as client:

@@ -17,6 +17,7 @@ from collabfl.client.training import TrainingConfig
 
 METHOD_NAMES = (
     "pfedgraph",
+    "ipfl",
     "local",
     "fedavg",
     "fedavg_ft",
@@ -110,6 +111,21 @@ class PFedGraphConfig(_Section):
     attack_fraction: float = Field(0.0, ge=0, le=1, description="share of poisoning clients")
 
 
+class IPFLConfig(_Section):
+    """iPFL's market. Profiles: every client reports ``cost`` and ``eagerness`` unless its
+    daemon reports its own; the role shares turn some clients into pure buyers (c = ∞),
+    sellers (K = 0, c = 0) or random-weight attackers (K = 0, c = 0)."""
+
+    lam: float = Field(0.1, ge=0, le=1e6, description="distance weight λ")
+    eta: float = Field(1.0, gt=0, le=1e6, description="proximal step η (client prox λ/η)")
+    distance: Literal["cosine", "l2"] = "cosine"
+    cost: float = Field(1.0, ge=0, le=1e12, description="sharing cost c per importer per round")
+    eagerness: float = Field(2e4, ge=0, le=1e12, description="data eagerness K")
+    buyers: float = Field(0.0, ge=0, le=1)
+    sellers: float = Field(0.0, ge=0, le=1)
+    attackers: float = Field(0.0, ge=0, le=1)
+
+
 class FinetuneConfig(_Section):
     epochs: float | None = Field(None, gt=0, le=1000, description="default: 2 × epochs")
 
@@ -138,6 +154,7 @@ class ExperimentConfig(_Section):
     fedprox: FedProxConfig = Field(default_factory=FedProxConfig)
     ditto: DittoConfig = Field(default_factory=DittoConfig)
     pfedgraph: PFedGraphConfig = Field(default_factory=PFedGraphConfig)
+    ipfl: IPFLConfig = Field(default_factory=IPFLConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
 
 

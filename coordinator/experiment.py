@@ -192,7 +192,7 @@ def run_method(
         build_model(model_name(config), data.pool.num_classes, seed=config.seed), device
     )
     federation = build_federation(splits, workspace, config.training, config.seed)
-    method = build_method(spec, num_clients, workspace)
+    method = build_method(spec, federation.sample_counts, workspace)
     recorder = MethodRecorder(spec, run_dir, num_clients, model_name(config), workspace.nbytes)
     task = None
     if progress is not None:

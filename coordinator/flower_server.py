@@ -27,7 +27,7 @@ from flwr.serverapp import Grid, ServerApp
 from collabfl.client.flat import FlatModel
 from collabfl.client.models import build_model
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
-from collabfl.coordinator.config import validate_config
+from collabfl.coordinator.config import ConfigError, validate_config
 from collabfl.coordinator.experiment import model_name, write_comparison
 from collabfl.coordinator.flower_pool import FlowerClientPool, exchange
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
@@ -57,6 +57,9 @@ def main(grid: Grid, context: Context) -> None:
             raise
         try:
             drive(grid, coordinator, run_id, spec, settings)
+        except ConfigError as error:  # e.g. a client reported an invalid market profile
+            coordinator.finish_run(run_id, "failed", str(error))
+            raise
         except StopRequested:
             coordinator.finish_run(run_id, "stopped", "stopped by an operator")
         except Exception as error:
@@ -80,7 +83,7 @@ def drive(
 ) -> None:
     """Join the clients, run every round, record it, and write the run directory."""
     setup = setup_record(run_id, spec)
-    members, num_classes = join(grid, setup, settings)
+    members, num_classes, reports = join(grid, setup, settings)
     coordinator.register_members(members)
     ttl = float(settings.get("grant-ttl", 600))
 
@@ -92,7 +95,7 @@ def drive(
         coordinator.record_event(run_id, kind, message, round=round_index, client_id=client_id)
 
     def admit_new(nodes: Sequence[int]) -> list[Member]:
-        joined, _ = admit(grid, nodes, setup, timeout_s=60.0)
+        joined, _, _ = admit(grid, nodes, setup, timeout_s=60.0)
         if joined:
             coordinator.register_members(joined)
         return joined
@@ -111,7 +114,7 @@ def drive(
         coordinator.record_event(run_id, "resumed", f"resuming after round {last}", "info")
     recorder = MethodRecorder(spec, run_dir, len(members), model, model_bytes, last)
     started = time.perf_counter()
-    method = build_method(spec, len(members), workspace)
+    method = build_method(spec, pool.sample_counts, workspace, reports)
     for outcome in method.rounds(pool, spec.config.rounds, resume):
         rows = recorder.record(outcome, pool.take_coordinator_bytes())
         save_checkpoint(run_dir / "checkpoint", outcome.round, outcome.checkpoint)
@@ -142,13 +145,14 @@ def setup_record(run_id: str, spec: MethodSpec) -> ConfigRecord:
 
 def admit(
     grid: Grid, nodes: Sequence[int], setup: ConfigRecord, timeout_s: float
-) -> tuple[list[Member], set[int]]:
-    """Send the set-up to ``nodes``; return the members that answered and their class counts."""
+) -> tuple[list[Member], set[int], dict[int, dict[str, float]]]:
+    """Send the set-up to ``nodes``; return the members that answered, their class counts
+    and what they reported about themselves for markets (iPFL cost and eagerness)."""
     messages = [
         Message(RecordDict({"config": setup}), dst_node_id=node, message_type="query.setup")
         for node in nodes
     ]
-    members, classes = [], set()
+    members, classes, reports = [], set(), {}
     for node, content in exchange(grid, messages, timeout_s, 0.25).items():
         if isinstance(content, str):
             log.warning("node %s failed to join: %s", node, content)
@@ -163,10 +167,15 @@ def admit(
             )
         )
         classes.add(int(described["num_classes"]))
-    return members, classes
+        reported = {k: float(described[k]) for k in ("cost", "eagerness") if k in described}
+        if reported:
+            reports[int(described["client_id"])] = reported
+    return members, classes, reports
 
 
-def join(grid: Grid, setup: ConfigRecord, settings: dict[str, Any]) -> tuple[list[Member], int]:
+def join(
+    grid: Grid, setup: ConfigRecord, settings: dict[str, Any]
+) -> tuple[list[Member], int, dict[int, dict[str, float]]]:
     """Wait for the expected clients, send them the run's settings, collect who they are."""
     expected = int(settings.get("expected-clients", 1))
     deadline = time.monotonic() + float(settings.get("join-timeout", 120))
@@ -174,7 +183,7 @@ def join(grid: Grid, setup: ConfigRecord, settings: dict[str, Any]) -> tuple[lis
     while len(nodes) < expected and time.monotonic() < deadline:
         time.sleep(0.5)
         nodes = list(grid.get_node_ids())
-    members, classes = admit(grid, nodes, setup, max(deadline - time.monotonic(), 30.0))
+    members, classes, reports = admit(grid, nodes, setup, max(deadline - time.monotonic(), 30.0))
     if not members:
         raise RuntimeError(f"no client joined within the join timeout ({len(nodes)} nodes seen)")
     if len(classes) != 1:
@@ -182,4 +191,4 @@ def join(grid: Grid, setup: ConfigRecord, settings: dict[str, Any]) -> tuple[lis
     ids = [m.client_id for m in members]
     if len(set(ids)) != len(ids):
         raise RuntimeError(f"two nodes claim the same client id: {sorted(ids)}")
-    return sorted(members, key=lambda m: m.client_id), classes.pop()
+    return sorted(members, key=lambda m: m.client_id), classes.pop(), reports

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from collabfl.client.flat import FlatModel
 from collabfl.client.models import head_parameters
@@ -18,6 +22,8 @@ from collabfl.coordinator.config import (
 from collabfl.strategies.ditto import Ditto
 from collabfl.strategies.dpfl import DPFL
 from collabfl.strategies.fedavg import FedAvg
+from collabfl.strategies.ipfl import ClientProfile
+from collabfl.strategies.ipfl_method import IPFL
 from collabfl.strategies.local import Local
 from collabfl.strategies.pfedgraph import default_alpha
 from collabfl.strategies.pfedgraph_method import PFedGraph, choose_attackers
@@ -33,6 +39,7 @@ SECTION_OF = {
     "dpfl": "dpfl",
     "dpfl_random": "dpfl",
     "pfedgraph": "pfedgraph",
+    "ipfl": "ipfl",
 }
 """Which config section a spec's bare ``key=value`` options belong to."""
 
@@ -67,10 +74,17 @@ def parse_method_spec(text: str, base: ExperimentConfig) -> MethodSpec:
     return MethodSpec(text.strip(), name, validate_config(raw))
 
 
-def build_method(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> Method:
-    """The strategy object for a spec, resolved for N clients and the model in ``workspace``
-    (which holds the shared initial model)."""
+def build_method(
+    spec: MethodSpec,
+    sample_counts: Mapping[int, int],
+    workspace: FlatModel,
+    reported: Mapping[int, Mapping[str, float]] | None = None,
+) -> Method:
+    """The strategy object for a spec, resolved for the clients (their sample counts and,
+    for iPFL, what they reported) and the model in ``workspace`` (the shared initial model).
+    """
     config = spec.config
+    num_clients = len(sample_counts)
     epochs = config.epochs
     finetune = config.finetune.epochs or 2 * epochs
     match spec.name:
@@ -99,6 +113,8 @@ def build_method(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> Me
             )
         case "pfedgraph":
             return _pfedgraph(spec, num_clients, workspace)
+        case "ipfl":
+            return _ipfl(spec, sample_counts, workspace, reported or {})
     raise ConfigError(f"unknown method {spec.name!r}")
 
 
@@ -119,6 +135,50 @@ def _pfedgraph(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> PFed
         attackers=choose_attackers(num_clients, options.attack_fraction, spec.config.seed)
         if attack
         else frozenset(),
+        name=spec.label,
+    )
+
+
+def _ipfl(
+    spec: MethodSpec,
+    sample_counts: Mapping[int, int],
+    workspace: FlatModel,
+    reported: Mapping[int, Mapping[str, float]],
+) -> IPFL:
+    options = spec.config.ipfl
+    clients = sorted(sample_counts)
+    order = np.random.default_rng([spec.config.seed, 0x1BF1]).permutation(clients)
+    shares = {"attacker": options.attackers, "seller": options.sellers, "buyer": options.buyers}
+    roles: dict[int, str] = {}
+    start = 0
+    for role, share in shares.items():
+        count = round(share * len(clients))
+        roles |= {int(k): role for k in order[start : start + count]}
+        start += count
+    profiles = {}
+    for k in clients:
+        cost, eagerness = options.cost, options.eagerness
+        if roles.get(k) in ("attacker", "seller"):
+            cost, eagerness = 0.0, 0.0
+        elif roles.get(k) == "buyer":
+            cost = math.inf
+        cost = reported.get(k, {}).get("cost", cost)
+        eagerness = reported.get(k, {}).get("eagerness", eagerness)
+        try:
+            role = "attacker" if roles.get(k) == "attacker" else None
+            profiles[k] = ClientProfile(sample_counts[k], cost, eagerness, role)
+        except ValueError as error:
+            raise ConfigError(f"client {k} reported an invalid iPFL profile: {error}") from None
+    attackers = frozenset(k for k, role in roles.items() if role == "attacker")
+    return IPFL(
+        epochs=spec.config.epochs,
+        initial_model=workspace.get().cpu().numpy(),
+        profiles=profiles,
+        lam=options.lam,
+        eta=options.eta,
+        distance=options.distance,
+        attack="gaussian" if attackers else None,
+        attackers=attackers,
         name=spec.label,
     )
 

@@ -34,6 +34,13 @@ ROW_KEYS = (
     "collaborate_s",
     "fetch_s",
     "evaluate_s",
+    "gain",
+    "sharing_cost",
+    "payment",
+    "utility",
+    "importers",
+    "imports",
+    "paid_to",
 )
 """What a metrics row keeps of a client's replies (``*_s``: seconds the client spent)."""
 

@@ -26,6 +26,12 @@ METRICS = {
 }
 
 
+LEDGER = {
+    0: {"gain": 2.5, "sharing_cost": 0.0, "payment": 1.25, "utility": 1.25, "importers": 0},
+    1: {"gain": 0.0, "sharing_cost": 1.0, "payment": -1.25, "utility": 0.25, "importers": 1},
+}
+
+
 class FakeSigner:
     def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes:
         return b"token"
@@ -41,6 +47,9 @@ def address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         for round_index, edges in ROUNDS.items():
             state.record_round("exp-1", round_index, edges, METRICS[round_index], num_clients=4)
         state.record_event("exp-1", "peer_skipped", "digest mismatch", round=1, client_id=3)
+        state.create_run("market", "ipfl", {})
+        for round_index in (0, 1):
+            state.record_round("market", round_index, [(0, 1, 1.0)], LEDGER, num_clients=2)
         state.create_run("wide", "pfedgraph", {})
         state.record_round("wide", 0, [(i, (i + 1) % 20, 0.5) for i in range(20)], {})
         server, port = serve(state, FakeSigner())
@@ -63,7 +72,7 @@ def _ok(address: str, *args: str) -> str:
 def test_status(address: str) -> None:
     out = _ok(address, "status")
     assert f"coordinator {address}: up" in out
-    assert "4 members, 2 runs, 2 active" in out
+    assert "4 members, 3 runs, 3 active" in out
     assert "exp-1" in out and "wide" in out
 
 
@@ -123,6 +132,17 @@ def test_metrics(address: str) -> None:
     assert "60.00%" in out and "50.00%" in out and "70.00%" in out  # round 0 mean/min/max
     assert "75.00%" in out and "90.00%" in out  # round 1
     assert "2.0 KiB" in out
+
+
+def test_payments_ledger_with_cumulative_totals(address: str) -> None:
+    out = _ok(address, "payments", "market")
+    assert "round 1" in out
+    assert "1.250" in out and "-1.250" in out  # this round's payments
+    assert "0.500" in out and "-2.500" in out  # client 1: utility and payment over 2 rounds
+    first = _ok(address, "payments", "market", "--round", "0")
+    assert "round 0" in first
+    refused = _admin(address, "payments", "exp-1")
+    assert refused.exit_code == 2 and "no market ledger" in refused.output
 
 
 def test_events(address: str) -> None:

@@ -21,6 +21,7 @@ from collabfl.strategies.dpfl import DPFL
 from collabfl.strategies.fedavg import FedAvg
 
 ROOT = Path(__file__).resolve().parents[1]
+COUNTS20 = dict.fromkeys(range(20), 100)
 
 
 def test_quickstart_file_spells_out_the_defaults():
@@ -83,14 +84,14 @@ def test_method_specs_route_options_to_their_section():
     base = load_config()
     workspace = FlatModel(build_model("mnist1d_cnn", 10, seed=0))
     spec = parse_method_spec("dpfl:budget=inf,select_every=5", base)
-    method = build_method(spec, 20, workspace)
+    method = build_method(spec, COUNTS20, workspace)
     assert isinstance(method, DPFL) and method.budget is None and method.select_every == 5
     assert method.name == "dpfl:budget=inf,select_every=5"
-    prox = build_method(parse_method_spec("fedprox_ft:mu=0.01", base), 20, workspace)
+    prox = build_method(parse_method_spec("fedprox_ft:mu=0.01", base), COUNTS20, workspace)
     assert isinstance(prox, FedAvg) and prox.prox_mu == 0.01 and prox.finetune_epochs == 2.0
     ditto = parse_method_spec("ditto:training.lr=0.01", base)
     assert ditto.config.training.lr == 0.01
-    random_graph = build_method(parse_method_spec("dpfl_random", base), 20, workspace)
+    random_graph = build_method(parse_method_spec("dpfl_random", base), COUNTS20, workspace)
     assert random_graph.graph == "random" and random_graph.budget == 4
     with pytest.raises(ConfigError, match="unknown method"):
         parse_method_spec("fedsomething", base)

@@ -10,6 +10,8 @@ import pytest
 from collabfl.strategies.ditto import Ditto
 from collabfl.strategies.dpfl import DPFL, collaboration_edges
 from collabfl.strategies.fedavg import FedAvg
+from collabfl.strategies.ipfl import ClientProfile
+from collabfl.strategies.ipfl_method import IPFL
 from collabfl.strategies.local import Local
 from collabfl.strategies.pfedgraph_method import PFedGraph
 from collabfl.strategies.protocol import Instruction, Reply, Verb
@@ -146,6 +148,11 @@ def test_weighted_average_validates_input():
         Ditto(epochs=1),
         Local(epochs=1),
         PFedGraph(epochs=1, initial_model=np.zeros(2), alpha=1.0),
+        IPFL(
+            epochs=1,
+            initial_model=np.ones(2),
+            profiles={k: ClientProfile(n, 0.5, 1e4) for k, n in COUNTS.items()},
+        ),
     ],
     ids=lambda m: type(m).__name__,
 )
@@ -228,3 +235,22 @@ def test_pfedgraph_sends_each_client_its_aggregate_and_regulariser_target():
     assert graph.get((0, 1), 0.0) == pytest.approx(weights[0, 1])
     assert outcomes[0].metrics[2]["malicious"] is True
     assert "malicious" not in outcomes[0].metrics[0]
+
+
+def test_ipfl_prices_imports_and_sends_proximal_centres():
+    pool = ScriptedPool(COUNTS)
+    profiles = {k: ClientProfile(n, 1.0, 2e4) for k, n in COUNTS.items()}
+    method = IPFL(epochs=1, initial_model=np.array([0.3, -0.1]), profiles=profiles, lam=0.1)
+    outcomes = list(method.rounds(pool, 2))
+    trains = {(k, ins.round): ins for k, ins in pool.log if ins.verb is Verb.TRAIN}
+    assert "prox_mu" not in trains[(0, 0)].config and trains[(0, 0)].model is None
+    assert trains[(0, 1)].config["prox_mu"] == pytest.approx(0.1)
+    assert trains[(0, 1)].config["prox_slot"] == "centre" and trains[(0, 1)].model is not None
+    first = outcomes[0]
+    assert sum(first.metrics[k]["payment"] for k in COUNTS) == pytest.approx(0.0, abs=1e-9)
+    for k, metrics in first.metrics.items():
+        expected = metrics["gain"] - metrics["sharing_cost"] - metrics["payment"]
+        assert metrics["utility"] == pytest.approx(expected)
+        assert metrics["imports"] == sorted(j for i, j, _ in first.graph if i == k)
+    evaluations = [ins for _, ins in pool.log if ins.verb is Verb.EVALUATE]
+    assert all(ins.model is None for ins in evaluations)  # each client keeps its own model

@@ -145,3 +145,16 @@ def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
     malicious = {row["client"] for row in attacked.rows if row["malicious"]}
     assert len(malicious) == 2
     assert "mean_test_acc_all" in attacked.summary
+
+
+def test_ipfl_market_with_roles_keeps_a_ledger(tmp_path):
+    methods = "ipfl:sellers=0.17,buyers=0.17,attackers=0.17"
+    out = tmp_path / "ipfl"
+    _invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    records = read_run(out / "ipfl_sellers_0.17_buyers_0.17_attackers_0.17")
+    for round_index in range(3):
+        rows = [r for r in records.rows if r["round"] == round_index]
+        assert sum(r["payment"] for r in rows) == pytest.approx(0.0, abs=1e-6)
+        assert all(r["utility"] is not None for r in rows)
+    assert sum(r["malicious"] for r in records.rows if r["round"] == 0) == 1
+    assert sorted(records.graphs) == [0, 1, 2]
