@@ -103,3 +103,23 @@ def test_readme_quickstart_and_examples_are_valid():
     for path in (ROOT / "examples").glob("*.toml"):
         load_config(path)
         assert tomllib.loads(path.read_text())
+
+
+def test_ipfl_profiles_from_roles_and_reports():
+    from collabfl.strategies.ipfl_method import IPFL
+
+    base = load_config(None, ["ipfl.sellers=0.25", "ipfl.buyers=0.25", "ipfl.attackers=0.25"])
+    workspace = FlatModel(build_model("mnist1d_cnn", 10, seed=0))
+    counts = dict.fromkeys(range(8), 100)
+    spec = parse_method_spec("ipfl", base)
+    method = build_method(spec, counts, workspace)
+    assert isinstance(method, IPFL)
+    roles = [method.profiles[k].role for k in range(8)]
+    expected = ["attacker"] * 2 + ["seller"] * 2 + ["buyer"] * 2 + ["trader"] * 2
+    assert sorted(roles) == sorted(expected)
+    assert method.attackers == {k for k in range(8) if roles[k] == "attacker"}
+    trader = roles.index("trader")
+    reported = build_method(spec, counts, workspace, {trader: {"cost": 2.0, "eagerness": 5.0}})
+    assert (reported.profiles[trader].cost, reported.profiles[trader].eagerness) == (2.0, 5.0)
+    with pytest.raises(ConfigError, match="client 5 reported an invalid iPFL profile: cost"):
+        build_method(spec, counts, workspace, {5: {"cost": -1.0}})
