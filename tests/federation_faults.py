@@ -1,0 +1,56 @@
+"""Helpers for the fault tests with real processes (not a test module itself)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from collabfl.coordinator.config import load_config
+from collabfl.coordinator.federation import LocalFederation, write_client_files
+from collabfl.coordinator.methods import parse_method_spec, run_request
+
+BASE = [
+    "data.num_train=1500",
+    "data.num_test=600",
+    "epochs=0.5",
+    "dpfl.init_epochs=1",
+    "dpfl.budget=inf",
+]
+
+
+def make_federation(root: Path, clients: int, rounds: int):
+    config = load_config(
+        None,
+        [
+            *BASE,
+            f"data.num_clients={clients}",
+            f"rounds={rounds}",
+            f"data.cache_dir={json.dumps(str(root / 'cache'))}",
+        ],
+    )
+    files = write_client_files(config, root / "data")
+    return config, LocalFederation(root / "work", files)
+
+
+def start_run(federation: LocalFederation, config, out: Path, timeout: float) -> str:
+    spec = parse_method_spec("dpfl", config)
+    run_id = "faulty"
+    with federation.client() as client:
+        request = run_request(spec, len(federation.client_files), str(out), timeout)
+        client.create_run(run_id, spec.label, request)
+    return run_id
+
+
+def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 300):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            with federation.client() as client:
+                run = client.get_run(run_id)
+            if until(run):
+                return run
+        except ConnectionError:
+            pass  # the coordinator is restarting
+        time.sleep(1.0)
+    raise AssertionError(f"run {run_id} did not reach the expected state in {limit_s} s")

@@ -1,0 +1,54 @@
+"""The coordinator (SuperLink, service, ServerApp) killed and restarted mid-run: the run
+resumes after its last completed round and ends exactly as an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from federation_faults import BASE, make_federation, start_run, wait_for
+
+from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.state import CoordinatorState
+
+
+@pytest.fixture
+def uninterrupted(tmp_path_factory):
+    """The same run in the in-process runtime, for comparison."""
+    from typer.testing import CliRunner
+
+    from collabfl.coordinator.cli import app
+
+    root = tmp_path_factory.mktemp("reference")
+    flags = [
+        *BASE,
+        "data.num_clients=3",
+        "rounds=4",
+        f"data.cache_dir={json.dumps(str(root / 'cache'))}",
+    ]
+    args = [arg for f in flags for arg in ("--set", f)]
+    result = CliRunner().invoke(app, ["simulate", *args, "--out", str(root / "run")])
+    assert result.exit_code == 0, result.output
+    return read_run(root / "run" / "dpfl").rows
+
+
+def test_coordinator_restart_resumes_the_run_exactly(tmp_path, uninterrupted):
+    config, federation = make_federation(tmp_path, clients=3, rounds=4)
+    out = tmp_path / "out"
+    with federation:
+        run_id = start_run(federation, config, out, timeout=120)
+        wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 1)
+        federation.kill("coordinator")
+        federation.restart("coordinator")
+        run = wait_for(federation, run_id, lambda r: not r.active, limit_s=400)
+    assert run.status == "finished", run.message
+    with CoordinatorState(federation.coordinator_dir / "coordinator.db") as state:
+        kinds = [e.kind for e in state.events(run_id)]
+    assert "resumed" in kinds
+    rows = read_run(out / "dpfl").rows
+    assert [(r["round"], r["client"]) for r in rows] == [
+        (r["round"], r["client"]) for r in uninterrupted
+    ]
+    for resumed, reference in zip(rows, uninterrupted, strict=True):
+        assert resumed["best_test_acc"] == pytest.approx(reference["best_test_acc"], abs=1e-9)
+        assert resumed["num_collaborators"] == reference["num_collaborators"]
