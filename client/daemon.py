@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -26,10 +27,18 @@ from collabfl.client.tls import ServerTLS
 
 log = logging.getLogger("collabfl.client")
 
-FLOWER_ENV = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-}
+
+def flower_env(flwr_home: Path) -> dict[str, str]:
+    """Environment for Flower processes: no telemetry, our FLWR_HOME, and this interpreter's
+    scripts first on PATH (Flower starts ``flower-superexec`` and ``flwr-*`` by name, which
+    must resolve to the same installation even when the venv is not activated)."""
+    scripts = str(Path(sys.executable).parent)
+    return {
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_HOME": str(flwr_home.resolve()),
+        "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
+    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -127,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         port,
         args.peer_address,
     )
-    env = {**FLOWER_ENV, "FLWR_HOME": str((args.state_dir / "flwr").resolve())}
+    env = flower_env(args.state_dir / "flwr")
     supernode = Supervisor(
         "supernode", supernode_command(args), args.state_dir / "supernode.log", env
     )

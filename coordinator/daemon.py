@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-from collabfl.client.daemon import FLOWER_ENV
+from collabfl.client.daemon import flower_env
 from collabfl.client.grants import (
     GrantSigner,
     generate_private_key,
@@ -252,12 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     server, port = serve(state, signer, f"{args.host}:{args.service_port}", tls)
     service = args.advertise or f"{args.host}:{port}"
     log.info("coordinator service on %s:%s", args.host, port)
-    env = {**FLOWER_ENV, "FLWR_HOME": str(write_flower_home(args))}
+    env = flower_env(write_flower_home(args))
     superlink = Supervisor(
         "superlink", superlink_command(args), args.state_dir / "superlink.log", env
     )
     superlink.start()
-    launcher = RunLauncher(state, args.state_dir, write_app(args.state_dir), {**env}, service)
+    launcher = RunLauncher(
+        state, args.state_dir, write_app(args.state_dir), {**os.environ, **env}, service
+    )
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)
     thread.start()
     stop = threading.Event()

@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from collabfl.client.daemon import FLOWER_ENV
+from collabfl.client.daemon import flower_env
 from collabfl.client.data.client_file import save_client_file
 from collabfl.client.supervisor import stop_group
 from collabfl.coordinator.config import ExperimentConfig
@@ -177,11 +177,7 @@ class LocalFederation:
         raise TimeoutError(f"{online} of {expected} clients online after {timeout_s:.0f} s")
 
     def online_nodes(self) -> list[dict[str, Any]]:
-        env = {
-            **os.environ,
-            **FLOWER_ENV,
-            "FLWR_HOME": str((self.coordinator_dir / "flwr").resolve()),
-        }
+        env = {**os.environ, **flower_env(self.coordinator_dir / "flwr")}
         flwr = Path(sys.executable).with_name("flwr")
         result = subprocess.run(
             [str(flwr), "supernode", "list", "collabfl", "--format", "json"],
