@@ -107,8 +107,14 @@ class PFedGraphConfig(_Section):
     similarity: Literal["all", "head"] = Field(
         "all", description="compare all parameters, or only the final fully connected layers"
     )
-    attack: Literal["none", "shuffle", "all_ones", "sign_flip", "gaussian"] = "none"
-    attack_fraction: float = Field(0.0, ge=0, le=1, description="share of poisoning clients")
+
+
+class AttackConfig(_Section):
+    """Simulated model poisoning for robustness experiments: a share of the clients upload
+    corrupted weights (FedAvg, FedProx, pFedGraph). iPFL's attackers are its own role."""
+
+    kind: Literal["none", "shuffle", "all_ones", "sign_flip", "gaussian"] = "none"
+    fraction: float = Field(0.0, ge=0, le=1, description="share of poisoning clients")
 
 
 class IPFLConfig(_Section):
@@ -155,6 +161,7 @@ class ExperimentConfig(_Section):
     ditto: DittoConfig = Field(default_factory=DittoConfig)
     pfedgraph: PFedGraphConfig = Field(default_factory=PFedGraphConfig)
     ipfl: IPFLConfig = Field(default_factory=IPFLConfig)
+    attack: AttackConfig = Field(default_factory=AttackConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
 
 

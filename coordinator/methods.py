@@ -19,6 +19,7 @@ from collabfl.coordinator.config import (
     resolve_budget,
     validate_config,
 )
+from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.ditto import Ditto
 from collabfl.strategies.dpfl import DPFL
 from collabfl.strategies.fedavg import FedAvg
@@ -26,7 +27,7 @@ from collabfl.strategies.ipfl import ClientProfile
 from collabfl.strategies.ipfl_method import IPFL
 from collabfl.strategies.local import Local
 from collabfl.strategies.pfedgraph import default_alpha
-from collabfl.strategies.pfedgraph_method import PFedGraph, choose_attackers
+from collabfl.strategies.pfedgraph_method import PFedGraph
 from collabfl.strategies.rounds import Method
 
 SECTION_OF = {
@@ -87,18 +88,20 @@ def build_method(
     num_clients = len(sample_counts)
     epochs = config.epochs
     finetune = config.finetune.epochs or 2 * epochs
+    attack = config.attack
+    attackers = Attackers.chosen(
+        None if attack.kind == "none" else attack.kind, attack.fraction, num_clients, config.seed
+    )
     match spec.name:
         case "local":
             return Local(epochs, name=spec.label)
-        case "fedavg":
-            return FedAvg(epochs, name=spec.label)
-        case "fedavg_ft":
-            return FedAvg(epochs, finetune_epochs=finetune, name=spec.label)
-        case "fedprox":
-            return FedAvg(epochs, prox_mu=config.fedprox.mu, name=spec.label)
-        case "fedprox_ft":
+        case "fedavg" | "fedavg_ft" | "fedprox" | "fedprox_ft":
             return FedAvg(
-                epochs, prox_mu=config.fedprox.mu, finetune_epochs=finetune, name=spec.label
+                epochs,
+                prox_mu=config.fedprox.mu if spec.name.startswith("fedprox") else 0.0,
+                finetune_epochs=finetune if spec.name.endswith("_ft") else 0.0,
+                attackers=attackers,
+                name=spec.label,
             )
         case "ditto":
             return Ditto(epochs, lam=config.ditto.lam, name=spec.label)
@@ -112,18 +115,19 @@ def build_method(
                 name=spec.label,
             )
         case "pfedgraph":
-            return _pfedgraph(spec, num_clients, workspace)
+            return _pfedgraph(spec, num_clients, workspace, attackers)
         case "ipfl":
             return _ipfl(spec, sample_counts, workspace, reported or {})
     raise ConfigError(f"unknown method {spec.name!r}")
 
 
-def _pfedgraph(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> PFedGraph:
+def _pfedgraph(
+    spec: MethodSpec, num_clients: int, workspace: FlatModel, attackers: Attackers
+) -> PFedGraph:
     options = spec.config.pfedgraph
     compare = (0, workspace.num_parameters)
     if options.similarity == "head":
         compare = (workspace.num_parameters - head_parameters(workspace.module), compare[1])
-    attack = None if options.attack == "none" else options.attack
     return PFedGraph(
         epochs=spec.config.epochs,
         initial_model=workspace.get().cpu().numpy(),
@@ -131,10 +135,7 @@ def _pfedgraph(spec: MethodSpec, num_clients: int, workspace: FlatModel) -> PFed
         lam=options.lam,
         regularizer=options.regularizer,
         compare=compare,
-        attack=attack,
-        attackers=choose_attackers(num_clients, options.attack_fraction, spec.config.seed)
-        if attack
-        else frozenset(),
+        attackers=attackers,
         name=spec.label,
     )
 
@@ -177,8 +178,7 @@ def _ipfl(
         lam=options.lam,
         eta=options.eta,
         distance=options.distance,
-        attack="gaussian" if attackers else None,
-        attackers=attackers,
+        attackers=Attackers("gaussian", attackers) if attackers else Attackers(),
         name=spec.label,
     )
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from collabfl.strategies.protocol import ClientPool, Verb, broadcast
+from collabfl.strategies.attacks import Attackers
+from collabfl.strategies.protocol import ClientPool, Instruction, Verb, broadcast
 from collabfl.strategies.rounds import (
     Resume,
     RoundOutcome,
@@ -22,11 +23,13 @@ class FedAvg:
     ``prox_mu > 0`` turns it into FedProx (a proximal term towards the received global model
     during local training). ``finetune_epochs > 0`` adds a final round in which every client
     fine-tunes its best-validation global model locally (FedAvg+FT of the DPFL paper).
+    ``attackers`` upload poisoned models (robustness experiments).
     """
 
     epochs: float
     prox_mu: float = 0.0
     finetune_epochs: float = 0.0
+    attackers: Attackers = field(default_factory=Attackers)
     name: str = "fedavg"
 
     def rounds(
@@ -41,14 +44,25 @@ class FedAvg:
             "upload": True,
         }
         for t in range(first_round(resume), num_rounds):
-            trained = broadcast(pool, Verb.TRAIN, t, train_config, model=global_model)
+            trained = pool.send(
+                {
+                    k: Instruction(
+                        Verb.TRAIN, t, self.attackers.train_config(k, train_config), global_model
+                    )
+                    for k in sorted(pool.sample_counts)
+                }
+            )
             global_model = average_replies(trained, pool.sample_counts)
             evaluate = {"slot": "global", "keep_best": self.finetune_epochs > 0}
             evaluated = broadcast(pool, Verb.EVALUATE, t, evaluate, model=global_model)
-            yield RoundOutcome(t, merge_metrics(trained, evaluated), None, {"global": global_model})
+            metrics = merge_metrics(trained, evaluated)
+            self.attackers.mark(metrics)
+            yield RoundOutcome(t, metrics, None, {"global": global_model})
         if self.finetune_epochs > 0 and first_round(resume) <= num_rounds:
             t = num_rounds
             finetune = {"slot": "finetuned", "from_best": "global", "epochs": self.finetune_epochs}
             trained = broadcast(pool, Verb.TRAIN, t, finetune)
             evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "finetuned"})
-            yield RoundOutcome(t, merge_metrics(trained, evaluated))
+            metrics = merge_metrics(trained, evaluated)
+            self.attackers.mark(metrics)
+            yield RoundOutcome(t, metrics)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.ipfl import (
     ClientProfile,
     cosine_distance_grad,
@@ -29,7 +30,6 @@ from collabfl.strategies.ipfl import (
     squared_l2_grad,
     utilities,
 )
-from collabfl.strategies.pfedgraph import Attack
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb
 from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
 
@@ -48,8 +48,7 @@ class IPFL:
     lam: float = 0.1
     eta: float = 1.0
     distance: Distance = "cosine"
-    attack: Attack | None = None
-    attackers: frozenset[int] = field(default_factory=frozenset)
+    attackers: Attackers = field(default_factory=Attackers)
     name: str = "ipfl"
 
     def rounds(
@@ -82,8 +81,7 @@ class IPFL:
             metrics = merge_metrics(trained, evaluated)
             for k in metrics:
                 metrics[k].update(ledger.get(k, {}))
-                if k in self.attackers:
-                    metrics[k]["malicious"] = True
+            self.attackers.mark(metrics)
             edges: list[Edge] = [
                 (traders[i], traders[j], 1.0) for i, j in zip(*np.nonzero(graph), strict=True)
             ]
@@ -97,9 +95,7 @@ class IPFL:
                 "prox_slot": "centre",
                 "prox_mu": self.lam / self.eta,
             }
-        if self.attack is not None and client in self.attackers:
-            config["attack"] = self.attack
-        return config
+        return self.attackers.train_config(client, config)
 
     def _market(
         self, traders: list[int], trained: Mapping[int, Reply]

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.pfedgraph import (
-    Attack,
     collaboration_graph,
     model_similarity,
     normalized_aggregate,
@@ -36,8 +36,7 @@ class PFedGraph:
     ``regularizer="normalized"`` is the paper's −(λ/2)⟨θ/‖θ‖, θ̄_i⟩ with
     θ̄_i = Σ_j W_ij θ_j/‖θ_j‖; ``"cosine"`` is the cheaper −(λ/2)·cos(θ, θ̃_i).
     ``compare`` is the [start, stop) range of the flat vector whose updates are compared
-    (all parameters, or only the final layers). ``attackers`` upload poisoned weights
-    (``attack``) and are reported as malicious so that metrics cover benign clients.
+    (all parameters, or only the final layers). ``attackers`` upload poisoned weights.
     """
 
     epochs: float
@@ -46,8 +45,7 @@ class PFedGraph:
     lam: float = 0.01
     regularizer: Regularizer = "normalized"
     compare: tuple[int, int] | None = None
-    attack: Attack | None = None
-    attackers: frozenset[int] = field(default_factory=frozenset)
+    attackers: Attackers = field(default_factory=Attackers)
     name: str = "pfedgraph"
 
     def rounds(
@@ -78,8 +76,7 @@ class PFedGraph:
             )
             references = {k: pulls[i] for i, k in enumerate(uploaded)}
             metrics = merge_metrics(trained, evaluated)
-            for k in self.attackers & set(metrics):
-                metrics[k]["malicious"] = True
+            self.attackers.mark(metrics)
             yield RoundOutcome(
                 t,
                 metrics,
@@ -97,9 +94,7 @@ class PFedGraph:
             "align_lam": self.lam if t > 0 else 0.0,
             "align_mode": self.regularizer,
         }
-        if self.attack is not None and client in self.attackers:
-            config["attack"] = self.attack
-        return config
+        return self.attackers.train_config(client, config)
 
     def _graph(
         self, uploaded: list[int], trained: dict[int, Reply], counts
@@ -124,10 +119,3 @@ def _edges(clients: list[int], weights: np.ndarray) -> list[Edge]:
         for j in range(len(clients))
         if i != j and weights[i, j] > 1e-12
     ]
-
-
-def choose_attackers(num_clients: int, fraction: float, seed: int) -> frozenset[int]:
-    """A seeded choice of round(fraction·N) clients."""
-    count = round(fraction * num_clients)
-    rng = np.random.default_rng([seed, 0x5EED])
-    return frozenset(int(k) for k in rng.choice(num_clients, size=count, replace=False))

@@ -117,7 +117,8 @@ def test_ipfl_profiles_from_roles_and_reports():
     roles = [method.profiles[k].role for k in range(8)]
     expected = ["attacker"] * 2 + ["seller"] * 2 + ["buyer"] * 2 + ["trader"] * 2
     assert sorted(roles) == sorted(expected)
-    assert method.attackers == {k for k in range(8) if roles[k] == "attacker"}
+    assert method.attackers.clients == {k for k in range(8) if roles[k] == "attacker"}
+    assert method.attackers.kind == "gaussian"
     trader = roles.index("trader")
     reported = build_method(spec, counts, workspace, {trader: {"cost": 2.0, "eagerness": 5.0}})
     assert (reported.profiles[trader].cost, reported.profiles[trader].eagerness) == (2.0, 5.0)

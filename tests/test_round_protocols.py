@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
+from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.ditto import Ditto
 from collabfl.strategies.dpfl import DPFL, collaboration_edges
 from collabfl.strategies.fedavg import FedAvg
@@ -215,8 +216,7 @@ def test_pfedgraph_sends_each_client_its_aggregate_and_regulariser_target():
         epochs=1,
         initial_model=np.array([0.5, -0.5]),
         alpha=0.5,
-        attack="sign_flip",
-        attackers=frozenset({2}),
+        attackers=Attackers("sign_flip", frozenset({2})),
     )
     outcomes = list(method.rounds(pool, 2))
     trains = {(k, ins.round): ins for k, ins in pool.log if ins.verb is Verb.TRAIN}
@@ -254,3 +254,19 @@ def test_ipfl_prices_imports_and_sends_proximal_centres():
         assert metrics["imports"] == sorted(j for i, j, _ in first.graph if i == k)
     evaluations = [ins for _, ins in pool.log if ins.verb is Verb.EVALUATE]
     assert all(ins.model is None for ins in evaluations)  # each client keeps its own model
+
+
+def test_fedavg_attackers_poison_their_uploads_and_are_reported():
+    pool = ScriptedPool(COUNTS)
+    outcomes = list(
+        FedAvg(epochs=1, attackers=Attackers("all_ones", frozenset({1}))).rounds(pool, 1)
+    )
+    trains = {k: ins for k, ins in pool.log if ins.verb is Verb.TRAIN}
+    assert trains[1].config["attack"] == "all_ones" and "attack" not in trains[0].config
+    assert outcomes[0].metrics[1]["malicious"] is True and "malicious" not in outcomes[0].metrics[0]
+
+
+def test_attackers_are_a_seeded_share():
+    first = Attackers.chosen("sign_flip", 0.4, 10, seed=3)
+    assert len(first.clients) == 4 and first == Attackers.chosen("sign_flip", 0.4, 10, seed=3)
+    assert Attackers.chosen(None, 0.4, 10, seed=3).clients == frozenset()

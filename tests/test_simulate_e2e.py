@@ -133,7 +133,7 @@ def test_parallel_compare_equals_sequential(tmp_path):
 
 
 def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
-    methods = "pfedgraph,pfedgraph:attack=sign_flip,attack_fraction=0.34,similarity=head"
+    methods = "pfedgraph,pfedgraph:attack.kind=sign_flip,attack.fraction=0.34,similarity=head"
     out = tmp_path / "pfg"
     _invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
     clean = read_run(out / "pfedgraph")
@@ -141,7 +141,9 @@ def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
     for matrix in clean.graphs.values():
         assert (matrix.sum(axis=1) <= 1 + 1e-6).all()  # rows of W without the diagonal
     assert clean.summary["coordinator_bytes_per_client_round"] > 0
-    attacked = read_run(out / "pfedgraph_attack_sign_flip_attack_fraction_0.34_similarity_head")
+    attacked = read_run(
+        out / "pfedgraph_attack.kind_sign_flip_attack.fraction_0.34_similarity_head"
+    )
     malicious = {row["client"] for row in attacked.rows if row["malicious"]}
     assert len(malicious) == 2
     assert "mean_test_acc_all" in attacked.summary

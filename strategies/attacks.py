@@ -1,0 +1,45 @@
+"""Simulated model-poisoning clients, for robustness experiments with any uploading method.
+
+The coordinator-side round protocols only tag an attacker's TRAIN instruction with the
+attack; the client corrupts what it uploads (strategies/pfedgraph.py has the four attacks)
+and its metrics are reported as malicious, so that summaries cover benign clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collabfl.strategies.pfedgraph import Attack
+
+
+@dataclass(frozen=True)
+class Attackers:
+    """Who poisons their uploads (``clients``) and how (``kind``); empty means nobody."""
+
+    kind: Attack | None = None
+    clients: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def chosen(cls, kind: Attack | None, fraction: float, num_clients: int, seed: int) -> Attackers:
+        """A seeded choice of round(fraction·N) attackers (none without a kind)."""
+        if kind is None or fraction <= 0:
+            return cls()
+        count = round(fraction * num_clients)
+        rng = np.random.default_rng([seed, 0x5EED])
+        picked = rng.choice(num_clients, size=count, replace=False)
+        return cls(kind, frozenset(int(k) for k in picked))
+
+    def train_config(self, client: int, config: Mapping[str, Any]) -> dict[str, Any]:
+        """``config`` for ``client``'s TRAIN, with the attack added if it is an attacker."""
+        if self.kind is None or client not in self.clients:
+            return dict(config)
+        return {**config, "attack": self.kind}
+
+    def mark(self, metrics: Mapping[int, dict[str, Any]]) -> None:
+        """Flag the attackers' round metrics as malicious (in place)."""
+        for client in self.clients & set(metrics):
+            metrics[client]["malicious"] = True
