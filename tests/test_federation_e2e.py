@@ -1,9 +1,9 @@
 """The real federation end to end: SuperLink, SuperNodes, peer gRPC servers, SQLite.
 
 ``collabfl federation up`` starts a coordinator daemon and client daemons as real processes
-on loopback and runs DPFL through them; the results must equal the in-process runtime's on
-the same seed and config, every graph must respect the budget, and the coordinator must
-never have carried a model.
+on loopback and runs DPFL, pFedGraph and iPFL through them; the results must equal the
+in-process runtime's on the same seed and config, every DPFL graph must respect the budget,
+and in DPFL the coordinator must never have carried a model.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("federation")
     overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
     flags = [arg for o in overrides for arg in ("--set", o)]
-    methods = ["--methods", "dpfl,pfedgraph"]
+    methods = ["--methods", "dpfl,pfedgraph,ipfl"]
     _invoke("federation", "up", *flags, *methods, "--out", str(root / "real"), "--timeout", "400")
     _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
     return root / "real", root / "inprocess"
 
 
-@pytest.mark.parametrize("method", ["dpfl", "pfedgraph"])
+@pytest.mark.parametrize("method", ["dpfl", "pfedgraph", "ipfl"])
 def test_real_federation_equals_in_process_runtime(runs, method):
     real, inprocess = (read_run(path / method).rows for path in runs)
     assert len(real) == len(inprocess) == 3 * 3
@@ -61,6 +61,8 @@ def test_real_federation_equals_in_process_runtime(runs, method):
         assert a["num_collaborators"] == b["num_collaborators"]
         assert a["bytes_fetched"] == b["bytes_fetched"]
         assert a["coordinator_bytes"] == b["coordinator_bytes"]
+        if method == "ipfl":
+            assert a["utility"] == pytest.approx(b["utility"], rel=1e-6, abs=1e-9)
 
 
 def test_graphs_respect_budget_and_match_the_coordinator_record(runs):
