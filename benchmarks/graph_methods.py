@@ -14,13 +14,16 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 from _common import RESULTS_DIR, write_results
 from rich.console import Console
 
+from collabfl.client.data import Partition
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.experiment import run_comparison
 from collabfl.coordinator.methods import parse_method_spec
 from collabfl.coordinator.report.run_dir import read_run
+from collabfl.strategies.ipfl import ClientProfile, utilities
 
 TABLE_METHODS = ["local", "fedavg", "dpfl", "pfedgraph", "ipfl"]
 ATTACKS = ["shuffle", "all_ones", "sign_flip", "gaussian"]
@@ -41,9 +44,36 @@ def mean_cumulative_utility(run_dir: Path) -> float:
     return statistics.fmean(totals.values())
 
 
-def cell(values: list[float]) -> str:
-    mean = statistics.fmean(values) * 100
-    spread = statistics.stdev(values) * 100 if len(values) > 1 else 0.0
+def priced_utilities(seed_dir: Path, config) -> dict[str, float]:
+    """Mean cumulative utility per client of iPFL's own market and, priced the same way
+    (same profiles, iPFL's utility definition), of FedAvg's complete graph and of the graph
+    pFedGraph inferred each round (i imports j when W_ij > 0). Payments cancel in the mean
+    (Σ pay = 0), so the comparison needs no model distances.
+    """
+    partition = Partition.load(seed_dir / "partition.npz")
+    profiles = [
+        ClientProfile(len(split.train), config.ipfl.cost, config.ipfl.eagerness)
+        for split in partition.clients
+    ]
+    n = len(profiles)
+
+    def mean_total(graphs: list[np.ndarray]) -> float:
+        totals = sum(utilities(a, profiles, None, 0.0, with_payments=False) for a in graphs)
+        return float(np.mean(totals))
+
+    complete = np.ones((n, n), dtype=np.int8) - np.eye(n, dtype=np.int8)
+    pfedgraph = read_run(seed_dir / "pfedgraph").graphs
+    return {
+        "ipfl": mean_cumulative_utility(seed_dir / "ipfl"),
+        "fedavg_priced": mean_total([complete] * config.rounds),
+        "pfedgraph_priced": mean_total([(w > 0).astype(np.int8) for w in pfedgraph.values()]),
+    }
+
+
+def cell(values: list[float], scale: float = 100.0) -> str:
+    """mean ± sample std, scaled (accuracies are shown in percent)."""
+    mean = statistics.fmean(values) * scale
+    spread = statistics.stdev(values) * scale if len(values) > 1 else 0.0
     return f"{mean:.2f} ± {spread:.2f}"
 
 
@@ -60,13 +90,15 @@ def main() -> None:
     started = time.perf_counter()
 
     table: dict[str, list[float]] = {m: [] for m in TABLE_METHODS}
-    utility: list[float] = []
+    utility: dict[str, list[float]] = {}
     for seed in seeds:
         out = runs_dir / f"table-s{seed}"
         found = run([*base, f"seed={seed}"], TABLE_METHODS, out)
         for method in TABLE_METHODS:
             table[method].append(found[method]["mean_test_acc"])
-        utility.append(mean_cumulative_utility(out / "ipfl"))
+        priced = priced_utilities(out, load_config(None, [*base, f"seed={seed}"]))
+        for key, value in priced.items():
+            utility.setdefault(key, []).append(value)
 
     poisoned: dict[str, dict[str, float]] = {}
     for attack in ATTACKS:
@@ -84,8 +116,12 @@ def main() -> None:
         "|---|---|",
         *(f"| `{m}` | {cell(v)} |" for m, v in table.items()),
         "",
-        f"iPFL mean cumulative utility per client: {statistics.fmean(utility):.2f} "
-        f"(per seed: {', '.join(f'{u:.2f}' for u in utility)}).",
+        "Mean cumulative utility per client over the run (iPFL's definition, same profiles:",
+        "c = 1, K = 2e4; payments cancel in the mean), mean ± std over seeds:",
+        "",
+        "| Graph | Utility |",
+        "|---|---|",
+        *(f"| {k} | {cell(vals, scale=1.0)} |" for k, vals in utility.items()),
         "",
         f"Poisoning: {args.fraction:.0%} of clients attack, seed 0; accuracy over benign clients.",
         "",
@@ -102,7 +138,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     (RESULTS_DIR / "graph_methods.md").write_text(text)
-    figures = {"table": table, "ipfl_mean_cumulative_utility": utility, "poisoned": poisoned}
+    figures = {"table": table, "mean_cumulative_utility": utility, "poisoned": poisoned}
     write_results("graph_methods", figures, vars(args))
 
 
