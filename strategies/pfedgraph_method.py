@@ -10,7 +10,7 @@ arrays; the runtimes turn them into tensors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,7 +97,7 @@ class PFedGraph:
         return self.attackers.train_config(client, config)
 
     def _graph(
-        self, uploaded: list[int], trained: dict[int, Reply], counts
+        self, uploaded: list[int], trained: Mapping[int, Reply], counts: Mapping[int, int]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """W, the aggregates θ̃ and what each client's regulariser pulls towards."""
         models = np.stack([np.asarray(trained[k].model, dtype=np.float64) for k in uploaded])
