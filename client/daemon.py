@@ -82,7 +82,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     if args.root_certificates:
         node_config["peer-ca"] = f'"{args.root_certificates.resolve()}"'
     command = [
-        _flower_binary("flower-supernode"),
+        flower_binary("flower-supernode"),
         "--superlink",
         args.superlink,
         "--port",
@@ -97,7 +97,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     return command
 
 
-def _flower_binary(name: str) -> str:
+def flower_binary(name: str) -> str:
     """Flower's console scripts live next to this interpreter."""
     candidate = Path(sys.executable).with_name(name)
     return str(candidate) if candidate.exists() else name

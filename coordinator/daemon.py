@@ -20,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-from collabfl.client.daemon import flower_env
+from collabfl.client.daemon import flower_binary, flower_env
 from collabfl.client.grants import (
     GrantSigner,
     generate_private_key,
@@ -68,7 +68,7 @@ def grant_signer(state_dir: Path) -> GrantSigner:
 
 def superlink_command(args: argparse.Namespace) -> list[str]:
     command = [
-        _binary("flower-superlink"),
+        flower_binary("flower-superlink"),
         "--database",
         str((args.state_dir / "superlink.db").resolve()),
         "--disable-runtime-dependency-installation",
@@ -189,7 +189,7 @@ class RunLauncher:
         self.stop_previous(out_dir / "serverapp.log")
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
         command = [
-            _binary("flwr"),
+            flower_binary("flwr"),
             "run",
             str(self.app_dir),
             CONNECTION,
@@ -221,7 +221,7 @@ class RunLauncher:
         )
         if started:
             subprocess.run(
-                [_binary("flwr"), "stop", started[-1], CONNECTION],
+                [flower_binary("flwr"), "stop", started[-1], CONNECTION],
                 env=self.env, capture_output=True, timeout=60, check=False,
             )  # fmt: skip
 
@@ -229,11 +229,6 @@ class RunLauncher:
         self.stop_event.set()
         for process in self.running.values():
             stop_group(process, grace_s=5.0)
-
-
-def _binary(name: str) -> str:
-    candidate = Path(sys.executable).with_name(name)
-    return str(candidate) if candidate.exists() else name
 
 
 def main(argv: list[str] | None = None) -> int:

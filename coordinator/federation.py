@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from collabfl.client.daemon import flower_env
+from collabfl.client.daemon import flower_binary, flower_env
 from collabfl.client.data.client_file import save_client_file
 from collabfl.client.supervisor import stop_group
 from collabfl.coordinator.config import ExperimentConfig
@@ -178,9 +178,8 @@ class LocalFederation:
 
     def online_nodes(self) -> list[dict[str, Any]]:
         env = {**os.environ, **flower_env(self.coordinator_dir / "flwr")}
-        flwr = Path(sys.executable).with_name("flwr")
         result = subprocess.run(
-            [str(flwr), "supernode", "list", "collabfl", "--format", "json"],
+            [flower_binary("flwr"), "supernode", "list", "collabfl", "--format", "json"],
             capture_output=True, text=True, env=env, timeout=30, check=False,
         )  # fmt: skip
         try:
