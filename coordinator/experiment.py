@@ -79,6 +79,7 @@ def prepare_data(config: ExperimentConfig) -> FederationData:
             val_fraction=data.val_fraction,
             test_ratio=data.test_ratio,
             label_flip_fraction=data.label_flip_fraction,
+            size_ratio=data.size_ratio,
         )
     return FederationData(pool, partition, client_datasets(pool, partition))
 

@@ -7,6 +7,8 @@ its arguments and changing, say, the flip fraction does not reshuffle the client
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,8 @@ from . import schemes
 from .arrays import DataPool
 from .splits import ClientSplit, Partition
 
-SCHEMES = ("iid", "dirichlet", "pathological", "natural")
+GROUP_SCHEMES = ("label_groups", "feature_groups", "concept_groups")
+SCHEMES = ("iid", "dirichlet", "pathological", "natural", *GROUP_SCHEMES)
 
 
 def make_partition(
@@ -29,6 +32,7 @@ def make_partition(
     val_fraction: float = 0.2,
     test_ratio: float = 1.0,
     label_flip_fraction: float = 0.0,
+    size_ratio: float = 4.0,
 ) -> Partition:
     """Split ``pool`` among ``num_clients`` clients; the same arguments give the same result.
 
@@ -38,7 +42,13 @@ def make_partition(
     at least one per class and at most what the test pool has of that class, so the total can
     differ slightly from the target. Under ``natural`` the test split is instead the writer's
     own test samples and ``test_ratio`` is unused. ``round(label_flip_fraction *
-    num_clients)`` clients get one shared label derangement (they are the malicious ones).
+    num_clients)`` clients get one shared label derangement (they are the malicious ones);
+    on a concept-shift client it is applied after the client's own label map.
+
+    The group schemes (``label_groups``, ``feature_groups``, ``concept_groups``; see
+    ``schemes``) split the clients into four consecutive blocks, ``meta["groups"]``; clients
+    of blocks 0 and 1 hold ``size_ratio`` times the samples of clients of blocks 2 and 3
+    (train + validation counts in ``meta["samples_per_client"]``).
     """
     _validate(
         pool,
@@ -50,13 +60,40 @@ def make_partition(
         val_fraction,
         test_ratio,
         label_flip_fraction,
+        size_ratio,
     )
     assign_seq, split_seq, flip_seq = np.random.SeedSequence(seed).spawn(3)
     assign_rng = np.random.default_rng(assign_seq)
     labels = pool.train.y
     params: dict[str, Any] = {}
     own_tests: list[np.ndarray] | None = None
-    if scheme == "natural":
+    perms: list[np.ndarray | None] = [None] * num_clients
+    rotations: list[float | None] = [None] * num_clients
+    if scheme in GROUP_SCHEMES:
+        groups = schemes.client_groups(num_clients)
+        if scheme == "label_groups":
+            local, small = schemes.label_groups(
+                labels, pool.num_classes, groups, size_ratio, assign_rng
+            )
+            params["group_classes"] = schemes.label_group_classes(pool.num_classes)
+        else:
+            local, small = schemes.shared_groups(
+                len(labels), groups, size_ratio, assign_rng, scheme
+            )
+        if scheme == "feature_groups":
+            rotations = [schemes.GROUP_ROTATIONS[g] for g in groups]
+            params["group_rotation_degrees"] = list(schemes.GROUP_ROTATIONS)
+        if scheme == "concept_groups":
+            maps = schemes.concept_permutations(pool.num_classes)
+            perms = [maps[g].copy() for g in groups]
+            params["group_label_permutations"] = [m.tolist() for m in maps]
+        params["groups"] = groups
+        params["size_ratio"] = float(size_ratio)
+        params["samples_per_client"] = {
+            "large": schemes.large_size(small, size_ratio),
+            "small": small,
+        }
+    elif scheme == "natural":
         if pool.train_groups is None or pool.test_groups is None:
             raise ValueError(f"scheme 'natural' needs writer groups, which {pool.name!r} lacks")
         writers = schemes.natural(pool.train_groups, pool.test_groups, num_clients, assign_rng)
@@ -84,17 +121,19 @@ def make_partition(
         else:
             total = round(test_ratio * (len(train) + len(val)))
             test = _draw_test(labels[train], total, test_by_class, rng)
-        clients.append(ClientSplit(train=train, val=val, test=test))
+        clients.append(ClientSplit(train, val, test, perms[k], rotation_degrees=rotations[k]))
 
     malicious: list[int] = []
     if label_flip_fraction > 0:
         flip_rng = np.random.default_rng(flip_seq)
         count = round(label_flip_fraction * num_clients)
         malicious = sorted(int(k) for k in flip_rng.choice(num_clients, count, replace=False))
-        perm = _derangement(pool.num_classes, flip_rng)
+        flip = _derangement(pool.num_classes, flip_rng)
         for k in malicious:
             c = clients[k]
-            clients[k] = ClientSplit(c.train, c.val, c.test, label_permutation=perm.copy())
+            own = c.label_permutation
+            mapped = flip.copy() if own is None else flip[own]
+            clients[k] = dataclasses.replace(c, label_permutation=mapped, malicious=True)
 
     # Plain Python numbers only: meta is saved as JSON, which numpy scalars would break.
     meta = {
@@ -126,6 +165,7 @@ def _validate(
     val_fraction: float,
     test_ratio: float,
     label_flip_fraction: float,
+    size_ratio: float,
 ) -> None:
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
@@ -155,6 +195,15 @@ def _validate(
         raise ValueError(f"label_flip_fraction must be in [0, 1], got {label_flip_fraction!r}")
     if label_flip_fraction > 0 and pool.num_classes < 2:
         raise ValueError("label_flip_fraction > 0 needs a pool with at least 2 classes")
+    if not (size_ratio > 0 and math.isfinite(size_ratio)):
+        raise ValueError(f"size_ratio must be a finite number > 0, got {size_ratio!r}")
+    if scheme in GROUP_SCHEMES and num_clients < schemes.NUM_GROUPS:
+        raise ValueError(
+            f"scheme {scheme!r} needs num_clients >= {schemes.NUM_GROUPS} (one per group), "
+            f"got {num_clients}"
+        )
+    if scheme in ("label_groups", "concept_groups") and pool.num_classes < 4:
+        raise ValueError(f"scheme {scheme!r} needs a pool with at least 4 classes")
 
 
 def _train_val(

@@ -24,13 +24,19 @@ _SPLITS = ("train", "val", "test")
 @dataclass(frozen=True)
 class ClientSplit:
     """One client's samples as indices: ``train``/``val`` into ``pool.train``, ``test`` into
-    ``pool.test``. ``label_permutation`` is set for label-flipped (malicious) clients, whose
-    labels are read as ``perm[y]`` in all three splits."""
+    ``pool.test``.
+
+    A client with a ``label_permutation`` reads labels as ``perm[y]`` in all three splits: a
+    concept-shift client (honest) or a label-flipped one, which is also ``malicious``. A
+    client with ``rotation_degrees`` sees every input turned by that angle (feature shift).
+    """
 
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
     label_permutation: np.ndarray | None = None
+    malicious: bool = False
+    rotation_degrees: float | None = None
 
     def __eq__(self, other: object) -> bool:
         # Field-wise == would compare arrays elementwise and fail on truth testing.
@@ -41,8 +47,11 @@ class ClientSplit:
             same_perm = mine is None and theirs is None
         else:
             same_perm = np.array_equal(mine, theirs)
-        return same_perm and all(
-            np.array_equal(getattr(self, s), getattr(other, s)) for s in _SPLITS
+        return (
+            same_perm
+            and self.malicious == other.malicious
+            and self.rotation_degrees == other.rotation_degrees
+            and all(np.array_equal(getattr(self, s), getattr(other, s)) for s in _SPLITS)
         )
 
 
@@ -68,8 +77,13 @@ class Partition:
             parts = [getattr(c, split) for c in self.clients]
             arrays[f"{split}_indices"] = np.concatenate([np.zeros(0, np.int64), *parts])
             arrays[f"{split}_offsets"] = np.cumsum([0] + [len(p) for p in parts], dtype=np.int64)
-        arrays["malicious"] = np.asarray(
+        arrays["malicious"] = np.asarray([c.malicious for c in self.clients], dtype=bool)
+        arrays["permuted"] = np.asarray(
             [c.label_permutation is not None for c in self.clients], dtype=bool
+        )
+        arrays["rotation_degrees"] = np.asarray(
+            [np.nan if c.rotation_degrees is None else c.rotation_degrees for c in self.clients],
+            dtype=np.float64,
         )
         perms = [c.label_permutation for c in self.clients if c.label_permutation is not None]
         arrays["label_permutations"] = (
@@ -115,6 +129,13 @@ def _clients_from_arrays(path: Path, arrays: dict[str, np.ndarray]) -> list[Clie
     if malicious.dtype != bool or malicious.ndim != 1:
         raise ValueError(f"{path}: 'malicious' must be a 1-D boolean array")
     n = len(malicious)
+    # Files from before concept shift have no 'permuted': only label flips permuted labels.
+    permuted = arrays.get("permuted", malicious)
+    if permuted.dtype != bool or permuted.shape != (n,):
+        raise ValueError(f"{path}: 'permuted' must be a boolean array with one entry per client")
+    rotations = arrays.get("rotation_degrees", np.full(n, np.nan))
+    if rotations.dtype.kind != "f" or rotations.shape != (n,):
+        raise ValueError(f"{path}: 'rotation_degrees' must be a float array, one per client")
     per_split: dict[str, list[np.ndarray]] = {}
     for split in _SPLITS:
         idx, off = arrays[f"{split}_indices"], arrays[f"{split}_offsets"]
@@ -128,15 +149,17 @@ def _clients_from_arrays(path: Path, arrays: dict[str, np.ndarray]) -> list[Clie
             raise ValueError(f"{path}: inconsistent '{split}' offsets for {n} clients")
         per_split[split] = np.split(idx.astype(np.int64), off[1:-1])
     perms = arrays["label_permutations"]
-    if perms.ndim != 2 or len(perms) != int(malicious.sum()):
-        raise ValueError(f"{path}: expected one label permutation per malicious client")
+    if perms.ndim != 2 or len(perms) != int(permuted.sum()):
+        raise ValueError(f"{path}: expected one label permutation per permuted client")
     perm_of = iter(perms.astype(np.int64))
     return [
         ClientSplit(
             train=per_split["train"][k],
             val=per_split["val"][k],
             test=per_split["test"][k],
-            label_permutation=next(perm_of) if malicious[k] else None,
+            label_permutation=next(perm_of) if permuted[k] else None,
+            malicious=bool(malicious[k]),
+            rotation_degrees=None if np.isnan(rotations[k]) else float(rotations[k]),
         )
         for k in range(n)
     ]
