@@ -16,6 +16,14 @@ import numpy as np
 import torch
 
 from collabfl.client.data import ArrayDataset, ClientData
+from collabfl.client.discriminator import (
+    accuracies,
+    discriminator_numel,
+    initial_discriminator,
+    labelled_features,
+    penultimate_features,
+    sgd_step,
+)
 from collabfl.client.flat import FlatModel
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.training import TensorData, TrainingConfig, evaluate, train
@@ -45,6 +53,14 @@ class ClientSplits:
             )
 
         return cls(tensors(data.train), tensors(data.val), tensors(data.test), data.malicious)
+
+
+@dataclass(frozen=True)
+class DiscriminatorData:
+    """A client's discriminator inputs (features with one-hot labels): train and held-out."""
+
+    train: torch.Tensor
+    held_out: torch.Tensor
 
 
 @dataclass
@@ -86,6 +102,7 @@ class ClientNode:
         self.fetcher = fetcher
         self.slots: dict[str, torch.Tensor] = {}
         self.best: dict[str, BestModel] = {}
+        self._discriminator_data: dict[tuple[str, int], DiscriminatorData] = {}
 
     @property
     def num_samples(self) -> int:
@@ -97,6 +114,7 @@ class ClientNode:
             Verb.TRAIN: self._train,
             Verb.COLLABORATE: self._collaborate,
             Verb.EVALUATE: self._evaluate,
+            Verb.DISCRIMINATE: self._discriminate,
         }
         verb = Verb(instruction.verb)
         fetch_before = self.fetcher.stats.fetch_seconds
@@ -189,7 +207,8 @@ class ClientNode:
             )
         else:
             raise ValueError(f"unknown search {search!r}; expected greedy, random or none")
-        self.slots[slot] = aggregate
+        if config.get("assign", True):
+            self.slots[slot] = aggregate
         metrics: dict[str, ConfigValue] = {
             "chosen": chosen,
             "num_collaborators": len(chosen),
@@ -226,6 +245,76 @@ class ClientNode:
                 "malicious": self.data.malicious,
             }
         )
+
+    def _discriminate(self, instruction: Instruction) -> Reply:
+        config = instruction.config
+        peers = [int(j) for j in config["peers"]]
+        targets = torch.tensor([float(t) for t in config["targets"]])
+        hidden = int(config["hidden"])
+        data = self._discriminator_inputs(str(config["features"]), int(config["samples"]))
+        targets = targets.to(data.train.device)
+        in_dim = data.train.shape[1]
+        if instruction.model is None:
+            weights = torch.stack([self._fresh_discriminator(j, in_dim, hidden) for j in peers]).to(
+                data.train.device
+            )
+        else:
+            received = torch.as_tensor(instruction.model, dtype=torch.float32)
+            expected = len(peers) * discriminator_numel(in_dim, hidden)
+            if received.ndim != 1 or received.numel() != expected:
+                raise ValueError(
+                    f"expected {len(peers)} discriminators of {in_dim} inputs "
+                    f"({expected} values), got shape {tuple(received.shape)}"
+                )
+            weights = received.view(len(peers), -1).to(data.train.device)
+        held_out = accuracies(weights, data.held_out, targets, hidden)
+        generator = self._generator(instruction.round, f"discriminate:{config['step']}")
+        batch = min(int(config["batch_size"]), data.train.shape[0])
+        for _ in range(int(config["local_steps"])):
+            rows = torch.randperm(data.train.shape[0], generator=generator)[:batch]
+            weights = sgd_step(weights, data.train[rows], targets, float(config["lr"]), hidden)
+        metrics: dict[str, ConfigValue] = {
+            "disc_acc": [float(a) for a in held_out],
+            "disc_held_out": int(data.held_out.shape[0]),
+        }
+        return Reply(metrics, weights.reshape(-1))
+
+    def _discriminator_inputs(self, features: str, samples: int) -> DiscriminatorData:
+        """Train and held-out discriminator inputs, built once per (features, samples).
+
+        The first ``samples`` of a seeded shuffle of the train split train the discriminator
+        (FedCollab uses the same count on every client); the rest of it and the validation
+        split are held out.
+        """
+        key = (features, samples)
+        if key not in self._discriminator_data:
+            train, val = self.data.train, self.data.val
+            if not 1 <= samples < len(train):
+                raise ValueError(
+                    f"client {self.client_id} has {len(train)} train samples; "
+                    f"cannot train a discriminator on {samples} and hold out the rest"
+                )
+            order = torch.randperm(len(train), generator=self._generator(0, "discriminator"))
+            order = order.to(train.y.device)
+            x = torch.cat([train.x[order], val.x])
+            y = torch.cat([train.y[order], val.y])
+            self.workspace.load(self.initial_model)
+            with torch.no_grad():
+                num_classes = int(self.workspace.module(x[:1]).shape[-1])
+            if features == "initial_model":
+                x = penultimate_features(self.workspace.module, x, self.training.eval_batch_size)
+            elif features != "raw":
+                raise ValueError(f"unknown discriminator features {features!r}")
+            inputs = labelled_features(x, y, num_classes)
+            self._discriminator_data[key] = DiscriminatorData(inputs[:samples], inputs[samples:])
+        return self._discriminator_data[key]
+
+    def _fresh_discriminator(self, peer: int, in_dim: int, hidden: int) -> torch.Tensor:
+        """Both clients of a pair derive the same initial weights from (seed, pair)."""
+        first, second = sorted((self.client_id, peer))
+        state = np.random.SeedSequence([self.seed, first, second, 7]).generate_state(2)
+        generator = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+        return initial_discriminator(in_dim, hidden, generator)
 
     def _val_loss(self, vector: torch.Tensor) -> float:
         """F_k^V: the reward GGC maximises is minus this."""

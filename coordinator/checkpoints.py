@@ -1,7 +1,9 @@
 """A method's coordinator-side state after its last completed round, on disk.
 
-Tensors (FedAvg's global model) go to a safetensors file and everything else to JSON; both
-are replaced atomically, JSON last, so a reader sees either the old or the new checkpoint.
+Tensors (FedAvg's global model, anywhere in nested dicts and lists: a coalition method keeps
+one state per coalition) go to a safetensors file under their dotted path, and the JSON holds
+a ``{"$tensor": path}`` marker in their place. Both files are replaced atomically, JSON last,
+so a reader sees either the old or the new checkpoint.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from collabfl.strategies.rounds import Resume
 TENSORS, STATE = "checkpoint.safetensors", "checkpoint.json"
 
 
+TENSOR_MARK = "$tensor"
+
+
 def save_checkpoint(folder: Path, round_index: int, checkpoint: dict[str, Any]) -> None:
-    tensors = {k: _to_tensor(v) for k, v in checkpoint.items() if _is_tensor(v)}
-    plain = {k: v for k, v in checkpoint.items() if not _is_tensor(v)}
+    tensors: dict[str, torch.Tensor] = {}
+    plain = _extract(checkpoint, "", tensors)
     folder.mkdir(parents=True, exist_ok=True)
     if tensors:
         with replacing(folder / TENSORS) as tmp:
@@ -41,16 +46,32 @@ def load_checkpoint(folder: Path, expected_round: int) -> Resume:
         raise ValueError(
             f"checkpoint in {folder} is of round {record['round']}, not {expected_round}"
         )
-    checkpoint = dict(record["state"])
-    if record["tensors"]:
-        tensors = load_file(folder / TENSORS)
-        checkpoint.update({name: tensors[name] for name in record["tensors"]})
+    tensors = load_file(folder / TENSORS) if record["tensors"] else {}
+    checkpoint = _restore(dict(record["state"]), tensors)
+    for name in record["tensors"]:  # files written before markers: top-level tensors only
+        checkpoint.setdefault(name, tensors[name])
     return Resume(expected_round, checkpoint)
 
 
-def _is_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor | np.ndarray)
+def _extract(value: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """``value`` with every tensor moved into ``tensors`` and replaced by a marker."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        tensors[path] = torch.as_tensor(value).detach().cpu().contiguous()
+        return {TENSOR_MARK: path}
+    if isinstance(value, dict):
+        return {
+            k: _extract(v, f"{path}.{k}" if path else str(k), tensors) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_extract(v, f"{path}.{n}", tensors) for n, v in enumerate(value)]
+    return value
 
 
-def _to_tensor(value: torch.Tensor | np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(value).detach().cpu().contiguous()
+def _restore(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {TENSOR_MARK}:
+            return tensors[value[TENSOR_MARK]]
+        return {k: _restore(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore(v, tensors) for v in value]
+    return value

@@ -9,9 +9,16 @@ from __future__ import annotations
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 
 from collabfl.client.training import TrainingConfig
 
@@ -26,7 +33,11 @@ METHOD_NAMES = (
     "ditto",
     "dpfl",
     "dpfl_random",
+    "fedcollab",
+    "equilibrium",
 )
+BASE_METHODS = ("fedavg", "fedprox", "ditto", "dpfl")
+"""What may run inside a coalition (singletons always train locally)."""
 
 
 class ConfigError(ValueError):
@@ -46,12 +57,26 @@ class DataConfig(_Section):
     num_train: int = Field(16000, ge=100, le=10_000_000, description="MNIST-1D pool size")
     num_test: int = Field(8000, ge=100, le=10_000_000)
     num_clients: int = Field(20, ge=1, le=100_000)
-    partition: Literal["iid", "dirichlet", "pathological", "natural"] = "dirichlet"
+    partition: Literal[
+        "iid",
+        "dirichlet",
+        "pathological",
+        "natural",
+        "label_groups",
+        "feature_groups",
+        "concept_groups",
+    ] = "dirichlet"
     alpha: float = Field(0.1, gt=0, le=1e6, description="Dirichlet concentration")
     classes_per_client: int = Field(3, ge=1, le=1000)
     val_fraction: float = Field(0.2, gt=0, lt=1)
     test_ratio: float = Field(1.0, gt=0, le=100)
     label_flip_fraction: float = Field(0.0, ge=0, le=1)
+    size_ratio: float = Field(
+        4.0,
+        gt=0,
+        le=1000,
+        description="*_groups partitions: samples of a large client per sample of a small one",
+    )
     partition_file: Path | None = Field(None, description="reuse a saved partition")
 
 
@@ -59,7 +84,27 @@ class ModelConfig(_Section):
     name: Literal["auto", "mnist1d_cnn", "cifar_cnn", "femnist_cnn"] = "auto"
 
 
-Budget = int | float | Literal["inf"]
+def _infinity_is_unlimited(value: Any) -> Any:
+    """TOML reads ``budget=inf`` as a float; it means unlimited. A bool is no budget."""
+    if isinstance(value, bool):
+        raise ValueError("budget must be an integer >= 0, a fraction in (0, 1] or 'inf'")
+    return "inf" if isinstance(value, float) and math.isinf(value) and value > 0 else value
+
+
+def _check_budget(value: Any) -> Any:
+    if isinstance(value, int) and value < 0:
+        raise ValueError("an integer budget must be >= 0")
+    if isinstance(value, float) and not 0 < value <= 1:
+        raise ValueError("a fractional budget must be in (0, 1]")
+    return value
+
+
+Budget = Annotated[
+    int | float | Literal["inf"],
+    BeforeValidator(_infinity_is_unlimited),
+    AfterValidator(_check_budget),
+]
+"""Peers held at once: an integer, a fraction of N in (0, 1], or "inf" (unlimited)."""
 
 
 class DPFLConfig(_Section):
@@ -69,23 +114,6 @@ class DPFLConfig(_Section):
     budget: Budget = 0.2
     init_epochs: float = Field(5.0, gt=0, le=1000, description="τ_init")
     select_every: int = Field(1, ge=1, le=100_000, description="run GGC every P rounds")
-
-    @field_validator("budget", mode="before")
-    @classmethod
-    def _infinity_is_unlimited(cls, value: Any) -> Any:
-        """TOML reads ``budget=inf`` as a float; it means unlimited."""
-        return "inf" if isinstance(value, float) and math.isinf(value) and value > 0 else value
-
-    @field_validator("budget")
-    @classmethod
-    def _check_budget(cls, value: Budget) -> Budget:
-        if isinstance(value, bool):
-            raise ValueError("budget must be an integer >= 0, a fraction in (0, 1] or 'inf'")
-        if isinstance(value, int) and value < 0:
-            raise ValueError("an integer budget must be >= 0")
-        if isinstance(value, float) and not 0 < value <= 1:
-            raise ValueError("a fractional budget must be in (0, 1]")
-        return value
 
 
 class FedProxConfig(_Section):
@@ -132,6 +160,31 @@ class IPFLConfig(_Section):
     attackers: float = Field(0.0, ge=0, le=1)
 
 
+class FedCollabConfig(_Section):
+    """FedCollab: coalitions from estimated distances (discriminator knobs: distance_*)."""
+
+    c: float = Field(10.0, ge=0, le=1e6, description="generalisation weight C (paper: 8–10)")
+    restarts: int = Field(100, ge=1, le=100_000, description="solver restarts (official: 100)")
+    base: Literal[BASE_METHODS] = "fedavg"  # type: ignore[valid-type]
+    distance_rounds: int = Field(200, ge=1, le=1_000_000, description="most estimation steps")
+    distance_local_steps: int = Field(10, ge=1, le=100_000, description="SGD steps per step")
+    distance_lr: float = Field(0.01, gt=0, le=100)
+    distance_batch_size: int = Field(32, ge=1, le=1_000_000)
+    distance_hidden: int = Field(200, ge=1, le=100_000, description="discriminator width")
+    distance_patience: int = Field(20, ge=1, le=1_000_000, description="steps without gain")
+    distance_features: Literal["raw", "initial_model"] = Field(
+        "raw", description="initial_model: a frozen feature extractor for image inputs"
+    )
+
+
+class EquilibriumConfig(_Section):
+    """Collaboration equilibrium: stable coalitions from GGC-estimated benefit graphs."""
+
+    base: Literal[BASE_METHODS] = "fedavg"  # type: ignore[valid-type]
+    init_epochs: float = Field(5.0, gt=0, le=1000, description="warm-up before the search")
+    budget: Budget = Field("inf", description="peer models held at once during the search")
+
+
 class FinetuneConfig(_Section):
     epochs: float | None = Field(None, gt=0, le=1000, description="default: 2 × epochs")
 
@@ -161,6 +214,8 @@ class ExperimentConfig(_Section):
     ditto: DittoConfig = Field(default_factory=DittoConfig)
     pfedgraph: PFedGraphConfig = Field(default_factory=PFedGraphConfig)
     ipfl: IPFLConfig = Field(default_factory=IPFLConfig)
+    fedcollab: FedCollabConfig = Field(default_factory=FedCollabConfig)
+    equilibrium: EquilibriumConfig = Field(default_factory=EquilibriumConfig)
     attack: AttackConfig = Field(default_factory=AttackConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
 

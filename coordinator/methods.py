@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +20,12 @@ from collabfl.coordinator.config import (
     validate_config,
 )
 from collabfl.strategies.attacks import Attackers
+from collabfl.strategies.distances import DistanceSettings
 from collabfl.strategies.ditto import Ditto
 from collabfl.strategies.dpfl import DPFL
+from collabfl.strategies.equilibrium_method import CollaborationEquilibrium
 from collabfl.strategies.fedavg import FedAvg
+from collabfl.strategies.fedcollab_method import FedCollab
 from collabfl.strategies.ipfl import ClientProfile
 from collabfl.strategies.ipfl_method import IPFL
 from collabfl.strategies.local import Local
@@ -41,6 +44,8 @@ SECTION_OF = {
     "dpfl_random": "dpfl",
     "pfedgraph": "pfedgraph",
     "ipfl": "ipfl",
+    "fedcollab": "fedcollab",
+    "equilibrium": "equilibrium",
 }
 """Which config section a spec's bare ``key=value`` options belong to."""
 
@@ -118,7 +123,55 @@ def build_method(
             return _pfedgraph(spec, num_clients, workspace, attackers)
         case "ipfl":
             return _ipfl(spec, sample_counts, workspace, reported or {})
+        case "fedcollab" | "equilibrium":
+            return _coalition_method(spec, sample_counts, workspace)
     raise ConfigError(f"unknown method {spec.name!r}")
+
+
+def _coalition_method(
+    spec: MethodSpec, sample_counts: Mapping[int, int], workspace: FlatModel
+) -> FedCollab | CollaborationEquilibrium:
+    """FedCollab or the equilibrium, with the base method built per coalition."""
+    config = spec.config
+    if config.attack.kind != "none":
+        raise ConfigError(f"{spec.name} does not support simulated attacks (attack.kind)")
+    base_name = config.fedcollab.base if spec.name == "fedcollab" else config.equilibrium.base
+
+    def base(members: Sequence[int]) -> Method:
+        counts = {k: sample_counts.get(k, 1) for k in members}
+        return build_method(MethodSpec(spec.label, base_name, config), counts, workspace)
+
+    def single(members: Sequence[int]) -> Method:
+        return Local(config.epochs, name=spec.label)
+
+    if spec.name == "equilibrium":
+        options = config.equilibrium
+        return CollaborationEquilibrium(
+            base,
+            single,
+            init_epochs=options.init_epochs,
+            budget=resolve_budget(options.budget, len(sample_counts)),
+            name=spec.label,
+        )
+    options = config.fedcollab
+    distance = DistanceSettings(
+        rounds=options.distance_rounds,
+        local_steps=options.distance_local_steps,
+        lr=options.distance_lr,
+        batch_size=options.distance_batch_size,
+        hidden=options.distance_hidden,
+        patience=options.distance_patience,
+        features=options.distance_features,
+    )
+    return FedCollab(
+        base,
+        single,
+        c=options.c,
+        distance=distance,
+        restarts=options.restarts,
+        seed=config.seed,
+        name=spec.label,
+    )
 
 
 def _pfedgraph(

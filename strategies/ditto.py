@@ -28,7 +28,7 @@ class Ditto:
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
-        global_model = None if resume is None else resume.checkpoint["global"]
+        global_model = None if resume is None else resume.checkpoint.get("global")
         for t in range(first_round(resume), num_rounds):
             personal = {
                 "slot": "personal",

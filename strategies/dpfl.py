@@ -59,8 +59,9 @@ class DPFL:
             chosen = candidates
             yield self._outcome(pool, 0, trained, collaborated, candidates, chosen)
         else:
-            candidates = _int_lists(resume.checkpoint["candidates"])
-            chosen = _int_lists(resume.checkpoint["chosen"])
+            # A coalition that starts mid-run (strategies.coalitions) resumes from nothing.
+            candidates = _int_lists(resume.checkpoint.get("candidates", {}))
+            chosen = _int_lists(resume.checkpoint.get("chosen", {}))
 
         for t in range(max(1, first_round(resume)), num_rounds):
             trained = self._train_and_publish(pool, t, self.epochs)

@@ -36,7 +36,7 @@ class FedAvg:
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
         # Round 0 starts from the shared initial model on every client.
-        global_model = None if resume is None else resume.checkpoint["global"]
+        global_model = None if resume is None else resume.checkpoint.get("global")
         train_config = {
             "slot": "global",
             "epochs": self.epochs,

@@ -30,6 +30,10 @@ class Verb(StrEnum):
     EVALUATE = "evaluate"
     """Optionally load the attached model into ``slot``; report validation and test metrics
     and the test accuracy of the best-validation model seen so far for that slot."""
+    DISCRIMINATE = "discriminate"
+    """FedCollab's distance estimation: run local SGD steps on the attached client
+    discriminators (one per pair the client is in; fresh ones when no model is attached) and
+    report their accuracy on the client's held-out samples before the steps."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ class RoundOutcome:
     checkpoint: dict[str, Any] = field(default_factory=dict)
     """The method's coordinator-side state after this round: with it, ``rounds`` can
     continue at the next round after a restart (see ``Resume``)."""
+    coalitions: list[list[int]] | None = None
+    """Disjoint coalitions in force this round (FedCollab, collaboration equilibrium): sorted
+    member lists, sorted by first member, covering every client that took part."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""Collaboration equilibrium's round protocol: find stable coalitions, then train inside them.
+
+Round 0 opens with the equilibrium search (strategies.equilibrium): every client trains a
+warm-up model alone for ``init_epochs`` and publishes it; then, on the clients not yet in a
+stable coalition, every client estimates its optimal collaborator set (OCS) and the
+coordinator peels off the benefit graph's stable components, until nobody is left. The OCS
+estimate is DPFL's validation-loss greedy search (GGC) restricted to the remaining clients,
+run by each client over its peers' published warm-up models, so the coordinator only sees
+indices (the estimator (b) of the issue, usable at scale). The coalitions then train with the
+base method exactly as FedCollab's do (strategies.coalitions).
+
+A client that appears after round 0 trains alone: an equilibrium is defined for a fixed set of
+clients, and re-running the search would move clients who are already stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from collabfl.strategies.coalitions import CoalitionTrainer, MethodFactory, merged_outcome
+from collabfl.strategies.equilibrium import OcsMap, collaboration_equilibrium
+from collabfl.strategies.protocol import ClientPool, Instruction, Verb, broadcast
+from collabfl.strategies.rounds import Resume, RoundOutcome, first_round
+
+WARMUP_SLOT = "warmup"
+"""The slot of the models the OCS search compares (kept apart from the coalition models)."""
+
+
+@dataclass(frozen=True)
+class CollaborationEquilibrium:
+    """``budget``: peer models a client may hold at once during the OCS search (None: all)."""
+
+    base: MethodFactory
+    single: MethodFactory
+    init_epochs: float
+    budget: int | None = None
+    name: str = "equilibrium"
+
+    def rounds(
+        self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
+    ) -> Iterator[RoundOutcome]:
+        trainer = CoalitionTrainer(pool, self.base, self.single, num_rounds)
+        if resume is None:
+            if num_rounds < 1:
+                return
+            search = self.search(pool)
+            for members in search["coalitions"]:
+                trainer.add(members)
+        else:
+            search = resume.checkpoint["search"]
+            saved = resume.checkpoint["coalitions"]
+            for members, state in zip(saved, resume.checkpoint["states"], strict=True):
+                trainer.add([int(k) for k in members], Resume(resume.last_round, state))
+        t = first_round(resume)
+        while True:
+            placed = {k for c in trainer.coalitions for k in c}
+            if t < num_rounds:
+                for k in sorted(set(pool.sample_counts) - placed):
+                    trainer.add([k], Resume(t - 1, {}) if t > 0 else None)
+            step = trainer.step()
+            if step is None:
+                return
+            outcomes, members = step
+            checkpoint = {
+                "coalitions": trainer.coalitions,
+                "states": trainer.checkpoints(outcomes),
+                "search": search,
+            }
+            outcome = merged_outcome(
+                outcomes, members, trainer.coalitions, pool.sample_counts, checkpoint
+            )
+            t = outcome.round + 1
+            yield outcome
+
+    def search(self, pool: ClientPool) -> dict:
+        """Warm-up training, then the equilibrium over GGC-estimated OCSs (all at round 0).
+
+        Returns the coalitions and, per iteration, every remaining client's OCS (JSON-ready).
+        """
+        trained = broadcast(
+            pool, Verb.TRAIN, 0, {"slot": WARMUP_SLOT, "epochs": self.init_epochs, "publish": True}
+        )
+        iterations: list[dict[str, list[int]]] = []
+
+        def estimate(remaining: frozenset[int]) -> OcsMap:
+            ocs = self._ocs(pool, remaining, len(iterations))
+            iterations.append({str(k): sorted(s) for k, s in ocs.items()})
+            return ocs
+
+        coalitions = collaboration_equilibrium(sorted(trained), estimate)
+        return {"coalitions": [sorted(c) for c in coalitions], "iterations": iterations}
+
+    def _ocs(self, pool: ClientPool, remaining: frozenset[int], iteration: int) -> OcsMap:
+        """Each remaining client's OCS among the remaining clients, by its own GGC search.
+
+        A client that does not answer keeps no collaborator (it can be stable only alone).
+        """
+        counts = pool.sample_counts
+        instructions = {}
+        for k in sorted(remaining):
+            peers = [j for j in sorted(remaining) if j != k]
+            config = {
+                "slot": WARMUP_SLOT,
+                "search": "greedy",
+                "candidates": peers,
+                "weights": [float(counts[j]) for j in peers],
+                "budget": -1 if self.budget is None else self.budget,
+                "assign": False,
+                "step": iteration,
+            }
+            instructions[k] = Instruction(Verb.COLLABORATE, 0, config)
+        replies = pool.send(instructions)
+        ocs = {}
+        for k in sorted(remaining):
+            chosen = replies[k].metrics["chosen"] if k in replies else []
+            ocs[k] = frozenset({k, *(int(j) for j in chosen)})  # type: ignore[union-attr]
+        return ocs
