@@ -42,7 +42,7 @@ from collabfl.coordinator.service import (
     CoordinatorError,
     CoordinatorUnreachable,
 )
-from collabfl.coordinator.state import RoundGraph, Run
+from collabfl.coordinator.state import Coalitions, RoundGraph, Run
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
 EXIT_REFUSED = 2
@@ -320,6 +320,47 @@ def payments(
 
 
 @admin_app.command()
+def coalitions(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    round_index: Annotated[
+        int | None,
+        typer.Option("--round", help="default: the last round that recorded coalitions"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """FedCollab / collaboration equilibrium coalitions of a round, and what changed since."""
+    with _client(ctx) as client:
+        history = client.get_coalitions(run_id)
+        if round_index is not None and round_index not in history:
+            client.get_coalitions(run_id, round_index)  # refused if the round was never recorded
+            _fail(f"run {run_id} recorded no coalitions in round {round_index}", EXIT_REFUSED)
+    if not history:
+        _fail(
+            f"run {run_id} has no coalitions (is it a coalition method with a round done?)",
+            EXIT_REFUSED,
+        )
+    shown = max(history) if round_index is None else round_index
+    previous = max((t for t in history if t < shown), default=None)
+    moves = [] if previous is None else _coalition_moves(history[previous], history[shown])
+    if as_json:
+        typer.echo(json.dumps(_coalitions_document(run_id, shown, history, previous, moves)))
+        return
+    clients = sum(len(members) for members in history[shown])
+    console.print(
+        f"run {run_id}, round {shown}: {len(history[shown])} coalitions, {clients} clients",
+        highlight=False,
+    )
+    table = Table("coalition", "size", "members")
+    for index, members in enumerate(history[shown]):
+        table.add_row(str(index), str(len(members)), _join(members))
+    console.print(table)
+    if previous is not None:
+        changes = "; ".join(_describe_moves(moves)) or "none"
+        console.print(f"changes since round {previous}: {changes}", highlight=False)
+
+
+@admin_app.command()
 def events(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RUN")]) -> None:
     """The run's recorded faults and notices, oldest first."""
     with _client(ctx) as client:
@@ -379,6 +420,88 @@ def _history_document(run: Run, history: list[RoundGraph]) -> dict[str, Any]:
             {"round": g.round, "num_clients": g.num_clients, "edges": [list(e) for e in g.edges]}
             for g in history
         ],
+    }
+
+
+@dataclass(frozen=True)
+class _Move:
+    """A client's coalition change between two rounds; None: not in any coalition then."""
+
+    client: int
+    before: int | None
+    after: int | None
+
+
+def _coalition_moves(before: Coalitions, after: Coalitions) -> list[_Move]:
+    """Joiners, leavers and clients that changed coalition, by client.
+
+    Indices follow first members, so they shift when coalitions change; a client counts as
+    moved only when it left its coalition's successor, the new coalition that took most of
+    the old one's members (one successor per old coalition).
+    """
+    old = {c: k for k, members in enumerate(before) for c in members}
+    new = {c: k for k, members in enumerate(after) for c in members}
+    successor = _successors(before, after)
+    moves = []
+    for client in sorted(old.keys() | new.keys()):
+        was, now = old.get(client), new.get(client)
+        if was is None or now is None or successor.get(was) != now:
+            moves.append(_Move(client, was, now))
+    return moves
+
+
+def _successors(before: Coalitions, after: Coalitions) -> dict[int, int]:
+    """Old coalition index -> new one, matching the largest overlaps first."""
+    overlaps = sorted(
+        (
+            (len(set(old) & set(new)), k, j)
+            for k, old in enumerate(before)
+            for j, new in enumerate(after)
+        ),
+        key=lambda item: -item[0],  # stable: ties keep (old, new) index order
+    )
+    successor: dict[int, int] = {}
+    for shared, k, j in overlaps:
+        if shared and k not in successor and j not in successor.values():
+            successor[k] = j
+    return successor
+
+
+def _describe_moves(moves: list[_Move]) -> list[str]:
+    """One phrase per kind of change, e.g. 'client 5 joined coalition 1'."""
+    groups: dict[tuple[int | None, int | None], list[int]] = {}
+    for move in moves:
+        groups.setdefault((move.before, move.after), []).append(move.client)
+    phrases = []
+    for (before, after), clients in groups.items():
+        who = f"client {clients[0]}" if len(clients) == 1 else f"clients {_join(clients)}"
+        if before is None:
+            phrases.append(f"{who} joined coalition {after}")
+        elif after is None:
+            phrases.append(f"{who} left coalition {before}")
+        else:
+            phrases.append(f"{who} moved from coalition {before} to coalition {after}")
+    return phrases
+
+
+def _join(values: list[int]) -> str:
+    return ", ".join(map(str, values))
+
+
+def _coalitions_document(
+    run_id: str,
+    shown: int,
+    history: dict[int, Coalitions],
+    previous: int | None,
+    moves: list[_Move],
+) -> dict[str, Any]:
+    """The --json output: the round's coalitions and the per-client changes."""
+    return {
+        "run_id": run_id,
+        "round": shown,
+        "coalitions": history[shown],
+        "previous_round": previous,
+        "changes": [{"client": m.client, "from": m.before, "to": m.after} for m in moves],
     }
 
 

@@ -120,7 +120,12 @@ def drive(
         save_checkpoint(run_dir / "checkpoint", outcome.round, outcome.checkpoint)
         metrics = {row["client"]: row for row in rows}
         run = coordinator.record_round(
-            run_id, outcome.round, outcome.graph or [], metrics, num_clients=len(members)
+            run_id,
+            outcome.round,
+            outcome.graph or [],
+            metrics,
+            num_clients=len(members),
+            coalitions=outcome.coalitions,
         )
         if run.status == "stopping":
             raise StopRequested

@@ -41,12 +41,16 @@ ROW_KEYS = (
     "importers",
     "imports",
     "paid_to",
+    "coalition",
+    "distance_rounds",
+    "distance_bytes",
 )
-"""What a metrics row keeps of a client's replies (``*_s``: seconds the client spent)."""
+"""What a metrics row keeps of a client's replies (``*_s``: seconds the client spent;
+``coalition``: index of the client's coalition in the round's list, coalition methods only)."""
 
 
 class MethodRecorder:
-    """Writes config, per-round rows, graphs, then the summary and heatmaps of one run."""
+    """Writes config, per-round rows, graphs, coalitions, then the summary and heatmaps of a run."""
 
     def __init__(
         self,
@@ -75,6 +79,8 @@ class MethodRecorder:
         self.writer.log_round(rows)
         if outcome.graph is not None:
             self.writer.log_graph(outcome.round, self.num_clients, outcome.graph)
+        if outcome.coalitions is not None:
+            self.writer.log_coalitions(outcome.round, outcome.coalitions)
         return rows
 
     def finish(self, wall_time_s: float) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import grpc
 
 from collabfl.client.tls import ClientTLS, ServerTLS
 from collabfl.coordinator.state import (
+    Coalitions,
     CoordinatorState,
     Edge,
     Event,
@@ -159,8 +160,15 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             client: _json_object(text, f"metrics of client {client}")
             for client, text in request.metrics_json.items()
         }
+        if request.coalitions and not request.has_coalitions:
+            raise InvalidRecord("coalitions sent without has_coalitions set")
         run = self._state.record_round(
-            request.run_id, request.round, _edges(request.edges), metrics, request.num_clients
+            request.run_id,
+            request.round,
+            _edges(request.edges),
+            metrics,
+            request.num_clients,
+            _coalitions(request.coalitions) if request.has_coalitions else None,
         )
         return _run_pb(run)
 
@@ -217,6 +225,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             edges=_edges_pb(record.edges),
             metrics_json=_metrics_pb(record.metrics),
             recorded_at=record.recorded_at,
+            **_coalitions_fields(record.coalitions),
         )
 
     @_rpc
@@ -234,6 +243,15 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             for r, by_client in self._state.metrics(request.run_id).items()
         ]
         return pb.MetricsHistory(run_id=request.run_id, rounds=rounds)
+
+    @_rpc
+    def GetCoalitions(self, request: pb.CoalitionsRequest, context: Any) -> pb.CoalitionHistory:
+        round = request.round if request.HasField("round") else None
+        rounds = [
+            pb.RoundCoalitions(round=r, coalitions=_coalitions_pb(coalitions))
+            for r, coalitions in self._state.coalitions(request.run_id, round).items()
+        ]
+        return pb.CoalitionHistory(run_id=request.run_id, rounds=rounds)
 
     @_rpc
     def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
@@ -345,14 +363,19 @@ class CoordinatorClient:
         edges: Iterable[Edge],
         metrics: Mapping[int, Mapping[str, Any]],
         num_clients: int = 0,
+        coalitions: Iterable[Iterable[int]] | None = None,
     ) -> Run:
-        """Record a completed round; the returned run says whether a stop was requested."""
+        """Record a completed round; the returned run says whether a stop was requested.
+
+        ``coalitions`` None: the method forms none (an empty list means none this round).
+        """
         request = pb.RoundRecord(
             run_id=run_id,
             round=round,
             num_clients=num_clients,
             edges=_edges_pb(edges),
             metrics_json=_metrics_pb(metrics),
+            **_coalitions_fields(coalitions),
         )
         return _run(self._call(self._stub.RecordRound, request))
 
@@ -397,6 +420,7 @@ class CoordinatorClient:
             _edges(reply.edges),
             _metrics(reply.metrics_json),
             reply.recorded_at,
+            _coalitions(reply.coalitions) if reply.has_coalitions else None,
         )
 
     def get_graph_history(self, run_id: str) -> list[RoundGraph]:
@@ -407,6 +431,12 @@ class CoordinatorClient:
         """Per round (in order), per client: its metrics."""
         reply = self._call(self._stub.GetMetrics, pb.RunRef(run_id=run_id))
         return {r.round: _metrics(r.metrics_json) for r in reply.rounds}
+
+    def get_coalitions(self, run_id: str, round: int | None = None) -> dict[int, Coalitions]:
+        """Per round that recorded coalitions (in order), or of ``round`` only: its coalitions."""
+        request = pb.CoalitionsRequest(run_id=run_id, round=round)
+        reply = self._call(self._stub.GetCoalitions, request)
+        return {r.round: _coalitions(r.coalitions) for r in reply.rounds}
 
     def status(self) -> CoordinatorStatus:
         reply = self._call(self._stub.Status, pb.StatusRequest())
@@ -448,6 +478,21 @@ def _edges_pb(edges: Iterable[Edge]) -> list[pb.Edge]:
 
 def _edges(edges: Iterable[pb.Edge]) -> list[Edge]:
     return [(e.i, e.j, e.weight) for e in edges]
+
+
+def _coalitions_pb(coalitions: Iterable[Iterable[int]]) -> list[pb.Coalition]:
+    return [pb.Coalition(members=list(members)) for members in coalitions]
+
+
+def _coalitions(coalitions: Iterable[pb.Coalition]) -> Coalitions:
+    return [list(c.members) for c in coalitions]
+
+
+def _coalitions_fields(coalitions: Iterable[Iterable[int]] | None) -> dict[str, Any]:
+    """RoundRecord fields for ``coalitions``: None must stay distinguishable from []."""
+    if coalitions is None:
+        return {}
+    return {"has_coalitions": True, "coalitions": _coalitions_pb(coalitions)}
 
 
 def _metrics_pb(metrics: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:

@@ -1,4 +1,4 @@
-"""The coordinator's durable state in one SQLite file: members, runs, rounds, graphs, events.
+"""The coordinator's durable SQLite file: members, runs, rounds, graphs, coalitions, events.
 
 A restarted coordinator reopens the same file and carries on, so every change is committed
 before the call returns. WAL mode lets readers (the admin CLI through the service) proceed
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: before coalitions (migrated in place when opened)."""
 
 RUN_STATUSES = ("running", "stopping", "stopped", "finished", "failed")
 ACTIVE_STATUSES = ("running", "stopping")
@@ -33,6 +34,9 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 Edge = tuple[int, int, float]
 """(i, j, w): client i uses client j's model with weight w."""
+
+Coalitions = list[list[int]]
+"""Disjoint coalitions: sorted member lists, ordered by first member."""
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -59,6 +63,7 @@ CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER NOT NULL,
     num_clients INTEGER NOT NULL,
     recorded_at REAL NOT NULL,
+    has_coalitions INTEGER NOT NULL DEFAULT 0,  -- 1: coalitions were recorded (maybe none)
     PRIMARY KEY (run_id, round)
 );
 CREATE TABLE IF NOT EXISTS edges (
@@ -75,6 +80,14 @@ CREATE TABLE IF NOT EXISTS metrics (
     round INTEGER NOT NULL,
     client_id INTEGER NOT NULL,
     metrics_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, round, client_id),
+    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS coalitions (
+    run_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    client_id INTEGER NOT NULL,  -- a client is in at most one coalition per round
+    coalition INTEGER NOT NULL,  -- index in the round's list, ordered by first member
     PRIMARY KEY (run_id, round, client_id),
     FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
 );
@@ -176,6 +189,8 @@ class RoundRecord:
     edges: list[Edge]
     metrics: dict[int, dict[str, Any]]
     recorded_at: float
+    coalitions: Coalitions | None = None
+    """None for a method without coalitions (which differs from an empty list)."""
 
 
 @dataclass(frozen=True)
@@ -215,11 +230,26 @@ class CoordinatorState:
         row = self._conn.execute("SELECT version FROM schema_version").fetchone()
         if row is None:
             self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+        elif row["version"] == 1:
+            self._migrate_from_1()
         elif row["version"] != SCHEMA_VERSION:
             raise SchemaMismatch(
                 f"{self.path} has schema version {row['version']}; this collabfl reads "
                 f"version {SCHEMA_VERSION}"
             )
+
+    def _migrate_from_1(self) -> None:
+        """Add the coalition flag to rounds (the coalitions table is created by _SCHEMA).
+
+        The column is checked first, so a migration cut short before the version update
+        completes on the next open instead of failing on a duplicate column.
+        """
+        columns = {row["name"] for row in self._conn.execute("PRAGMA table_info(rounds)")}
+        if "has_coalitions" not in columns:
+            self._conn.execute(
+                "ALTER TABLE rounds ADD COLUMN has_coalitions INTEGER NOT NULL DEFAULT 0"
+            )
+        self._conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
     def close(self) -> None:
         with self._lock:
@@ -381,19 +411,27 @@ class CoordinatorState:
         edges: Iterable[Edge],
         metrics: Mapping[int, Mapping[str, Any]],
         num_clients: int = 0,
+        coalitions: Iterable[Iterable[int]] | None = None,
     ) -> Run:
         """Store one completed round, replacing any earlier record of the same round.
 
         Replacing (rather than refusing) makes a resumed run's re-sent round harmless. The
         last completed round is the largest round recorded. ``num_clients`` 0 means one
-        more than the largest client index seen.
+        more than the largest client index seen. ``coalitions`` (None: the method has none)
+        are stored in canonical order: members sorted, coalitions by first member.
         """
         round = _non_negative("round", round)
         num_clients = _non_negative("num_clients", num_clients)
         edge_list = _checked_edges(edges)
         metrics_json = _checked_metrics(metrics)
-        indices = [c for i, j, _ in edge_list for c in (i, j)] + list(metrics_json)
+        partition = None if coalitions is None else _checked_coalitions(coalitions)
+        members = [c for coalition in partition or [] for c in coalition]
+        indices = [c for i, j, _ in edge_list for c in (i, j)] + list(metrics_json) + members
         size = num_clients or (max(indices) + 1 if indices else 0)
+        if members and max(members) >= size:
+            raise InvalidRecord(
+                f"coalition member {max(members)} outside a graph of {size} clients"
+            )
         if indices and max(indices) >= size:
             raise InvalidRecord(f"client index {max(indices)} outside a graph of {size} clients")
         now = time.time()
@@ -402,7 +440,11 @@ class CoordinatorState:
             if row["status"] in END_STATUSES:
                 raise RunNotActive(f"run {run_id} has ended ({row['status']}); rounds refused")
             conn.execute("DELETE FROM rounds WHERE run_id = ? AND round = ?", (run_id, round))
-            conn.execute("INSERT INTO rounds VALUES (?, ?, ?, ?)", (run_id, round, size, now))
+            conn.execute(
+                "INSERT INTO rounds (run_id, round, num_clients, recorded_at, has_coalitions) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (run_id, round, size, now, partition is not None),
+            )
             conn.executemany(
                 "INSERT INTO edges VALUES (?, ?, ?, ?, ?)",
                 [(run_id, round, i, j, w) for i, j, w in edge_list],
@@ -410,6 +452,14 @@ class CoordinatorState:
             conn.executemany(
                 "INSERT INTO metrics VALUES (?, ?, ?, ?)",
                 [(run_id, round, client, text) for client, text in metrics_json.items()],
+            )
+            conn.executemany(
+                "INSERT INTO coalitions VALUES (?, ?, ?, ?)",
+                [
+                    (run_id, round, client, index)
+                    for index, coalition in enumerate(partition or [])
+                    for client in coalition
+                ],
             )
             last = row["last_completed_round"]
             conn.execute(
@@ -428,7 +478,10 @@ class CoordinatorState:
                 raise UnknownRound(f"run {run_id} has no recorded round {round}")
             edges = self._edges(conn, run_id).get(round, [])
             metrics = self._metrics(conn, run_id).get(round, {})
-        return RoundRecord(run_id, round, row["num_clients"], edges, metrics, row["recorded_at"])
+            coalitions = self._coalitions(conn, run_id).get(round)
+        return RoundRecord(
+            run_id, round, row["num_clients"], edges, metrics, row["recorded_at"], coalitions
+        )
 
     def graph_history(self, run_id: str) -> list[RoundGraph]:
         """Every recorded round's graph, in round order (rounds without edges included)."""
@@ -449,6 +502,39 @@ class CoordinatorState:
             ).fetchall()
             metrics = self._metrics(conn, run_id)
         return {r["round"]: metrics.get(r["round"], {}) for r in rounds}
+
+    def coalitions(self, run_id: str, round: int | None = None) -> dict[int, Coalitions]:
+        """Per round that recorded coalitions, in round order: its coalitions.
+
+        With ``round``: that round only, or nothing when it was recorded without coalitions;
+        a round never recorded is UnknownRound.
+        """
+        with self._transaction() as conn:
+            self._run_row(conn, run_id)
+            if round is not None and not _round_exists(conn, run_id, round):
+                raise UnknownRound(f"run {run_id} has no recorded round {round}")
+            by_round = self._coalitions(conn, run_id)
+        return by_round if round is None else {r: c for r, c in by_round.items() if r == round}
+
+    @staticmethod
+    def _coalitions(conn: sqlite3.Connection, run_id: str) -> dict[int, Coalitions]:
+        by_round: dict[int, Coalitions] = {
+            row["round"]: []
+            for row in conn.execute(
+                "SELECT round FROM rounds WHERE run_id = ? AND has_coalitions ORDER BY round",
+                (run_id,),
+            )
+        }
+        for row in conn.execute(
+            "SELECT round, coalition, client_id FROM coalitions WHERE run_id = ? "
+            "ORDER BY round, coalition, client_id",
+            (run_id,),
+        ):
+            coalitions = by_round[row["round"]]
+            if row["coalition"] == len(coalitions):
+                coalitions.append([])
+            coalitions[row["coalition"]].append(row["client_id"])
+        return by_round
 
     @staticmethod
     def _edges(conn: sqlite3.Connection, run_id: str) -> dict[int, list[Edge]]:
@@ -554,6 +640,34 @@ def _checked_edges(edges: Iterable[Edge]) -> list[Edge]:
         seen.add((source, target))
         result.append((source, target, w))
     return result
+
+
+def _checked_coalitions(coalitions: Iterable[Iterable[int]]) -> Coalitions:
+    """Disjoint, non-empty member lists of client indices, in canonical order."""
+    result: Coalitions = []
+    owner: dict[int, int] = {}
+    for index, coalition in enumerate(coalitions):
+        if isinstance(coalition, str | bytes | Mapping) or not isinstance(coalition, Iterable):
+            raise InvalidRecord(f"coalition {index} must be a list of client indices")
+        members = [_non_negative(f"coalition {index} member", c) for c in coalition]
+        if not members:
+            raise InvalidRecord(f"coalition {index} has no members; drop it or add its clients")
+        for client in members:
+            if owner.get(client) == index:
+                raise InvalidRecord(f"client {client} listed twice in coalition {index}")
+            if client in owner:
+                raise InvalidRecord(
+                    f"client {client} is in coalitions {owner[client]} and {index}; "
+                    "coalitions must be disjoint"
+                )
+            owner[client] = index
+        result.append(sorted(members))
+    return sorted(result)
+
+
+def _round_exists(conn: sqlite3.Connection, run_id: str, round: int) -> bool:
+    query = "SELECT 1 FROM rounds WHERE run_id = ? AND round = ?"
+    return conn.execute(query, (run_id, round)).fetchone() is not None
 
 
 def _checked_metrics(metrics: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:

@@ -131,8 +131,14 @@ class Edge(_message.Message):
     weight: float
     def __init__(self, i: _Optional[int] = ..., j: _Optional[int] = ..., weight: _Optional[float] = ...) -> None: ...
 
+class Coalition(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, members: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class RoundRecord(_message.Message):
-    __slots__ = ("run_id", "round", "num_clients", "edges", "metrics_json", "recorded_at")
+    __slots__ = ("run_id", "round", "num_clients", "edges", "metrics_json", "recorded_at", "has_coalitions", "coalitions")
     class MetricsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -146,13 +152,17 @@ class RoundRecord(_message.Message):
     EDGES_FIELD_NUMBER: _ClassVar[int]
     METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
     RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
+    HAS_COALITIONS_FIELD_NUMBER: _ClassVar[int]
+    COALITIONS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     round: int
     num_clients: int
     edges: _containers.RepeatedCompositeFieldContainer[Edge]
     metrics_json: _containers.ScalarMap[int, str]
     recorded_at: float
-    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., num_clients: _Optional[int] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ..., metrics_json: _Optional[_Mapping[int, str]] = ..., recorded_at: _Optional[float] = ...) -> None: ...
+    has_coalitions: bool
+    coalitions: _containers.RepeatedCompositeFieldContainer[Coalition]
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., num_clients: _Optional[int] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ..., metrics_json: _Optional[_Mapping[int, str]] = ..., recorded_at: _Optional[float] = ..., has_coalitions: _Optional[bool] = ..., coalitions: _Optional[_Iterable[_Union[Coalition, _Mapping]]] = ...) -> None: ...
 
 class RoundRef(_message.Message):
     __slots__ = ("run_id", "round")
@@ -266,6 +276,30 @@ class MetricsHistory(_message.Message):
     run_id: str
     rounds: _containers.RepeatedCompositeFieldContainer[RoundMetrics]
     def __init__(self, run_id: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[RoundMetrics, _Mapping]]] = ...) -> None: ...
+
+class CoalitionsRequest(_message.Message):
+    __slots__ = ("run_id", "round")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    round: int
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+
+class RoundCoalitions(_message.Message):
+    __slots__ = ("round", "coalitions")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    COALITIONS_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    coalitions: _containers.RepeatedCompositeFieldContainer[Coalition]
+    def __init__(self, round: _Optional[int] = ..., coalitions: _Optional[_Iterable[_Union[Coalition, _Mapping]]] = ...) -> None: ...
+
+class CoalitionHistory(_message.Message):
+    __slots__ = ("run_id", "rounds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    rounds: _containers.RepeatedCompositeFieldContainer[RoundCoalitions]
+    def __init__(self, run_id: _Optional[str] = ..., rounds: _Optional[_Iterable[_Union[RoundCoalitions, _Mapping]]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

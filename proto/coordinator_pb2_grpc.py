@@ -104,6 +104,11 @@ class CoordinatorStub:
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.RunRef.SerializeToString,
                 response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.MetricsHistory.FromString,
                 _registered_method=True)
+        self.GetCoalitions = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/GetCoalitions',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.CoalitionsRequest.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.CoalitionHistory.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/collabfl.coordinator.Coordinator/Status',
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.StatusRequest.SerializeToString,
@@ -208,6 +213,14 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCoalitions(self, request, context):
+        """The coalitions of every round that recorded some, in round order; with `round`, of that
+        round only (NOT_FOUND if it was never recorded, no rounds if it had no coalitions).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -286,6 +299,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.GetMetrics,
                     request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RunRef.FromString,
                     response_serializer=collabfl_dot_proto_dot_coordinator__pb2.MetricsHistory.SerializeToString,
+            ),
+            'GetCoalitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCoalitions,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.CoalitionsRequest.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.CoalitionHistory.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -671,6 +689,33 @@ class Coordinator:
             '/collabfl.coordinator.Coordinator/GetMetrics',
             collabfl_dot_proto_dot_coordinator__pb2.RunRef.SerializeToString,
             collabfl_dot_proto_dot_coordinator__pb2.MetricsHistory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCoalitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/GetCoalitions',
+            collabfl_dot_proto_dot_coordinator__pb2.CoalitionsRequest.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.CoalitionHistory.FromString,
             options,
             channel_credentials,
             insecure,

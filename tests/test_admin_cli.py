@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from collabfl.coordinator import admin
 from collabfl.coordinator.admin import admin_app
-from collabfl.coordinator.service import serve
+from collabfl.coordinator.service import CoordinatorClient, serve
 from collabfl.coordinator.state import CoordinatorState, Member
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -29,6 +29,12 @@ METRICS = {
 LEDGER = {
     0: {"gain": 2.5, "sharing_cost": 0.0, "payment": 1.25, "utility": 1.25, "importers": 0},
     1: {"gain": 0.0, "sharing_cost": 1.0, "payment": -1.25, "utility": 0.25, "importers": 1},
+}
+
+COALITIONS = {
+    0: [[0, 1], [2, 3, 4]],
+    1: [[0, 1], [2, 3, 4]],
+    2: [[0], [1, 2, 3, 4, 5]],  # client 1 moves, late joiner 5 is placed into coalition 1
 }
 
 
@@ -145,6 +151,88 @@ def test_payments_ledger_with_cumulative_totals(address: str) -> None:
     assert refused.exit_code == 2 and "no market ledger" in refused.output
 
 
+@pytest.fixture
+def collab(address: str) -> str:
+    """A coalition run, recorded as the ServerApp records it: through the service."""
+    with CoordinatorClient(address) as client:
+        client.create_run("collab", "fedcollab", {})
+        for round_index, coalitions in COALITIONS.items():
+            client.record_round("collab", round_index, [], {}, 6, coalitions=coalitions)
+        client.record_round("collab", 3, [], {}, 6)  # a round without coalitions
+    return address
+
+
+def test_coalitions_of_the_last_round_with_changes(collab: str) -> None:
+    out = _ok(collab, "coalitions", "collab")
+    assert "run collab, round 2: 2 coalitions, 6 clients" in out
+    assert _table_rows(out) == [["0", "1", "0"], ["1", "5", "1, 2, 3, 4, 5"]]
+    assert (
+        "changes since round 1: client 1 moved from coalition 0 to coalition 1; "
+        "client 5 joined coalition 1"
+    ) in out
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    """The body cells of the rich table in ``out``."""
+    return [
+        [cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if "│" in line
+    ]
+
+
+def test_coalitions_of_a_chosen_round(collab: str) -> None:
+    unchanged = _ok(collab, "coalitions", "collab", "--round", "1")
+    assert "run collab, round 1: 2 coalitions, 5 clients" in unchanged
+    assert "changes since round 0: none" in unchanged
+    first = _ok(collab, "coalitions", "collab", "--round", "0")
+    assert _table_rows(first) == [["0", "2", "0, 1"], ["1", "3", "2, 3, 4"]]
+    assert "changes since" not in first
+
+
+def test_coalitions_as_json(collab: str) -> None:
+    document = json.loads(_ok(collab, "coalitions", "collab", "--json"))
+    assert document == {
+        "run_id": "collab",
+        "round": 2,
+        "coalitions": COALITIONS[2],
+        "previous_round": 1,
+        "changes": [{"client": 1, "from": 0, "to": 1}, {"client": 5, "from": None, "to": 1}],
+    }
+    first = json.loads(_ok(collab, "coalitions", "collab", "--round", "0", "--json"))
+    assert (first["previous_round"], first["changes"]) == (None, [])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("exp-1",), "error: run exp-1 has no coalitions (is it a coalition method"),
+        (("nope",), "error: no run 'nope'"),
+        (("collab", "--round", "7"), "error: run collab has no recorded round 7"),
+        (("collab", "--round", "3"), "error: run collab recorded no coalitions in round 3"),
+    ],
+)
+def test_coalitions_refusals_are_one_line(collab: str, args: tuple[str, ...], message: str) -> None:
+    result = _admin(collab, "coalitions", *args)
+    assert result.exit_code == admin.EXIT_REFUSED
+    assert result.stderr.startswith(message)
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changes"),
+    [
+        ([[0], [1, 2]], [[1, 2]], ["client 0 left coalition 0"]),  # renumbered, not moved
+        ([[0, 1], [2, 3]], [[0, 1, 2, 3]], ["clients 2, 3 moved from coalition 1 to coalition 0"]),
+        ([[0, 1, 2, 3]], [[0, 1], [2, 3]], ["clients 2, 3 moved from coalition 0 to coalition 1"]),
+        ([[0, 1], [2]], [[0, 1], [2], [3, 4]], ["clients 3, 4 joined coalition 2"]),
+        ([[0, 1], [2]], [[0, 1], [2]], []),
+    ],
+)
+def test_coalition_changes_follow_members_not_indices(
+    before: list[list[int]], after: list[list[int]], changes: list[str]
+) -> None:
+    assert admin._describe_moves(admin._coalition_moves(before, after)) == changes
+
+
 def test_events(address: str) -> None:
     out = _ok(address, "events", "exp-1")
     assert "peer_skipped" in out and "digest mismatch" in out
@@ -162,6 +250,17 @@ def test_unknown_round_is_refused(address: str) -> None:
     result = _admin(address, "graph", "exp-1", "7")
     assert result.exit_code == admin.EXIT_REFUSED
     assert "no recorded round 7" in result.stderr
+
+
+def test_coalitions_with_a_dead_coordinator_exit_3() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    result = CliRunner().invoke(
+        admin_app, ["--coordinator", dead, "--timeout", "2", "coalitions", "r"]
+    )
+    assert result.exit_code == admin.EXIT_UNREACHABLE
+    assert result.stderr.startswith(f"error: cannot reach the coordinator at {dead}")
 
 
 def test_dead_coordinator_exits_3_with_one_line() -> None:

@@ -93,6 +93,61 @@ def test_runs_rounds_and_history(client: CoordinatorClient) -> None:
     assert resumed.last_completed_round == 1
 
 
+def test_coalitions_round_trip(client: CoordinatorClient) -> None:
+    client.create_run("collab", "fedcollab", {})
+    first = [[np.int64(2), 3], [1, 0]]
+    client.record_round("collab", 0, [], {0: {"test_acc": 0.5}}, 4, coalitions=first)
+    client.record_round("collab", 1, [(0, 1, 1.0)], {}, 4)
+    client.record_round("collab", 2, [], {}, 4, coalitions=[[0, 1, 2, 3]])
+    client.record_round("collab", 2, [], {}, 4, coalitions=[[0, 1, 2, 3]])  # re-sent
+    client.record_round("collab", 3, [], {}, 4, coalitions=[])
+
+    assert client.get_coalitions("collab") == {
+        0: [[0, 1], [2, 3]],
+        2: [[0, 1, 2, 3]],
+        3: [],
+    }
+    assert client.get_coalitions("collab", round=2) == {2: [[0, 1, 2, 3]]}
+    assert client.get_coalitions("collab", round=1) == {}
+    assert client.get_round("collab", 0).coalitions == [[0, 1], [2, 3]]
+    assert client.get_round("collab", 1).coalitions is None  # none differs from empty
+    assert client.get_round("collab", 3).coalitions == []
+    assert client.get_run("collab").last_completed_round == 3
+
+
+@pytest.mark.parametrize(
+    ("coalitions", "details"),
+    [
+        ([[0, 1], [1, 2]], "client 1 is in coalitions 0 and 1; coalitions must be disjoint"),
+        ([[0], [4]], "coalition member 4 outside a graph of 4 clients"),
+        ([[0], []], "coalition 1 has no members"),
+        ([[-2]], "coalition 0 member must be an integer >= 0"),
+    ],
+)
+def test_bad_coalitions_are_invalid_arguments(
+    client: CoordinatorClient, coalitions: list, details: str
+) -> None:
+    client.create_run("collab", "fedcollab", {})
+    with pytest.raises(CoordinatorError, match=details) as caught:
+        client.record_round("collab", 0, [], {0: {"test_acc": 0.5}}, 4, coalitions=coalitions)
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert client.get_run("collab").last_completed_round is None
+    with pytest.raises(CoordinatorError, match="no recorded round 0"):
+        client.get_round("collab", 0)
+
+
+def test_coalitions_of_unknown_runs_and_rounds_are_not_found(client: CoordinatorClient) -> None:
+    client.create_run("collab", "fedcollab", {})
+    for call, details in [
+        (lambda: client.get_coalitions("missing"), "no run 'missing'"),
+        (lambda: client.get_coalitions("collab", round=5), "run collab has no recorded round 5"),
+    ]:
+        with pytest.raises(CoordinatorError, match=details) as caught:
+            call()
+        assert caught.value.code == grpc.StatusCode.NOT_FOUND
+    assert client.get_coalitions("collab") == {}
+
+
 def test_stop_is_seen_by_the_round_reply_then_finish(client: CoordinatorClient) -> None:
     client.create_run("r", "dpfl", {})
     assert client.stop_run("r").status == "stopping"
@@ -180,6 +235,10 @@ def test_malformed_json_and_enums_are_invalid_arguments(client: CoordinatorClien
         (stub.CreateRun, pb.CreateRunRequest(run_id="x", method="m", config_json="[1]")),
         (stub.CreateRun, pb.CreateRunRequest(run_id="x", method="m", config_json="{oops")),
         (stub.RecordRound, pb.RoundRecord(run_id="r", round=0, metrics_json={0: "nan-json"})),
+        (
+            stub.RecordRound,
+            pb.RoundRecord(run_id="r", round=0, coalitions=[pb.Coalition(members=[0])]),
+        ),
         (stub.FinishRun, pb.FinishRunRequest(run_id="r")),
         (stub.RecordEvent, pb.Event(run_id="r", kind="k")),
     ]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from collabfl.coordinator.state import (
+    SCHEMA_VERSION,
     CoordinatorState,
     InvalidRecord,
     Member,
@@ -79,7 +80,7 @@ def test_database_uses_wal_and_records_its_schema_version(state: CoordinatorStat
     conn = sqlite3.connect(state.path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     finally:
         conn.close()
 
@@ -255,3 +256,90 @@ def test_numpy_values_are_accepted(state: CoordinatorState) -> None:
     state.record_round("r", np.int64(0), edges, {np.int64(1): {"test_acc": np.float32(0.25)}})
     record = state.round("r", 0)
     assert (record.edges, record.metrics) == ([(0, 1, 0.5)], {1: {"test_acc": 0.25}})
+
+
+def test_coalitions_round_trip_in_canonical_order(db: Path) -> None:
+    """None (no coalition method), [] (none this round) and a partition all read back."""
+    with CoordinatorState(db) as state:
+        state.create_run("r", "fedcollab", {})
+        state.record_round("r", 0, [], METRICS, 4, coalitions=[[3, np.int64(1)], (2, 0)])
+        state.record_round("r", 1, EDGES, METRICS, 4)
+        state.record_round("r", 2, [], {}, 4, coalitions=[])
+    with CoordinatorState(db) as state:
+        assert state.coalitions("r") == {0: [[0, 2], [1, 3]], 2: []}
+        assert state.round("r", 0).coalitions == [[0, 2], [1, 3]]
+        assert state.round("r", 0).metrics == METRICS
+        assert state.round("r", 1).coalitions is None
+        assert state.round("r", 2).coalitions == []
+        assert state.coalitions("r", round=0) == {0: [[0, 2], [1, 3]]}
+        assert state.coalitions("r", round=1) == {}
+        with pytest.raises(UnknownRound, match="run r has no recorded round 7"):
+            state.coalitions("r", round=7)
+        with pytest.raises(UnknownRun):
+            state.coalitions("nope")
+
+
+def test_rerecording_coalitions_is_idempotent_and_replaces(state: CoordinatorState) -> None:
+    state.create_run("r", "equilibrium", {})
+    state.record_round("r", 0, [], METRICS, 3, coalitions=[[0, 1], [2]])
+    state.record_round("r", 0, [], METRICS, 3, coalitions=[[0, 1], [2]])
+    assert state.coalitions("r") == {0: [[0, 1], [2]]}
+    state.record_round("r", 0, [], METRICS, 3, coalitions=[[0, 1, 2]])
+    assert state.coalitions("r") == {0: [[0, 1, 2]]}
+    state.record_round("r", 0, [], METRICS, 3)  # a re-sent round without coalitions drops them
+    assert state.coalitions("r") == {}
+    assert state.round("r", 0).coalitions is None
+    assert len(state.graph_history("r")) == 1
+
+
+@pytest.mark.parametrize(
+    ("coalitions", "message"),
+    [
+        ([[0, 1], [1, 2]], "client 1 is in coalitions 0 and 1; coalitions must be disjoint"),
+        ([[0, 2, 0]], "client 0 listed twice in coalition 0"),
+        ([[0], [1, 5]], "coalition member 5 outside a graph of 3 clients"),
+        ([[0], []], "coalition 1 has no members"),
+        ([[0, -1]], "coalition 0 member must be an integer >= 0"),
+        ([[0, True]], "coalition 0 member must be an integer >= 0"),
+        ([[0, 1.0]], "coalition 0 member must be an integer >= 0"),
+        ([0, 1], "coalition 0 must be a list of client indices"),
+        (["01"], "coalition 0 must be a list of client indices"),
+    ],
+)
+def test_bad_coalitions_are_refused_and_nothing_is_written(
+    state: CoordinatorState, coalitions: list, message: str
+) -> None:
+    state.create_run("r", "fedcollab", {})
+    state.record_round("r", 0, [], {0: {"test_acc": 0.5}}, 3, coalitions=[[0], [1, 2]])
+    for round_index in (0, 1):  # neither the re-sent round nor a new one is touched
+        with pytest.raises(InvalidRecord, match=message):
+            state.record_round("r", round_index, [], {0: {"test_acc": 0.9}}, 3, coalitions)
+    assert state.last_completed_round("r") == 0
+    assert state.round("r", 0).metrics == {0: {"test_acc": 0.5}}
+    assert state.coalitions("r") == {0: [[0], [1, 2]]}
+    with pytest.raises(UnknownRound):
+        state.round("r", 1)
+
+
+def test_version_1_database_is_migrated_in_place(db: Path) -> None:
+    """A file written before coalitions existed keeps its rounds and takes coalitions after."""
+    with CoordinatorState(db) as state:
+        state.create_run("r", "dpfl", {})
+        state.record_round("r", 0, EDGES, METRICS, 3)
+    conn = sqlite3.connect(db)
+    with conn:  # back to the version 1 layout
+        conn.execute("DROP TABLE coalitions")
+        conn.execute("ALTER TABLE rounds DROP COLUMN has_coalitions")
+        conn.execute("UPDATE schema_version SET version = 1")
+    conn.close()
+
+    with CoordinatorState(db) as state:
+        assert state.round("r", 0).edges == sorted(EDGES)
+        assert state.round("r", 0).coalitions is None
+        state.record_round("r", 1, [], METRICS, 3, coalitions=[[0, 1], [2]])
+        assert state.coalitions("r") == {1: [[0, 1], [2]]}
+    with CoordinatorState(db) as state:  # and the migrated file opens as the current version
+        assert state.coalitions("r") == {1: [[0, 1], [2]]}
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    conn.close()

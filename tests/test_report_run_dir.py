@@ -5,7 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collabfl.coordinator.config import load_config
+from collabfl.coordinator.methods import parse_method_spec
+from collabfl.coordinator.recording import MethodRecorder
 from collabfl.coordinator.report.run_dir import RunWriter, read_run
+from collabfl.strategies.rounds import RoundOutcome
 
 
 def _row(round_: int, client: int, acc: float) -> dict:
@@ -93,4 +97,66 @@ def test_graph_with_edge_outside_the_clients_is_named(tmp_path: Path) -> None:
     writer.write_config({})
     writer.log_graph(4, 2, [(0, 2, 1.0)])
     with pytest.raises(ValueError, match=r"round_0004\.json"):
+        read_run(tmp_path)
+
+
+def test_coalitions_round_trip_and_absent_for_other_methods(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "collab")
+    writer.write_config({})
+    writer.log_coalitions(0, [[0, 1], [2]])
+    writer.log_coalitions(2, [[np.int64(0), 1, 2]])
+    assert read_run(tmp_path / "collab").coalitions == {0: [[0, 1], [2]], 2: [[0, 1, 2]]}
+    assert (tmp_path / "collab" / "coalitions.jsonl").read_text().splitlines()[0] == (
+        '{"round": 0, "coalitions": [[0, 1], [2]]}'
+    )
+
+    RunWriter(tmp_path / "plain").write_config({})
+    assert read_run(tmp_path / "plain").coalitions == {}
+    assert not (tmp_path / "plain" / "coalitions.jsonl").exists()
+
+
+def test_resume_truncates_coalitions_like_metrics(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path)
+    writer.write_config({})
+    for round_index in range(4):
+        writer.log_round([_row(round_index, 0, 0.5)])
+        writer.log_coalitions(round_index, [[0], [1, 2]])
+    writer.write_summary({"method": "fedcollab"})
+
+    resumed = RunWriter(tmp_path, resume_after=1)
+    records = read_run(tmp_path)
+    assert sorted(records.coalitions) == [0, 1]
+    assert [row["round"] for row in records.rows] == [0, 1]
+    assert records.summary is None
+    resumed.log_coalitions(2, [[0, 1, 2]])
+    assert read_run(tmp_path).coalitions == {0: [[0], [1, 2]], 1: [[0], [1, 2]], 2: [[0, 1, 2]]}
+
+
+def test_recorder_writes_coalitions_and_summarises_them(tmp_path: Path) -> None:
+    spec = parse_method_spec("fedavg", load_config(None))
+    recorder = MethodRecorder(spec, tmp_path, 3, "mlp", 100)
+    metrics = {c: {"best_test_acc": 0.5, "coalition": int(c > 0)} for c in range(3)}
+    recorder.record(RoundOutcome(0, metrics, coalitions=[[0], [1, 2]]), {})
+    recorder.record(RoundOutcome(1, metrics), {})
+    summary = recorder.finish(1.0)
+    records = read_run(tmp_path)
+    assert records.coalitions == {0: [[0], [1, 2]]}
+    assert [row["coalition"] for row in records.rows] == [0, 1, 1] * 2
+    assert (summary["coalitions_last"], summary["num_coalitions_last"]) == ([[0], [1, 2]], 2)
+    assert records.summary is not None and records.summary["num_coalitions_last"] == 2
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"round": 0, "coalitions": [[0, -1]]}',
+        '{"round": 0, "coalitions": [0, 1]}',
+        '{"coalitions": [[0]]}',
+        '{"round": 0, "coalitions": [["0"]]}',
+    ],
+)
+def test_malformed_coalitions_are_named(tmp_path: Path, line: str) -> None:
+    RunWriter(tmp_path).write_config({})
+    (tmp_path / "coalitions.jsonl").write_text(line + "\n")
+    with pytest.raises(ValueError, match=r"coalitions\.jsonl, record 1"):
         read_run(tmp_path)

@@ -23,8 +23,12 @@ def _row(round_: int, client: int, best_test: float | None, **extra: object) -> 
     return row
 
 
-def _records(rows: list[dict], graphs: dict | None = None) -> RunRecords:
-    return RunRecords(config={}, rows=rows, graphs=graphs or {}, summary=None)
+def _records(
+    rows: list[dict], graphs: dict | None = None, coalitions: dict | None = None
+) -> RunRecords:
+    return RunRecords(
+        config={}, rows=rows, graphs=graphs or {}, summary=None, coalitions=coalitions or {}
+    )
 
 
 def test_benign_accuracy_from_last_round() -> None:
@@ -72,6 +76,19 @@ def test_graph_statistics_first_and_last() -> None:
     assert summary["graph_sparsity_last"] == pytest.approx(2 / 6)
     assert summary["graph_symmetry_last"] == pytest.approx(1 / 3)
     assert summary["benign_edges_to_malicious_last"] == pytest.approx(1.5 / 2.0)
+
+
+def test_final_coalitions_and_their_count() -> None:
+    rows = [_row(r, c, 0.5) for r in range(4) for c in range(3)]
+    coalitions = {0: [[0], [1], [2]], 2: [[0, 2], [1]]}
+    summary = summarize(_records(rows, coalitions=coalitions), method="fc", wall_time_s=0.0)
+    assert summary["coalitions_last"] == [[0, 2], [1]]
+    assert summary["num_coalitions_last"] == 2
+
+
+def test_methods_without_coalitions_have_no_coalition_keys() -> None:
+    summary = summarize(_records([_row(0, 0, 0.5)]), method="fedavg", wall_time_s=0.0)
+    assert not any("coalition" in key for key in summary)
 
 
 def test_all_benign_missing_gives_none() -> None:

@@ -1,13 +1,14 @@
 """The run directory: writing a run's records as it goes and reading them back.
 
 Layout: config.json, metrics.jsonl (one row per round and client), graphs/round_NNNN.json
-(one collaboration graph per round, graph methods only) and summary.json. Whole files are
-written through a temporary file and os.replace, so a crash never leaves half a config,
-graph or summary behind; metrics.jsonl is append-only and flushed after every round.
+(one collaboration graph per round, graph methods only), coalitions.jsonl (one line per round,
+coalition methods only) and summary.json. Whole files are written through a temporary file and
+os.replace, so a crash never leaves half a config, graph or summary behind; the .jsonl files
+are append-only and flushed after every round.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from collabfl.coordinator.report.graph_stats import adjacency
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
+COALITIONS_FILE = "coalitions.jsonl"
 SUMMARY_FILE = "summary.json"
 GRAPHS_DIR = "graphs"
 
@@ -58,14 +60,8 @@ class RunWriter:
         (self.path / METRICS_FILE).touch()
 
     def _truncate_after(self, last_round: int) -> None:
-        metrics = self.path / METRICS_FILE
-        if metrics.exists():
-            kept = [
-                line
-                for line in metrics.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line)["round"] <= last_round
-            ]
-            write_text(metrics, "".join(line + "\n" for line in kept))
+        for name in (METRICS_FILE, COALITIONS_FILE):
+            _truncate_jsonl(self.path / name, last_round)
         graphs = self.path / GRAPHS_DIR
         if graphs.exists():
             for graph in graphs.glob("round_*.json"):
@@ -79,10 +75,7 @@ class RunWriter:
 
     def log_round(self, rows: list[dict[str, Any]]) -> None:
         """Append one round's rows (one per client); flushed so a crash keeps finished rounds."""
-        text = "".join(_dumps(row) + "\n" for row in rows)
-        with (self.path / METRICS_FILE).open("a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
+        _append(self.path / METRICS_FILE, "".join(_dumps(row) + "\n" for row in rows))
 
     def log_graph(self, round: int, num_clients: int, edges: list[tuple[int, int, float]]) -> None:
         """Record the round's collaboration graph as directed edges (i uses j's model, weight w)."""
@@ -93,19 +86,48 @@ class RunWriter:
         }
         write_text(self.path / GRAPHS_DIR / graph_file_name(round), _dumps(record) + "\n")
 
+    def log_coalitions(self, round: int, coalitions: list[list[int]]) -> None:
+        """Append the round's coalitions (member lists); the file exists only for such methods."""
+        record = {"round": int(round), "coalitions": [[int(c) for c in m] for m in coalitions]}
+        _append(self.path / COALITIONS_FILE, _dumps(record) + "\n")
+
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Record the final summary; written last, so its presence marks a finished run."""
         write_text(self.path / SUMMARY_FILE, _dumps(summary, indent=2) + "\n")
 
 
+def _append(path: Path, text: str) -> None:
+    """Append and flush, so a crash keeps every finished round."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+
+
+def _truncate_jsonl(path: Path, last_round: int) -> None:
+    """Drop the lines of rounds after ``last_round``: a resumed run writes them again."""
+    if not path.exists():
+        return
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line)["round"] <= last_round
+    ]
+    write_text(path, "".join(line + "\n" for line in kept))
+
+
 @dataclass(eq=False)
 class RunRecords:
-    """Everything a run directory holds, parsed. Graphs map round -> N×N adjacency."""
+    """Everything a run directory holds, parsed.
+
+    Graphs map round -> N×N adjacency; coalitions map round -> member lists (empty for a
+    method without coalitions).
+    """
 
     config: dict[str, Any]
     rows: list[dict[str, Any]]
     graphs: dict[int, np.ndarray]
     summary: dict[str, Any] | None
+    coalitions: dict[int, list[list[int]]] = field(default_factory=dict)
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
@@ -145,6 +167,30 @@ def _read_graph(path: Path) -> tuple[int, np.ndarray]:
         raise ValueError(f"{path}: invalid graph record: {e!r}") from e
 
 
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_coalitions(path: Path) -> dict[int, list[list[int]]]:
+    """Round -> coalitions from coalitions.jsonl; a later line for a round replaces earlier ones."""
+    if not path.exists():
+        return {}
+    by_round: dict[int, list[list[int]]] = {}
+    for line_no, record in enumerate(_read_jsonl(path), start=1):
+        round_index, coalitions = record.get("round"), record.get("coalitions")
+        valid = (
+            _is_index(round_index)
+            and isinstance(coalitions, list)
+            and all(isinstance(m, list) and all(_is_index(c) for c in m) for m in coalitions)
+        )
+        if not valid:
+            raise ValueError(
+                f"{path}, record {line_no}: expected a round and a list of client index lists"
+            )
+        by_round[round_index] = coalitions
+    return dict(sorted(by_round.items()))
+
+
 def read_run(path: Path | str) -> RunRecords:
     """Parse a run directory; malformed files raise ValueError naming the file (and line)."""
     path = Path(path)
@@ -160,4 +206,5 @@ def read_run(path: Path | str) -> RunRecords:
         rows=_read_jsonl(path / METRICS_FILE),
         graphs=graphs,
         summary=_read_json_object(summary_path) if summary_path.exists() else None,
+        coalitions=_read_coalitions(path / COALITIONS_FILE),
     )

@@ -32,7 +32,8 @@ def summarize(records: RunRecords, *, method: str, wall_time_s: float) -> dict[s
     best-validation model), averaged over benign clients; when some clients are malicious
     the same statistics over all clients are added as *_all keys. bytes_fetched is taken
     to be per round, so the total sums all rows and the per client round figure is their
-    mean. Graph statistics use the first and last rounds that have a graph.
+    mean. Graph statistics use the first and last rounds that have a graph; coalition methods
+    add the last recorded coalitions and their count.
     """
     rows = records.rows
     if not rows:
@@ -61,6 +62,10 @@ def summarize(records: RunRecords, *, method: str, wall_time_s: float) -> dict[s
     summary["peak_peer_models"] = max(int(r["peak_peer_models"]) for r in rows)
 
     summary.update(_graph_summary(records.graphs, malicious))
+    if records.coalitions:
+        final = records.coalitions[max(records.coalitions)]
+        summary["coalitions_last"] = final
+        summary["num_coalitions_last"] = len(final)
     summary["wall_time_s"] = float(wall_time_s)
     return summary
 
