@@ -55,8 +55,8 @@ def _logits(weights: torch.Tensor, features: torch.Tensor, hidden: int) -> torch
     b1 = weights[:, split : split + hidden]
     w2 = weights[:, split + hidden : split + 2 * hidden]
     b2 = weights[:, -1]
-    activations = torch.relu(torch.einsum("bd,pdh->pbh", features, w1) + b1[:, None, :])
-    return torch.einsum("pbh,ph->pb", activations, w2) + b2[:, None]
+    activations = torch.relu(torch.matmul(features, w1) + b1[:, None, :])  # (P, B, H)
+    return torch.matmul(activations, w2[:, :, None])[:, :, 0] + b2[:, None]
 
 
 def sgd_step(

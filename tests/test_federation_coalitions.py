@@ -1,0 +1,85 @@
+"""FedCollab and collaboration equilibrium over the real federation (SuperLink, SuperNodes,
+peer gRPC servers, SQLite), compared with the in-process runtime on the same seed and config.
+
+The distance estimation's discriminators travel as Flower messages and the equilibrium's OCS
+search fetches peers' warm-up models over gRPC; both must reach the same coalitions and the
+same per-client results as in-process, and the coordinator must have stored the coalitions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from collabfl.coordinator.cli import app
+from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.state import CoordinatorState
+
+METHODS = ["fedcollab", "equilibrium"]
+SETTINGS = [
+    "data.num_train=1500",
+    "data.num_test=600",
+    "data.num_clients=3",
+    "data.partition=pathological",
+    "data.classes_per_client=2",
+    "rounds=2",
+    "epochs=0.5",
+    "fedcollab.c=1",
+    "fedcollab.restarts=5",
+    "fedcollab.distance_rounds=3",
+    "fedcollab.distance_local_steps=20",
+    "fedcollab.distance_lr=0.05",
+    "equilibrium.init_epochs=1",
+]
+
+
+def _invoke(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("coalitions")
+    overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
+    flags = [arg for o in overrides for arg in ("--set", o)]
+    methods = ["--methods", ",".join(METHODS)]
+    _invoke("federation", "up", *flags, *methods, "--out", str(root / "real"), "--timeout", "400")
+    _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
+    return root / "real", root / "inprocess"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_real_federation_equals_in_process_runtime(runs, method):
+    real, inprocess = (read_run(path / method) for path in runs)
+    assert real.coalitions == inprocess.coalitions
+    assert sorted(real.coalitions) == [0, 1]
+    assert len(real.rows) == len(inprocess.rows) == 2 * 3
+    for a, b in zip(real.rows, inprocess.rows, strict=True):
+        assert (a["round"], a["client"]) == (b["round"], b["client"])
+        for key in ("best_test_acc", "test_acc", "val_acc"):
+            assert a[key] == pytest.approx(b[key], abs=1e-9), (a["round"], a["client"], key)
+        assert a["coordinator_bytes"] == b["coordinator_bytes"]
+        assert a["bytes_fetched"] == b["bytes_fetched"]
+
+
+def test_coordinator_stored_the_coalitions(runs):
+    real = runs[0]
+    with CoordinatorState(real / "federation" / "coordinator" / "coordinator.db") as state:
+        for method in METHODS:
+            run = next(r for r in state.runs() if r.method == method)
+            assert run.status == "finished"
+            stored = state.coalitions(run.run_id)
+            assert stored == read_run(real / method).coalitions
+
+
+def test_distance_estimation_moved_discriminators_through_the_coordinator(runs):
+    rows = read_run(runs[0] / "fedcollab").rows
+    first = [r for r in rows if r["round"] == 0]
+    later = [r for r in rows if r["round"] == 1]
+    # Round 0 carries the discriminators on top of the coalition models.
+    assert min(r["coordinator_bytes"] for r in first) > max(r["coordinator_bytes"] for r in later)
