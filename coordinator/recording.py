@@ -42,8 +42,6 @@ ROW_KEYS = (
     "imports",
     "paid_to",
     "coalition",
-    "distance_rounds",
-    "distance_bytes",
 )
 """What a metrics row keeps of a client's replies (``*_s``: seconds the client spent;
 ``coalition``: index of the client's coalition in the round's list, coalition methods only)."""

@@ -144,13 +144,6 @@ class CoalitionTrainer:
         """The coalitions as sorted member lists, sorted by first member."""
         return sorted(sorted(p.members) for p in self._pools if p.members)
 
-    def coalition_of(self, client: int) -> int | None:
-        """Index (into ``coalitions``) of the client's coalition, or None."""
-        for index, members in enumerate(self.coalitions):
-            if client in members:
-                return index
-        return None
-
     def add(self, members: Sequence[int], resume: Resume | None = None) -> None:
         """Start training a new coalition (from ``resume`` if given)."""
         taken = {k for p in self._pools for k in p.members} & set(members)

@@ -128,4 +128,5 @@ class FedCollab:
 
 def _resolved_clients(clients: Sequence[int], estimate: DistanceEstimate) -> list[int]:
     """The clients that answered every step (the others are treated as not there yet)."""
-    return [k for k in clients if k not in set(estimate.failed)]
+    failed = set(estimate.failed)
+    return [k for k in clients if k not in failed]
