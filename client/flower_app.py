@@ -101,13 +101,14 @@ def setup(message: Message, context: Context) -> Message:
 @app.query(Verb.COLLABORATE.value)
 @app.query(Verb.EVALUATE.value)
 @app.query(Verb.DISCRIMINATE.value)
+@app.query(Verb.GRADIENT.value)
 def handle(message: Message, context: Context) -> Message:
     """Run one instruction against the node's saved state and save the new state."""
     settings = NodeSettings.from_context(context)
     instruction = decode_instruction(message.content)
     state = NodeState(settings.state_dir)
-    # Verbs repeated within a round (distance estimation, the equilibrium's OCS searches)
-    # carry a "step" so that a repeat is not mistaken for a coordinator's replay.
+    # Verbs repeated within a round (distance estimation, the equilibrium's OCS searches, SPO's
+    # gradient queries) carry a "step" so that a repeat is not mistaken for a replay.
     step = f"{instruction.verb.value}:{instruction.config.get('slot', 'model')}"
     if "step" in instruction.config:
         step += f":{instruction.config['step']}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.discriminator import (
@@ -115,6 +116,7 @@ class ClientNode:
             Verb.COLLABORATE: self._collaborate,
             Verb.EVALUATE: self._evaluate,
             Verb.DISCRIMINATE: self._discriminate,
+            Verb.GRADIENT: self._gradient,
         }
         verb = Verb(instruction.verb)
         fetch_before = self.fetcher.stats.fetch_seconds
@@ -278,6 +280,41 @@ class ClientNode:
             "disc_held_out": int(data.held_out.shape[0]),
         }
         return Reply(metrics, weights.reshape(-1))
+
+    def _gradient(self, instruction: Instruction) -> Reply:
+        """Mean cross-entropy of the attached model on a split, and its flat gradient.
+
+        Float buffers have no gradient; their entries are zero (no model in the zoo has any).
+        """
+        if instruction.model is None:
+            raise ValueError("a gradient instruction must carry the model to differentiate")
+        config = instruction.config
+        split = str(config["split"])
+        if split not in ("train", "val"):
+            raise ValueError(f"gradient split must be 'train' or 'val', got {split!r}")
+        data = self.data.train if split == "train" else self.data.val
+        if len(data) == 0:
+            raise ValueError(f"client {self.client_id} has no {split} samples")
+        self.workspace.load(torch.as_tensor(instruction.model, dtype=torch.float32))
+        rows = torch.arange(len(data), device=data.y.device)
+        batch = int(config.get("batch_size", 0))
+        if split == "train" and 0 < batch < len(data):
+            generator = self._generator(instruction.round, f"gradient:{config.get('step', 0)}")
+            rows = torch.randperm(len(data), generator=generator)[:batch].to(data.y.device)
+        module = self.workspace.module
+        module.train(split == "train")
+        self.workspace.grad.zero_()
+        total = torch.zeros((), device=data.y.device)
+        chunk = self.training.eval_batch_size
+        for start in range(0, len(rows), chunk):
+            index = rows[start : start + chunk]
+            loss = F.cross_entropy(module(data.x[index]), data.y[index], reduction="sum")
+            (loss / len(rows)).backward()
+            total += loss.detach()
+        gradient = torch.zeros_like(self.workspace.vector)
+        gradient[: self.workspace.num_parameters] = self.workspace.grad
+        metrics: dict[str, ConfigValue] = {"loss": float(total) / len(rows), "samples": len(rows)}
+        return Reply(metrics, gradient)
 
     def _discriminator_inputs(self, features: str, samples: int) -> DiscriminatorData:
         """Train and held-out discriminator inputs, built once per (features, samples).

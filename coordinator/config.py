@@ -178,11 +178,25 @@ class FedCollabConfig(_Section):
 
 
 class EquilibriumConfig(_Section):
-    """Collaboration equilibrium: stable coalitions from GGC-estimated benefit graphs."""
+    """Collaboration equilibrium: stable coalitions from estimated benefit graphs. ``ocs``
+    picks the estimator: greedy (GGC over warm-up models; ``init_epochs``, ``budget``) or the
+    paper's SPO (a Pareto hypernetwork on the coordinator; the ``spo_*`` knobs)."""
 
     base: Literal[BASE_METHODS] = "fedavg"  # type: ignore[valid-type]
+    ocs: Literal["greedy", "spo"] = "greedy"
     init_epochs: float = Field(5.0, gt=0, le=1000, description="warm-up before the search")
     budget: Budget = Field("inf", description="peer models held at once during the search")
+    spo_hidden: int = Field(100, ge=1, le=100_000, description="hypernetwork width")
+    spo_hypernet_steps: int = Field(1000, ge=1, le=1_000_000, description="per client set")
+    spo_hypernet_lr: float = Field(
+        1e-4, gt=0, le=100, description="Adam; 1e-3 and up failed on the MNIST-1D CNN"
+    )
+    spo_search_steps: int = Field(100, ge=1, le=1_000_000, description="per client set")
+    spo_search_lr: float = Field(1e-2, gt=0, le=100)
+    spo_threshold: float = Field(0.7, gt=0, le=1, description="ratio rule d_j / d_i")
+    spo_batch_size: int = Field(
+        64, ge=0, le=1_000_000, description="train samples per client per step; 0 = all"
+    )
 
 
 class FinetuneConfig(_Section):

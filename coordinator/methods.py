@@ -32,6 +32,8 @@ from collabfl.strategies.local import Local
 from collabfl.strategies.pfedgraph import default_alpha
 from collabfl.strategies.pfedgraph_method import PFedGraph
 from collabfl.strategies.rounds import Method
+from collabfl.strategies.spo import SpoSettings
+from collabfl.strategies.spo_federated import SpoSearch
 
 SECTION_OF = {
     "local": None,
@@ -146,11 +148,23 @@ def _coalition_method(
 
     if spec.name == "equilibrium":
         options = config.equilibrium
+        spo = None
+        if options.ocs == "spo":
+            settings = SpoSettings(
+                hidden=options.spo_hidden,
+                hypernet_steps=options.spo_hypernet_steps,
+                hypernet_lr=options.spo_hypernet_lr,
+                search_steps=options.spo_search_steps,
+                search_lr=options.spo_search_lr,
+                threshold=options.spo_threshold,
+            )
+            spo = SpoSearch(workspace.get(), settings, options.spo_batch_size, config.seed)
         return CollaborationEquilibrium(
             base,
             single,
             init_epochs=options.init_epochs,
             budget=resolve_budget(options.budget, len(sample_counts)),
+            spo=spo,
             name=spec.label,
         )
     options = config.fedcollab

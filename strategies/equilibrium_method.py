@@ -1,16 +1,22 @@
 """Collaboration equilibrium's round protocol: find stable coalitions, then train inside them.
 
-Round 0 opens with the equilibrium search (strategies.equilibrium): every client trains a
-warm-up model alone for ``init_epochs`` and publishes it; then, on the clients not yet in a
-stable coalition, every client estimates its optimal collaborator set (OCS) and the
-coordinator peels off the benefit graph's stable components, until nobody is left. The OCS
-estimate is DPFL's validation-loss greedy search (GGC) restricted to the remaining clients,
-run by each client over its peers' published warm-up models, so the coordinator only sees
-indices (the estimator (b) of the issue, usable at scale). The coalitions then train with the
-base method exactly as FedCollab's do (strategies.coalitions).
+Round 0 opens with the equilibrium search (strategies.equilibrium): on the clients not yet in a
+stable coalition, every client's optimal collaborator set (OCS) is estimated and the
+coordinator peels off the benefit graph's stable components, until nobody is left. Two OCS
+estimators:
 
-A client that appears after round 0 trains alone: an equilibrium is defined for a fixed set of
-clients, and re-running the search would move clients who are already stable.
+- greedy (default): every client first trains a warm-up model alone for ``init_epochs`` and
+  publishes it; each OCS is then DPFL's validation-loss greedy search (GGC) restricted to the
+  remaining clients, run by each client over its peers' published warm-up models, so the
+  coordinator only sees indices. Cheap enough for many clients.
+- SPO (``spo`` set): the paper's estimator. The coordinator learns the remaining clients'
+  Pareto front with a hypernetwork and searches it for each client, asking the clients only
+  for losses and gradients (strategies.spo_federated). No warm-up is needed.
+
+The coalitions then train with the base method exactly as FedCollab's do
+(strategies.coalitions). A client that appears after round 0 trains alone: an equilibrium is
+defined for a fixed set of clients, and re-running the search would move clients who are
+already stable.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from collabfl.strategies.coalitions import CoalitionTrainer, MethodFactory, merged_outcome
-from collabfl.strategies.equilibrium import OcsMap, collaboration_equilibrium
+from collabfl.strategies.equilibrium import OcsEstimator, OcsMap, collaboration_equilibrium
 from collabfl.strategies.protocol import ClientPool, Instruction, Verb, broadcast
 from collabfl.strategies.rounds import Resume, RoundOutcome, first_round
+from collabfl.strategies.spo_federated import SpoSearch
 
 WARMUP_SLOT = "warmup"
 """The slot of the models the OCS search compares (kept apart from the coalition models)."""
@@ -29,12 +36,15 @@ WARMUP_SLOT = "warmup"
 
 @dataclass(frozen=True)
 class CollaborationEquilibrium:
-    """``budget``: peer models a client may hold at once during the OCS search (None: all)."""
+    """``budget``: peer models a client may hold at once during the greedy OCS search (None:
+    all); ``spo``: estimate the OCSs with SPO instead (then ``init_epochs`` and ``budget`` are
+    unused)."""
 
     base: MethodFactory
     single: MethodFactory
     init_epochs: float
     budget: int | None = None
+    spo: SpoSearch | None = None
     name: str = "equilibrium"
 
     def rounds(
@@ -74,22 +84,51 @@ class CollaborationEquilibrium:
             yield outcome
 
     def search(self, pool: ClientPool) -> dict:
-        """Warm-up training, then the equilibrium over GGC-estimated OCSs (all at round 0).
+        """The equilibrium over estimated OCSs (all at round 0).
 
-        Returns the coalitions and, per iteration, every remaining client's OCS (JSON-ready).
+        Returns the coalitions, per iteration every remaining client's OCS, and the clients
+        the estimator had to leave alone because they failed it, with the reasons
+        (JSON-ready).
         """
-        trained = broadcast(
-            pool, Verb.TRAIN, 0, {"slot": WARMUP_SLOT, "epochs": self.init_epochs, "publish": True}
-        )
+        failed: list[int] = []
+        problems: list[str] = []
+        spo = None
+        estimator: OcsEstimator
+        if self.spo is None:
+            config = {"slot": WARMUP_SLOT, "epochs": self.init_epochs, "publish": True}
+            clients = sorted(broadcast(pool, Verb.TRAIN, 0, config))
+            failed = sorted(set(pool.sample_counts) - set(clients))
+            problems = [f"client {k} did not train its warm-up model" for k in failed]
+            estimator = self._greedy_estimator(pool)
+        else:
+            clients = sorted(pool.sample_counts)
+            estimator = spo = self.spo.estimator(pool)
         iterations: list[dict[str, list[int]]] = []
 
         def estimate(remaining: frozenset[int]) -> OcsMap:
-            ocs = self._ocs(pool, remaining, len(iterations))
+            ocs = estimator(remaining)
             iterations.append({str(k): sorted(s) for k, s in ocs.items()})
             return ocs
 
-        coalitions = collaboration_equilibrium(sorted(trained), estimate)
-        return {"coalitions": [sorted(c) for c in coalitions], "iterations": iterations}
+        coalitions = collaboration_equilibrium(clients, estimate)
+        if spo is not None:
+            failed, problems = sorted(spo.failed), spo.problems
+        return {
+            "coalitions": [sorted(c) for c in coalitions],
+            "iterations": iterations,
+            "failed": failed,
+            "problems": problems,
+        }
+
+    def _greedy_estimator(self, pool: ClientPool) -> OcsEstimator:
+        searches = 0
+
+        def estimate(remaining: frozenset[int]) -> OcsMap:
+            nonlocal searches
+            searches += 1
+            return self._ocs(pool, remaining, searches - 1)
+
+        return estimate
 
     def _ocs(self, pool: ClientPool, remaining: frozenset[int], iteration: int) -> OcsMap:
         """Each remaining client's OCS among the remaining clients, by its own GGC search.

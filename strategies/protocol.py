@@ -34,6 +34,10 @@ class Verb(StrEnum):
     """FedCollab's distance estimation: run local SGD steps on the attached client
     discriminators (one per pair the client is in; fresh ones when no model is attached) and
     report their accuracy on the client's held-out samples before the steps."""
+    GRADIENT = "gradient"
+    """The equilibrium's SPO search: the mean loss of the attached model on the client's
+    ``split`` ("train": a seeded mini-batch, or all of it; "val": all of it) and its gradient
+    with respect to the flat weights, sent back as the reply's model. No state changes."""
 
 
 @dataclass(frozen=True)

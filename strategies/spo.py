@@ -22,7 +22,7 @@ all clients (train) or all targets (val), so a federated client pool can answer 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,7 +45,15 @@ class LossOracle(Protocol):
 
 
 class OracleError(ValueError):
-    """An oracle reply that SPO cannot use (missing client, non-finite value, wrong shape)."""
+    """An oracle reply that SPO cannot use (missing client, non-finite value, wrong shape).
+
+    ``clients`` names the clients at fault when they are known, so that a caller can go on
+    without them.
+    """
+
+    def __init__(self, message: str, clients: Iterable[int] = ()) -> None:
+        super().__init__(message)
+        self.clients = frozenset(clients)
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,8 @@ class SpoSettings:
     """Scalarised training steps per client set, one Dirichlet draw each (our choice)."""
     hypernet_lr: float = 1e-2
     """Initial Adam learning rate, cosine-annealed to 0 over the steps (our choice; the official
-    code uses SGD at 0.01). The annealing cuts the front's error about fourfold."""
+    code uses SGD at 0.01). The annealing cuts the front's error about fourfold. Right for the
+    linear synthetic task; neural-network clients need about 1e-4 (coordinator config)."""
     search_steps: int = 100
     """Gradient steps on d per target (our choice; the paper says "until convergence". On the
     synthetic benchmark 3000 steps give the same coalitions as 100)."""
@@ -83,10 +92,23 @@ class SpoSettings:
             raise ValueError(f"threshold must lie in (0, 1], got {self.threshold!r}")
 
 
-class ParetoHypernetwork(nn.Module):
-    """MLP from simplex weights d (one per client) to a flat target-model vector."""
+START_SCALE = 0.01
+"""With a start model, the output layer's weights shrink by this factor: the front begins
+nearly flat around the start and the d-dependence is learned."""
 
-    def __init__(self, num_clients: int, numel: int, hidden: int) -> None:
+
+class ParetoHypernetwork(nn.Module):
+    """MLP from simplex weights d (one per client) to a flat target-model vector.
+
+    ``start``: a model to begin the front at (the output bias). For neural-network clients it
+    matters: from PyTorch's default output initialisation the hypernetwork emits random-scale
+    networks whose losses stay far above a locally trained model's for a thousand steps, and
+    every d then looks alike to the search.
+    """
+
+    def __init__(
+        self, num_clients: int, numel: int, hidden: int, start: torch.Tensor | None = None
+    ) -> None:
         super().__init__()
         self.net = nn.Sequential(
             nn.Linear(num_clients, hidden),
@@ -95,6 +117,13 @@ class ParetoHypernetwork(nn.Module):
             nn.ReLU(),
             nn.Linear(hidden, numel),
         )
+        if start is not None:
+            if tuple(start.shape) != (numel,):
+                raise ValueError(f"start model has shape {tuple(start.shape)}, not ({numel},)")
+            output = self.net[-1]
+            with torch.no_grad():
+                output.bias.copy_(start)
+                output.weight.mul_(START_SCALE)
 
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         return self.net(d)
@@ -106,25 +135,35 @@ def _ask(
     """Query the oracle and reject replies that would silently corrupt the search."""
     reply = oracle.loss_and_grad(models, split)
     if set(reply) != set(models):
-        raise OracleError(f"oracle answered for {sorted(reply)}, asked for {sorted(models)}")
+        missing = set(models) - set(reply)
+        message = f"oracle answered for {sorted(reply)}, asked for {sorted(models)}"
+        raise OracleError(message, missing)
     checked = {}
     for client, answer in reply.items():
-        try:
-            loss, grad = answer
-            loss = float(loss)
-        except (TypeError, ValueError) as e:
-            raise OracleError(f"client {client} sent no (scalar loss, gradient) pair: {e}") from e
-        if not math.isfinite(loss):
-            raise OracleError(f"client {client} returned a non-finite {split} loss {loss}")
-        if not isinstance(grad, torch.Tensor):
-            raise OracleError(f"client {client} returned a {type(grad).__name__} gradient")
-        if tuple(grad.shape) != (numel,):
-            shape = tuple(grad.shape)
-            raise OracleError(f"client {client} returned a gradient of shape {shape}, not {numel}")
-        if not torch.isfinite(grad).all():
-            raise OracleError(f"client {client} returned a non-finite {split} gradient")
-        checked[client] = (loss, grad.detach().to(torch.float32))
+        problem = _reply_problem(answer, split, numel)
+        if problem:
+            raise OracleError(f"client {client} {problem}", [client])
+        loss, grad = answer
+        checked[client] = (float(loss), grad.detach().to(torch.float32))
     return checked
+
+
+def _reply_problem(answer: object, split: str, numel: int) -> str | None:
+    """Why one client's answer is unusable, or None."""
+    try:
+        loss, grad = answer  # type: ignore[misc]
+        loss = float(loss)
+    except (TypeError, ValueError) as e:
+        return f"sent no (scalar loss, gradient) pair: {e}"
+    if not math.isfinite(loss):
+        return f"returned a non-finite {split} loss {loss}"
+    if not isinstance(grad, torch.Tensor):
+        return f"returned a {type(grad).__name__} gradient"
+    if tuple(grad.shape) != (numel,):
+        return f"returned a gradient of shape {tuple(grad.shape)}, not {numel}"
+    if not torch.isfinite(grad).all():
+        return f"returned a non-finite {split} gradient"
+    return None
 
 
 def train_hypernetwork(
@@ -133,9 +172,10 @@ def train_hypernetwork(
     numel: int,
     settings: SpoSettings,
     rng: np.random.Generator,
+    start: torch.Tensor | None = None,
 ) -> ParetoHypernetwork:
     """Fit h so that h(d) minimises Σ_j d_j L_j^train, for d drawn over the whole simplex."""
-    hypernet = ParetoHypernetwork(len(clients), numel, settings.hidden)
+    hypernet = ParetoHypernetwork(len(clients), numel, settings.hidden, start)
     optimizer = torch.optim.Adam(hypernet.parameters(), lr=settings.hypernet_lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, settings.hypernet_steps)
     alpha = np.full(len(clients), settings.dirichlet_alpha)
@@ -189,7 +229,11 @@ def _set_seed(seed: int, clients: list[int]) -> int:
 
 
 def spo_directions(
-    oracle: LossOracle, numel: int, settings: SpoSettings, seed: int
+    oracle: LossOracle,
+    numel: int,
+    settings: SpoSettings,
+    seed: int,
+    start: torch.Tensor | None = None,
 ) -> Callable[[frozenset[int]], dict[int, dict[int, float]]]:
     """All targets' d* for a client set: a fresh hypernetwork per set, then the search."""
 
@@ -201,7 +245,7 @@ def spo_directions(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(set_seed)
             hypernet = train_hypernetwork(
-                oracle, ids, numel, settings, np.random.default_rng(set_seed)
+                oracle, ids, numel, settings, np.random.default_rng(set_seed), start
             )
         return search_directions(oracle, hypernet, ids, numel, settings)
 
@@ -209,17 +253,21 @@ def spo_directions(
 
 
 def spo_estimator(
-    oracle: LossOracle, numel: int, settings: SpoSettings | None = None, seed: int = 0
+    oracle: LossOracle,
+    numel: int,
+    settings: SpoSettings | None = None,
+    seed: int = 0,
+    start: torch.Tensor | None = None,
 ) -> OcsEstimator:
     """OCS estimator for collaboration_equilibrium: SPO on each remaining set, ratio rule.
 
     The equilibrium asks for every client of a set in turn; the set's directions are computed
-    once (one hypernetwork) and reused for its members.
+    once (one hypernetwork, begun at ``start`` when given) and reused for its members.
     """
     settings = settings or SpoSettings()
     if numel < 1:
         raise ValueError(f"numel must be >= 1, got {numel}")
-    compute = spo_directions(oracle, numel, settings, seed)
+    compute = spo_directions(oracle, numel, settings, seed, start)
     last: dict[frozenset[int], dict[int, dict[int, float]]] = {}
 
     def direction(i: int, clients: frozenset[int]) -> Mapping[int, float]:

@@ -1,9 +1,10 @@
 """FedCollab and collaboration equilibrium over the real federation (SuperLink, SuperNodes,
 peer gRPC servers, SQLite), compared with the in-process runtime on the same seed and config.
 
-The distance estimation's discriminators travel as Flower messages and the equilibrium's OCS
-search fetches peers' warm-up models over gRPC; both must reach the same coalitions and the
-same per-client results as in-process, and the coordinator must have stored the coalitions.
+The distance estimation's discriminators and SPO's target models and gradients travel as
+Flower messages, and the greedy OCS search fetches peers' warm-up models over gRPC; every
+method must reach the same coalitions and the same per-client results as in-process, and the
+coordinator must have stored the coalitions.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from collabfl.coordinator.cli import app
+from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.state import CoordinatorState
 
-METHODS = ["fedcollab", "equilibrium"]
+METHODS = ["fedcollab", "equilibrium", "equilibrium:ocs=spo"]
 SETTINGS = [
     "data.num_train=1500",
     "data.num_test=600",
@@ -33,6 +35,8 @@ SETTINGS = [
     "fedcollab.distance_local_steps=20",
     "fedcollab.distance_lr=0.05",
     "equilibrium.init_epochs=1",
+    "equilibrium.spo_hypernet_steps=6",
+    "equilibrium.spo_search_steps=3",
 ]
 
 
@@ -55,7 +59,7 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_real_federation_equals_in_process_runtime(runs, method):
-    real, inprocess = (read_run(path / method) for path in runs)
+    real, inprocess = (read_run(path / safe_name(method)) for path in runs)
     assert real.coalitions == inprocess.coalitions
     assert sorted(real.coalitions) == [0, 1]
     assert len(real.rows) == len(inprocess.rows) == 2 * 3
@@ -74,12 +78,14 @@ def test_coordinator_stored_the_coalitions(runs):
             run = next(r for r in state.runs() if r.method == method)
             assert run.status == "finished"
             stored = state.coalitions(run.run_id)
-            assert stored == read_run(real / method).coalitions
+            assert stored == read_run(real / safe_name(method)).coalitions
 
 
-def test_distance_estimation_moved_discriminators_through_the_coordinator(runs):
-    rows = read_run(runs[0] / "fedcollab").rows
+@pytest.mark.parametrize("method", ["fedcollab", "equilibrium:ocs=spo"])
+def test_the_search_moved_its_models_through_the_coordinator(runs, method):
+    rows = read_run(runs[0] / safe_name(method)).rows
     first = [r for r in rows if r["round"] == 0]
     later = [r for r in rows if r["round"] == 1]
-    # Round 0 carries the discriminators on top of the coalition models.
+    # Round 0 carries the discriminators (FedCollab) or SPO's target models and gradients on
+    # top of the coalition models.
     assert min(r["coordinator_bytes"] for r in first) > max(r["coordinator_bytes"] for r in later)

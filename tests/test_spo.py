@@ -65,6 +65,16 @@ def test_hypernetwork_output_shape():
     assert net(torch.rand(3, 4)).shape == (3, 7)
 
 
+def test_hypernetwork_begins_near_its_start_model():
+    torch.manual_seed(0)
+    start = torch.randn(7) * 5
+    net = ParetoHypernetwork(num_clients=4, numel=7, hidden=16, start=start)
+    for d in (torch.full((4,), 0.25), torch.tensor([1.0, 0, 0, 0])):
+        torch.testing.assert_close(net(d).detach(), start, rtol=0, atol=0.05)
+    with pytest.raises(ValueError, match="start model has shape"):
+        ParetoHypernetwork(num_clients=4, numel=7, hidden=16, start=torch.zeros(6))
+
+
 def test_clip_keeps_rows_on_the_clipped_simplex():
     floor = 1 / 12
     raw = torch.tensor([[5.0, -3.0, 0.2, 0.0], [1e-9, 1e-9, 1e-9, 2.0], [0.25] * 4])
@@ -176,8 +186,9 @@ class Tampered:
 )
 def test_bad_oracle_reply_raises(small, spoil, message):
     oracle = Tampered(oracle_for(small), spoil)
-    with pytest.raises(OracleError, match=message):
+    with pytest.raises(OracleError, match=message) as error:
         spo_estimator(oracle, small.dim + 1, QUICK)(frozenset(range(6)))
+    assert error.value.clients == {0}  # the client at fault is named
 
 
 @pytest.mark.parametrize(
