@@ -354,3 +354,6 @@ def test_a_client_that_misses_the_search_trains_alone():
     outcome = next(iter(_equilibrium().rounds(pool, 1)))
     assert [4] in outcome.coalitions
     assert 4 not in outcome.metrics  # it never answered, so it has no result
+    search = outcome.checkpoint["search"]
+    assert search["failed"] == [4]
+    assert search["problems"] == ["client 4 did not train its warm-up model"]
