@@ -133,8 +133,9 @@ def main() -> None:
     lines = [
         "# Collaboration equilibrium: greedy vs SPO OCS on MNIST-1D concept-shift groups",
         "",
-        f"N = {args.clients} (`concept_groups`: four label permutations, groups 0-1 large, "
-        f"2-3 small), {args.rounds} rounds of FedAvg inside the coalitions, seeds "
+        f"N = {args.clients} (`concept_groups`: groups 0-1 large, 2-3 small; label maps "
+        "identity, 70 % agreeing, and one shared by groups 2-3), "
+        f"{args.rounds} rounds of FedAvg inside the coalitions, seeds "
         f"{args.seeds}; mean ± std over seeds. Default settings (greedy: 5 warm-up epochs; "
         "SPO: 1000 hypernetwork + 100 search steps per client set, batch 64).",
         "",
@@ -145,7 +146,9 @@ def main() -> None:
             for m, v in table.items()
         ),
         "",
-        "Mixed: coalitions holding two different label maps.",
+        "Mixed: coalitions holding two different label maps. Messages/client: the search's "
+        "sends (greedy: warm-up + one per set; its peer models travel peer to peer, not "
+        "through the coordinator).",
         "",
         "| Seed | OCS | Coalitions (client groups) | Mixed | Sets searched | Messages/client "
         "| Model MiB | Search s |",
