@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from collabfl.strategies.equilibrium import OcsEstimator, OcsMap
@@ -43,9 +44,18 @@ class PoolLossOracle:
         }
         replies = self.pool.send(instructions)
         return {
-            k: (reply.metrics.get("loss"), reply.model)  # type: ignore[misc]
+            k: (reply.metrics.get("loss"), _on_cpu(reply.model))  # type: ignore[misc]
             for k, reply in replies.items()
         }
+
+
+def _on_cpu(gradient: object) -> object:
+    """The hypernetwork lives on the coordinator's CPU; a client's gradient may come back on
+    its own device (in-process on a GPU) or as an array. Anything else is left for the
+    search's reply check to reject."""
+    if isinstance(gradient, torch.Tensor | np.ndarray):
+        return torch.as_tensor(gradient).detach().to("cpu")
+    return gradient
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ equilibrium estimating OCSs with SPO end to end on real ClientNodes (in-process 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -135,6 +136,25 @@ def test_pool_oracle_answers_for_every_client_with_unique_steps():
     assert all(
         i.verb is Verb.GRADIENT and i.config["batch_size"] == 8 for i in pool.sends[0].values()
     )
+
+
+class ArrayPool:
+    """Client 0 answers with a float64 NumPy array, client 1 with nothing usable."""
+
+    def __init__(self) -> None:
+        self.sample_counts = {0: 1, 1: 1}
+
+    def send(self, instructions):
+        answers = {0: np.ones(3), 1: "not a gradient"}
+        return {k: Reply({"loss": 1.0}, answers[k]) for k in instructions}
+
+
+def test_pool_oracle_brings_gradients_to_cpu_tensors():
+    models = {0: torch.zeros(3), 1: torch.zeros(3)}
+    reply = PoolLossOracle(ArrayPool(), 0, 0).loss_and_grad(models, "val")
+    assert isinstance(reply[0][1], torch.Tensor)
+    assert reply[0][1].device.type == "cpu"
+    assert reply[1][1] == "not a gradient"  # left for SPO's reply check to refuse
 
 
 def test_a_vanished_client_is_named_by_the_oracle_error():
