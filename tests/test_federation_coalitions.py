@@ -35,8 +35,8 @@ SETTINGS = [
     "fedcollab.distance_local_steps=20",
     "fedcollab.distance_lr=0.05",
     "equilibrium.init_epochs=1",
-    "equilibrium.spo_hypernet_steps=6",
-    "equilibrium.spo_search_steps=3",
+    "equilibrium.spo_hypernet_steps=3",
+    "equilibrium.spo_search_steps=2",
 ]
 
 
