@@ -31,9 +31,9 @@ from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.experiment import model_name, prepare_data, run_comparison
 from collabfl.coordinator.inprocess import build_federation
-from collabfl.coordinator.methods import parse_method_spec
+from collabfl.coordinator.methods import distance_settings, parse_method_spec
 from collabfl.coordinator.report.run_dir import read_run
-from collabfl.strategies.distances import DistanceSettings, all_pairs, estimate_distances
+from collabfl.strategies.distances import all_pairs, estimate_distances
 
 METHODS = ["local", "fedavg", "fedcollab", "equilibrium", "dpfl"]
 
@@ -63,15 +63,7 @@ def distance_cost(overrides: list[str]) -> dict:
     splits = [ClientSplits.from_data(c, torch.device("cpu")) for c in data.clients]
     workspace = FlatModel(build_model(model_name(config), data.pool.num_classes, config.seed))
     federation = build_federation(splits, workspace, config.training, config.seed)
-    options = config.fedcollab
-    settings = DistanceSettings(
-        rounds=options.distance_rounds,
-        local_steps=options.distance_local_steps,
-        lr=options.distance_lr,
-        batch_size=options.distance_batch_size,
-        hidden=options.distance_hidden,
-        patience=options.distance_patience,
-    )
+    settings = distance_settings(config.fedcollab)
     clients = sorted(federation.sample_counts)
     started = time.perf_counter()
     estimate = estimate_distances(federation, all_pairs(clients), settings, 0)

@@ -15,6 +15,7 @@ from collabfl.coordinator.config import (
     METHOD_NAMES,
     ConfigError,
     ExperimentConfig,
+    FedCollabConfig,
     apply_overrides,
     resolve_budget,
     validate_config,
@@ -168,20 +169,11 @@ def _coalition_method(
             name=spec.label,
         )
     options = config.fedcollab
-    distance = DistanceSettings(
-        rounds=options.distance_rounds,
-        local_steps=options.distance_local_steps,
-        lr=options.distance_lr,
-        batch_size=options.distance_batch_size,
-        hidden=options.distance_hidden,
-        patience=options.distance_patience,
-        features=options.distance_features,
-    )
     return FedCollab(
         base,
         single,
         c=options.c,
-        distance=distance,
+        distance=distance_settings(options),
         restarts=options.restarts,
         seed=config.seed,
         name=spec.label,
@@ -260,3 +252,16 @@ def run_request(
         "out_dir": out_dir,
         "message_timeout": message_timeout,
     }
+
+
+def distance_settings(options: FedCollabConfig) -> DistanceSettings:
+    """FedCollab's discriminator knobs (``distance_*``) as the estimator's settings."""
+    return DistanceSettings(
+        rounds=options.distance_rounds,
+        local_steps=options.distance_local_steps,
+        lr=options.distance_lr,
+        batch_size=options.distance_batch_size,
+        hidden=options.distance_hidden,
+        patience=options.distance_patience,
+        features=options.distance_features,
+    )

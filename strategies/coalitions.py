@@ -187,6 +187,12 @@ class CoalitionTrainer:
         members = {key: sorted(self._pools[key].members) for key in outcomes}
         return outcomes, members
 
+    def restore(self, resume: Resume) -> None:
+        """Restart every coalition a checkpoint saved (its "coalitions" and "states")."""
+        saved = resume.checkpoint["coalitions"]
+        for members, state in zip(saved, resume.checkpoint["states"], strict=True):
+            self.add([int(k) for k in members], Resume(resume.last_round, state))
+
     def checkpoints(self, outcomes: Mapping[int, RoundOutcome]) -> list[dict[str, Any]]:
         """Each coalition's checkpoint, in ``coalitions`` order (for a restart)."""
         by_members = {

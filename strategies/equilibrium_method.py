@@ -59,9 +59,7 @@ class CollaborationEquilibrium:
                 trainer.add(members)
         else:
             search = resume.checkpoint["search"]
-            saved = resume.checkpoint["coalitions"]
-            for members, state in zip(saved, resume.checkpoint["states"], strict=True):
-                trainer.add([int(k) for k in members], Resume(resume.last_round, state))
+            trainer.restore(resume)
         t = first_round(resume)
         while True:
             placed = {k for c in trainer.coalitions for k in c}

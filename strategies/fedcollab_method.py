@@ -53,9 +53,7 @@ class FedCollab:
                 trainer.add(members)
         else:
             estimate = DistanceEstimate.from_json(resume.checkpoint["distances"])
-            saved = resume.checkpoint["coalitions"]
-            for members, state in zip(saved, resume.checkpoint["states"], strict=True):
-                trainer.add([int(k) for k in members], Resume(resume.last_round, state))
+            trainer.restore(resume)
         t = first_round(resume)
         while True:
             estimate = self._place_newcomers(pool, trainer, estimate, t)

@@ -200,19 +200,22 @@ def test_pairs_with_a_newcomer_and_json_round_trip():
     assert DistanceEstimate.from_json(json.loads(json.dumps(estimate.to_json()))) == estimate
 
 
+DISCRIMINATE_ONE_PEER = {
+    "peers": [1],
+    "targets": [1],
+    "samples": 50,
+    "step": 0,
+    "local_steps": 1,
+    "lr": 0.1,
+    "batch_size": 8,
+    "hidden": 4,
+}
+"""A DISCRIMINATE config for client 0 against client 1 (``features`` added per test)."""
+
+
 def test_node_rejects_discriminators_of_the_wrong_size():
     node = _federation().nodes[0]
-    config = {
-        "peers": [1],
-        "targets": [1],
-        "samples": 50,
-        "step": 0,
-        "local_steps": 1,
-        "lr": 0.1,
-        "batch_size": 8,
-        "hidden": 4,
-        "features": "raw",
-    }
+    config = {**DISCRIMINATE_ONE_PEER, "features": "raw"}
     with pytest.raises(ValueError, match="expected 1 discriminators"):
         node.handle(Instruction(Verb.DISCRIMINATE, 0, config, torch.zeros(7)))
     with pytest.raises(ValueError, match="cannot train a discriminator"):
@@ -223,16 +226,7 @@ def test_node_rejects_discriminators_of_the_wrong_size():
 
 def test_frozen_feature_extractor_feeds_the_last_layers_input():
     node = _federation().nodes[0]
-    config = {
-        "peers": [1],
-        "targets": [1],
-        "samples": 50,
-        "step": 0,
-        "local_steps": 1,
-        "lr": 0.1,
-        "batch_size": 8,
-        "hidden": 4,
-    }
+    config = DISCRIMINATE_ONE_PEER
     raw = node.handle(Instruction(Verb.DISCRIMINATE, 0, {**config, "features": "raw"}))
     embedded = node.handle(
         Instruction(Verb.DISCRIMINATE, 0, {**config, "features": "initial_model"})
