@@ -25,14 +25,14 @@ import torch
 from _common import RESULTS_DIR, write_results
 from rich.console import Console
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.experiment import model_name, prepare_data, run_comparison
 from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.methods import distance_settings, parse_method_spec
 from collabfl.coordinator.report.run_dir import read_run
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
 from collabfl.strategies.distances import all_pairs, estimate_distances
 
 METHODS = ["local", "fedavg", "fedcollab", "equilibrium", "dpfl"]

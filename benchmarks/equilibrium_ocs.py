@@ -27,8 +27,6 @@ from _common import RESULTS_DIR, write_results
 from coalition_methods import cell, final_accuracies, ipr_rsd
 from rich.console import Console
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.experiment import model_name, prepare_data, run_comparison
@@ -36,6 +34,8 @@ from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.methods import build_method, parse_method_spec
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.run_dir import read_run
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
 from collabfl.strategies.protocol import Instruction, Reply
 
 ESTIMATORS = {"greedy": "equilibrium", "spo": "equilibrium:ocs=spo"}

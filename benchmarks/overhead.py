@@ -40,13 +40,13 @@ import torch.nn.functional as F
 from _common import Stopwatch, format_table, median, write_results
 from torch import nn
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.client.node import ClientSplits
-from collabfl.client.training import TrainingConfig, evaluate, steps_for
 from collabfl.coordinator.config import ExperimentConfig, load_config
 from collabfl.coordinator.experiment import model_name, prepare_data
 from collabfl.coordinator.inprocess import InProcessFederation, build_federation
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
+from collabfl.kernel.training import TrainingConfig, evaluate, steps_for
 from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.protocol import Instruction, Verb, broadcast
 from collabfl.strategies.rounds import average_replies

@@ -39,11 +39,11 @@ import grpc
 import torch
 from _common import format_table, median, write_results
 
-from collabfl.client.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import CHUNK_BYTES, PeerModelServer
 from collabfl.client.peers import PeerUnavailable
+from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 
 RESULT_PREFIX = "PEER-FETCH-RESULT "
 OWNER, ROUND = 1, 0

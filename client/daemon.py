@@ -11,34 +11,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
 from collabfl.client.data.client_file import load_client_file
-from collabfl.client.grants import GrantVerifier, load_public_key_bytes
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_server import PeerModelServer
-from collabfl.client.session import NodeState
-from collabfl.client.supervisor import Supervisor
-from collabfl.client.tls import ServerTLS
+from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.flower.session import NodeState
+from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
+from collabfl.kernel.supervisor import Supervisor
+from collabfl.kernel.tls import ServerTLS
 
 log = logging.getLogger("collabfl.client")
-
-
-def flower_env(flwr_home: Path) -> dict[str, str]:
-    """Environment for Flower processes: no telemetry, our FLWR_HOME, and this interpreter's
-    scripts first on PATH (Flower starts ``flower-superexec`` and ``flwr-*`` by name, which
-    must resolve to the same installation even when the venv is not activated)."""
-    scripts = str(Path(sys.executable).parent)
-    return {
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_HOME": str(flwr_home.resolve()),
-        "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
-    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,12 +82,6 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     else:
         command += ["--root-certificates", str(args.root_certificates)]
     return command
-
-
-def flower_binary(name: str) -> str:
-    """Flower's console scripts live next to this interpreter."""
-    candidate = Path(sys.executable).with_name(name)
-    return str(candidate) if candidate.exists() else name
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -25,9 +25,9 @@ from collabfl.client.discriminator import (
     penultimate_features,
     sgd_step,
 )
-from collabfl.client.flat import FlatModel
 from collabfl.client.peers import ModelPublisher, PeerFetcher
-from collabfl.client.training import TensorData, TrainingConfig, evaluate, train
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
 from collabfl.strategies.greedy import bggc
 from collabfl.strategies.pfedgraph import poison
 from collabfl.strategies.protocol import ConfigValue, Instruction, Reply, Verb

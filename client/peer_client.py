@@ -22,7 +22,7 @@ import torch
 
 from collabfl.client.model_store import TENSOR_NAME
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
-from collabfl.client.tls import ClientTLS
+from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
 MAX_CHUNK_BYTES = 1 << 20

@@ -15,9 +15,9 @@ from typing import NoReturn
 
 import grpc
 
-from collabfl.client.grants import GrantVerifier, InvalidGrant
 from collabfl.client.model_store import DiskModelStore
-from collabfl.client.tls import ServerTLS
+from collabfl.kernel.grants import GrantVerifier, InvalidGrant
+from collabfl.kernel.tls import ServerTLS
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
 log = logging.getLogger(__name__)

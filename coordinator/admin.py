@@ -29,7 +29,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from collabfl.client.tls import ClientTLS
 from collabfl.coordinator.config import ConfigError, load_config
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.recording import safe_name
@@ -43,6 +42,7 @@ from collabfl.coordinator.service import (
     CoordinatorUnreachable,
 )
 from collabfl.coordinator.state import Coalitions, RoundGraph, Run
+from collabfl.kernel.tls import ClientTLS
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
 EXIT_REFUSED = 2

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from collabfl.client.atomic import replacing, write_text
+from collabfl.kernel.atomic import replacing, write_text
 from collabfl.strategies.rounds import Resume
 
 TENSORS, STATE = "checkpoint.safetensors", "checkpoint.json"

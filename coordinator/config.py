@@ -20,7 +20,7 @@ from pydantic import (
     ValidationError,
 )
 
-from collabfl.client.training import TrainingConfig
+from collabfl.kernel.training import TrainingConfig
 
 METHOD_NAMES = (
     "pfedgraph",

@@ -20,18 +20,18 @@ import sys
 import threading
 from pathlib import Path
 
-from collabfl.client.daemon import flower_binary, flower_env
-from collabfl.client.grants import (
+from collabfl.coordinator.service import serve
+from collabfl.coordinator.state import CoordinatorState, Run
+from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.kernel.grants import (
     GrantSigner,
     generate_private_key,
     load_private_key,
     save_private_key,
     save_public_key,
 )
-from collabfl.client.supervisor import Supervisor, stop_group
-from collabfl.client.tls import ServerTLS
-from collabfl.coordinator.service import serve
-from collabfl.coordinator.state import CoordinatorState, Run
+from collabfl.kernel.supervisor import Supervisor, stop_group
+from collabfl.kernel.tls import ServerTLS
 
 log = logging.getLogger("collabfl.coordinator")
 
@@ -113,8 +113,8 @@ packages = ["."]
 publisher = "collabfl"
 
 [tool.flwr.app.components]
-serverapp = "collabfl.coordinator.flower_server:app"
-clientapp = "collabfl.client.flower_app:app"
+serverapp = "collabfl.flower.server_app:app"
+clientapp = "collabfl.flower.client_app:app"
 
 [tool.flwr.app.config]
 run-id = ""

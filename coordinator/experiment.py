@@ -24,8 +24,6 @@ from collabfl.client.data import (
     load_pool,
     make_partition,
 )
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import DEFAULT_MODEL, build_model
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import ConfigError, ExperimentConfig
 from collabfl.coordinator.inprocess import build_federation
@@ -37,6 +35,8 @@ from collabfl.coordinator.report.plots import (
 )
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.report.table import print_results, results_markdown
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import DEFAULT_MODEL, build_model
 
 log = logging.getLogger(__name__)
 

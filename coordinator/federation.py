@@ -25,15 +25,15 @@ from typing import Any
 
 from rich.console import Console
 
-from collabfl.client.daemon import flower_binary, flower_env
 from collabfl.client.data.client_file import save_client_file
-from collabfl.client.supervisor import stop_group
 from collabfl.coordinator.config import ExperimentConfig
 from collabfl.coordinator.experiment import prepare_data, write_comparison
 from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.service import CoordinatorClient, CoordinatorUnreachable
+from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.kernel.supervisor import stop_group
 
 HOST = "127.0.0.1"
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from collabfl.client.flat import FlatModel
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
-from collabfl.client.training import TrainingConfig
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction, Reply
 
 

@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import head_parameters
 from collabfl.coordinator.config import (
     METHOD_NAMES,
     ConfigError,
@@ -20,6 +18,8 @@ from collabfl.coordinator.config import (
     resolve_budget,
     validate_config,
 )
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import head_parameters
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.distances import DistanceSettings
 from collabfl.strategies.ditto import Ditto

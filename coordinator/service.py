@@ -18,7 +18,6 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from collabfl.client.tls import ClientTLS, ServerTLS
 from collabfl.coordinator.state import (
     Coalitions,
     CoordinatorState,
@@ -34,6 +33,7 @@ from collabfl.coordinator.state import (
     RunNotActive,
     json_scalar,
 )
+from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
 
@@ -73,7 +73,7 @@ _Reply = TypeVar("_Reply")
 
 
 class GrantIssuer(Protocol):
-    """Signs fetch grants (``collabfl.client.grants.GrantSigner`` in a real coordinator)."""
+    """Signs fetch grants (``collabfl.kernel.grants.GrantSigner`` in a real coordinator)."""
 
     def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes: ...
 

@@ -19,12 +19,12 @@ from collabfl.client.discriminator import (
     initial_discriminator,
     sgd_step,
 )
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.client.node import ClientSplits
-from collabfl.client.training import TensorData, TrainingConfig
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.inprocess import InProcessFederation, build_federation
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
+from collabfl.kernel.training import TensorData, TrainingConfig
 from collabfl.strategies.distances import (
     DistanceEstimate,
     DistanceSettings,

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.coordinator.config import (
     ConfigError,
     ExperimentConfig,
@@ -17,6 +15,8 @@ from collabfl.coordinator.config import (
     resolve_budget,
 )
 from collabfl.coordinator.methods import build_method, parse_method_spec
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
 from collabfl.strategies.dpfl import DPFL
 from collabfl.strategies.fedavg import FedAvg
 

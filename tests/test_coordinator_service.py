@@ -14,7 +14,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from collabfl.client.tls import ClientTLS, ServerTLS
 from collabfl.coordinator.service import (
     CoordinatorClient,
     CoordinatorError,
@@ -22,6 +21,7 @@ from collabfl.coordinator.service import (
     serve,
 )
 from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
-from collabfl.client.grants import generate_private_key, save_public_key
 from collabfl.coordinator.federation import free_ports
+from collabfl.kernel.grants import generate_private_key, save_public_key
 
 
 def _client_args(tmp_path: Path, data: Path) -> list[str]:

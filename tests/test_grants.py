@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from collabfl.client.grants import (
+from collabfl.kernel.grants import (
     GrantSigner,
     GrantVerifier,
     InvalidGrant,

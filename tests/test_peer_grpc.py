@@ -11,11 +11,11 @@ import grpc
 import pytest
 import torch
 
-from collabfl.client.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.peers import InvalidPeerModel, PeerFetcher, PeerUnavailable
+from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
 OWNER, FETCHER, ROUND, NUMEL = 3, 1, 4, 300_000  # 1.2 MB: the stream spans two chunks

@@ -12,12 +12,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from collabfl.client.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.peers import PeerUnavailable
-from collabfl.client.tls import ClientTLS, ServerTLS
+from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
+from collabfl.kernel.tls import ClientTLS, ServerTLS
 
 OWNER, ROUND, NUMEL = 1, 0, 1000
 

@@ -9,8 +9,8 @@ import torch
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import load_client_file, save_client_file
 from collabfl.client.peers import MemoryModelStore
-from collabfl.client.session import NodeState, RunSettings, open_node
-from collabfl.client.training import TrainingConfig
+from collabfl.flower.session import NodeState, RunSettings, open_node
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction, Verb
 
 

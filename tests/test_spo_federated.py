@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 from test_coalition_methods import CountingPool, _client, _fedavg, _federation, _local
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.client.node import ClientSplits
-from collabfl.client.training import TensorData, TrainingConfig
 from collabfl.coordinator.config import ConfigError, ExperimentConfig
 from collabfl.coordinator.inprocess import InProcessFederation, build_federation
 from collabfl.coordinator.methods import build_method, parse_method_spec
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
+from collabfl.kernel.training import TensorData, TrainingConfig
 from collabfl.strategies.equilibrium_method import CollaborationEquilibrium
 from collabfl.strategies.protocol import Instruction, Reply, Verb
 from collabfl.strategies.spo import OracleError, SpoSettings, spo_estimator

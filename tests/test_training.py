@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import MODELS, build_model
-from collabfl.client.training import (
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import MODELS, build_model
+from collabfl.kernel.training import (
     TensorData,
     TrainingConfig,
     alignment_gradient,

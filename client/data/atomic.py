@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collabfl.client.atomic import replacing
+from collabfl.kernel.atomic import replacing
 
 
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from collabfl.client.atomic import write_text
 from collabfl.coordinator.report.graph_stats import adjacency
+from collabfl.kernel.atomic import write_text
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"

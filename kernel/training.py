@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from collabfl.client.flat import FlatModel
+from collabfl.kernel.flat import FlatModel
 
 
 class TrainingConfig(BaseModel):

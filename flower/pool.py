@@ -17,12 +17,12 @@ from dataclasses import replace
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from collabfl.client.flower_messages import (
+from collabfl.coordinator.state import Member
+from collabfl.flower.codec import (
     decode_reply,
     encode_instruction,
     message_type,
 )
-from collabfl.coordinator.state import Member
 from collabfl.strategies.protocol import Instruction, Reply, Verb
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from collabfl.client.atomic import replacing, write_bytes
 from collabfl.client.data.client_file import load_client_file
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.client.node import BestModel, ClientNode, ClientSplits
 from collabfl.client.peers import FetchStats, ModelPublisher, PeerFetcher, PeerModelSource
-from collabfl.client.training import TrainingConfig
+from collabfl.kernel.atomic import replacing, write_bytes
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
+from collabfl.kernel.training import TrainingConfig
 
 
 @dataclass(frozen=True)

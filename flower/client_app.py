@@ -1,7 +1,7 @@
 """The Flower ClientApp: runs each coordinator instruction on this participant.
 
 Flower starts this in a fresh process per message. Everything durable lives elsewhere: the
-node's state directory (client/session.py) and the client daemon's peer server, which
+node's state directory (flower/session.py) and the client daemon's peer server, which
 serves what this app publishes into ``<state-dir>/published``. Peer models are fetched
 directly from their owners over gRPC with the grants the coordinator attached; the
 coordinator only ever sends indices, sizes, addresses and grants.
@@ -22,13 +22,13 @@ from pathlib import Path
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from collabfl.client.flower_messages import decode_instruction, encode_reply
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peers import PeerModelSource, PeerUnavailable
-from collabfl.client.session import NodeState, RunSettings, describe, open_node
-from collabfl.client.tls import ClientTLS
-from collabfl.client.training import TrainingConfig
+from collabfl.flower.codec import decode_instruction, encode_reply
+from collabfl.flower.session import NodeState, RunSettings, describe, open_node
+from collabfl.kernel.tls import ClientTLS
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Verb
 
 log = logging.getLogger(__name__)

@@ -24,16 +24,16 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from collabfl.client.flat import FlatModel
-from collabfl.client.models import build_model
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.config import ConfigError, validate_config
 from collabfl.coordinator.experiment import model_name, write_comparison
-from collabfl.coordinator.flower_pool import FlowerClientPool, exchange
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
 from collabfl.coordinator.service import CoordinatorClient
 from collabfl.coordinator.state import Member
+from collabfl.flower.pool import FlowerClientPool, exchange
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,7 @@
+"""collabfl: personalized federated learning with learned collaboration.
+
+The source folders stay at the repository's top level (client/, coordinator/, strategies/,
+...); this package links them under one import namespace, ``collabfl.<folder>``, so that the
+installed names never collide (``import client``) and editors and type checkers resolve
+``collabfl.`` imports straight from the source tree.
+"""
