@@ -36,7 +36,7 @@ from collabfl.coordinator.report.graph_stats import adjacency, mean_out_degree, 
 from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
 from collabfl.coordinator.report.run_dir import RunRecords
 from collabfl.coordinator.report.table import human_bytes
-from collabfl.coordinator.service import (
+from collabfl.coordinator.service_client import (
     CoordinatorClient,
     CoordinatorError,
     CoordinatorUnreachable,

@@ -31,7 +31,7 @@ from collabfl.coordinator.experiment import prepare_data, write_comparison
 from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.table import print_results
-from collabfl.coordinator.service import CoordinatorClient, CoordinatorUnreachable
+from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.supervisor import stop_group
 

@@ -29,7 +29,7 @@ from collabfl.coordinator.config import ConfigError, validate_config
 from collabfl.coordinator.experiment import model_name, write_comparison
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
-from collabfl.coordinator.service import CoordinatorClient
+from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
 from collabfl.flower.pool import FlowerClientPool, exchange
 from collabfl.kernel.flat import FlatModel

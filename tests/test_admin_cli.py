@@ -12,7 +12,8 @@ from typer.testing import CliRunner, Result
 
 from collabfl.coordinator import admin
 from collabfl.coordinator.admin import admin_app
-from collabfl.coordinator.service import CoordinatorClient, serve
+from collabfl.coordinator.service import serve
+from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import CoordinatorState, Member
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

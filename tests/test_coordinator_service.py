@@ -14,11 +14,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from collabfl.coordinator.service import (
+from collabfl.coordinator.service import serve
+from collabfl.coordinator.service_client import (
     CoordinatorClient,
     CoordinatorError,
     CoordinatorUnreachable,
-    serve,
 )
 from collabfl.coordinator.state import CoordinatorState, Member
 from collabfl.kernel.tls import ClientTLS, ServerTLS

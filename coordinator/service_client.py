@@ -1,0 +1,220 @@
+"""A typed client of the coordinator's gRPC service.
+
+The ServerApp, the federation harness and the admin CLI talk to a coordinator only through
+``CoordinatorClient``, which hands back the plain dataclasses of ``state`` and turns gRPC
+failures into two exceptions: ``CoordinatorUnreachable`` (nothing answered: check the
+address, the daemon, TLS) and ``CoordinatorError`` (it answered no, with a reason).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from collabfl.coordinator.service_codec import (
+    CHANNEL_OPTIONS,
+    coalitions_fields,
+    coalitions_from_pb,
+    edges_from_pb,
+    edges_to_pb,
+    event_from_pb,
+    event_level_to_pb,
+    member_from_pb,
+    member_to_pb,
+    metrics_from_pb,
+    metrics_to_pb,
+    run_from_pb,
+    run_status_to_pb,
+)
+from collabfl.coordinator.state import Coalitions, Edge, Event, Member, RoundGraph, RoundRecord, Run
+from collabfl.kernel.tls import ClientTLS
+from collabfl.proto import coordinator_pb2 as pb
+from collabfl.proto import coordinator_pb2_grpc as pb_grpc
+
+_Reply = TypeVar("_Reply")
+
+
+@dataclass(frozen=True)
+class CoordinatorStatus:
+    uptime_s: float
+    db_path: str
+    num_members: int
+    num_runs: int
+    active_runs: list[Run]
+
+
+class CoordinatorUnreachable(ConnectionError):
+    """No coordinator answered at the address (not running, wrong address, TLS mismatch)."""
+
+
+class CoordinatorError(RuntimeError):
+    """The coordinator answered with an error; ``code`` says which kind."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+
+
+class CoordinatorClient:
+    """One method per RPC, returning ``state`` dataclasses; usable as a context manager."""
+
+    def __init__(self, address: str, timeout_s: float = 5.0, tls: ClientTLS | None = None) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        if tls is None:
+            self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.secure_channel(address, tls.credentials(), CHANNEL_OPTIONS)
+        self._stub = pb_grpc.CoordinatorStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> CoordinatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, rpc: Callable[..., _Reply], request: Any) -> _Reply:
+        try:
+            return rpc(request, timeout=self.timeout_s)
+        except grpc.RpcError as error:
+            raise self._translate(error) from None
+
+    def _translate(self, error: grpc.RpcError) -> Exception:
+        code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
+        details: str = error.details() or code.name  # type: ignore[attr-defined]
+        if code == grpc.StatusCode.UNAVAILABLE:
+            reason = f"cannot reach the coordinator at {self.address} ({details})"
+        elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            reason = f"the coordinator at {self.address} did not answer within {self.timeout_s:g} s"
+        else:
+            return CoordinatorError(code, details)
+        return CoordinatorUnreachable(
+            f"{reason}; check that collabfl-coordinator is running there, the host and port "
+            "(--coordinator or COLLABFL_COORDINATOR), and that both sides agree on TLS"
+        )
+
+    def register_members(self, members: Iterable[Member]) -> list[Member]:
+        request = pb.RegisterMembersRequest(members=[member_to_pb(m) for m in members])
+        return [member_from_pb(m) for m in self._call(self._stub.RegisterMembers, request).members]
+
+    def list_members(self) -> list[Member]:
+        reply = self._call(self._stub.ListMembers, pb.ListMembersRequest())
+        return [member_from_pb(m) for m in reply.members]
+
+    def create_run(self, run_id: str, method: str, config: Mapping[str, Any]) -> Run:
+        request = pb.CreateRunRequest(run_id=run_id, method=method, config_json=json.dumps(config))
+        return run_from_pb(self._call(self._stub.CreateRun, request))
+
+    def get_run(self, run_id: str) -> Run:
+        return run_from_pb(self._call(self._stub.GetRun, pb.RunRef(run_id=run_id)))
+
+    def list_runs(self) -> list[Run]:
+        return [run_from_pb(r) for r in self._call(self._stub.ListRuns, pb.ListRunsRequest()).runs]
+
+    def stop_run(self, run_id: str) -> Run:
+        return run_from_pb(self._call(self._stub.StopRun, pb.RunRef(run_id=run_id)))
+
+    def finish_run(self, run_id: str, status: str = "finished", message: str = "") -> Run:
+        request = pb.FinishRunRequest(
+            run_id=run_id, status=run_status_to_pb(status), message=message
+        )
+        return run_from_pb(self._call(self._stub.FinishRun, request))
+
+    def record_round(
+        self,
+        run_id: str,
+        round: int,
+        edges: Iterable[Edge],
+        metrics: Mapping[int, Mapping[str, Any]],
+        num_clients: int = 0,
+        coalitions: Iterable[Iterable[int]] | None = None,
+    ) -> Run:
+        """Record a completed round; the returned run says whether a stop was requested.
+
+        ``coalitions`` None: the method forms none (an empty list means none this round).
+        """
+        request = pb.RoundRecord(
+            run_id=run_id,
+            round=round,
+            num_clients=num_clients,
+            edges=edges_to_pb(edges),
+            metrics_json=metrics_to_pb(metrics),
+            **coalitions_fields(coalitions),
+        )
+        return run_from_pb(self._call(self._stub.RecordRound, request))
+
+    def record_event(
+        self,
+        run_id: str,
+        kind: str,
+        message: str = "",
+        level: str = "warning",
+        round: int | None = None,
+        client_id: int | None = None,
+    ) -> Event:
+        request = pb.Event(
+            run_id=run_id,
+            kind=kind,
+            message=message,
+            level=event_level_to_pb(level),
+            round=round,
+            client_id=client_id,
+        )
+        return event_from_pb(self._call(self._stub.RecordEvent, request))
+
+    def list_events(self, run_id: str = "", after_id: int = 0, limit: int = 0) -> list[Event]:
+        request = pb.ListEventsRequest(run_id=run_id, after_id=after_id, limit=limit)
+        return [event_from_pb(e) for e in self._call(self._stub.ListEvents, request).events]
+
+    def issue_grants(
+        self, run_id: str, round: int, fetcher: int, owners: Iterable[int], ttl_s: float
+    ) -> dict[int, bytes]:
+        """One signed token per owner, for ``fetcher`` to present when fetching its model."""
+        request = pb.IssueGrantsRequest(
+            run_id=run_id, round=round, fetcher=fetcher, owners=list(owners), ttl_s=ttl_s
+        )
+        return {g.owner: g.token for g in self._call(self._stub.IssueGrants, request).grants}
+
+    def get_round(self, run_id: str, round: int) -> RoundRecord:
+        reply = self._call(self._stub.GetRound, pb.RoundRef(run_id=run_id, round=round))
+        return RoundRecord(
+            reply.run_id,
+            reply.round,
+            reply.num_clients,
+            edges_from_pb(reply.edges),
+            metrics_from_pb(reply.metrics_json),
+            reply.recorded_at,
+            coalitions_from_pb(reply.coalitions) if reply.has_coalitions else None,
+        )
+
+    def get_graph_history(self, run_id: str) -> list[RoundGraph]:
+        reply = self._call(self._stub.GetGraphHistory, pb.RunRef(run_id=run_id))
+        return [RoundGraph(g.round, g.num_clients, edges_from_pb(g.edges)) for g in reply.rounds]
+
+    def get_metrics(self, run_id: str) -> dict[int, dict[int, dict[str, Any]]]:
+        """Per round (in order), per client: its metrics."""
+        reply = self._call(self._stub.GetMetrics, pb.RunRef(run_id=run_id))
+        return {r.round: metrics_from_pb(r.metrics_json) for r in reply.rounds}
+
+    def get_coalitions(self, run_id: str, round: int | None = None) -> dict[int, Coalitions]:
+        """Per round that recorded coalitions (in order), or of ``round`` only: its coalitions."""
+        request = pb.CoalitionsRequest(run_id=run_id, round=round)
+        reply = self._call(self._stub.GetCoalitions, request)
+        return {r.round: coalitions_from_pb(r.coalitions) for r in reply.rounds}
+
+    def status(self) -> CoordinatorStatus:
+        reply = self._call(self._stub.Status, pb.StatusRequest())
+        return CoordinatorStatus(
+            reply.uptime_s,
+            reply.db_path,
+            reply.num_members,
+            reply.num_runs,
+            [run_from_pb(r) for r in reply.active_runs],
+        )
