@@ -3,11 +3,9 @@
 Exit codes: 0 done, 2 the coordinator refused the request (unknown run, run already
 ended, ...), 3 no coordinator answered. Either failure is one line on stderr.
 
-``export --format graphml`` writes the whole history as one directed multigraph: nodes are
-the client indices, and every edge carries ``round`` and ``weight`` attributes (edge id
-``r<round>:<i>-<j>``). One file keeps the history together and filters per round in any
-GraphML tool; networkx reads it back with
-``read_graphml(path, node_type=int, force_multigraph=True)``.
+The documents it prints or writes come from ``coordinator.report``: ``export`` from
+``graph_history`` (JSON, or GraphML as one multigraph with edges by round) and the coalition
+changes from ``coalition_moves``.
 """
 
 from __future__ import annotations
@@ -32,6 +30,13 @@ from rich.table import Table
 from collabfl.coordinator.config import ConfigError, load_config
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.recording import safe_name
+from collabfl.coordinator.report.coalition_moves import (
+    coalition_moves,
+    coalitions_document,
+    describe_moves,
+    join_clients,
+)
+from collabfl.coordinator.report.graph_history import history_document, history_multigraph
 from collabfl.coordinator.report.graph_stats import adjacency, mean_out_degree, sparsity, symmetry
 from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
 from collabfl.coordinator.report.run_dir import RunRecords
@@ -41,7 +46,7 @@ from collabfl.coordinator.service_client import (
     CoordinatorError,
     CoordinatorUnreachable,
 )
-from collabfl.coordinator.state import Coalitions, RoundGraph, Run
+from collabfl.coordinator.state import Run
 from collabfl.kernel.tls import ClientTLS
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
@@ -253,9 +258,9 @@ def export(
         history = client.get_graph_history(run_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt is ExportFormat.json:
-        out.write_text(json.dumps(_history_document(run, history), indent=1) + "\n")
+        out.write_text(json.dumps(history_document(run, history), indent=1) + "\n")
     else:
-        nx.write_graphml(_history_multigraph(run, history), out)
+        nx.write_graphml(history_multigraph(run, history), out)
     console.print(f"wrote {len(history)} rounds of run {run_id} to {out}", highlight=False)
 
 
@@ -342,9 +347,9 @@ def coalitions(
         )
     shown = max(history) if round_index is None else round_index
     previous = max((t for t in history if t < shown), default=None)
-    moves = [] if previous is None else _coalition_moves(history[previous], history[shown])
+    moves = [] if previous is None else coalition_moves(history[previous], history[shown])
     if as_json:
-        typer.echo(json.dumps(_coalitions_document(run_id, shown, history, previous, moves)))
+        typer.echo(json.dumps(coalitions_document(run_id, shown, history, previous, moves)))
         return
     clients = sum(len(members) for members in history[shown])
     console.print(
@@ -353,10 +358,10 @@ def coalitions(
     )
     table = Table("coalition", "size", "members")
     for index, members in enumerate(history[shown]):
-        table.add_row(str(index), str(len(members)), _join(members))
+        table.add_row(str(index), str(len(members)), join_clients(members))
     console.print(table)
     if previous is not None:
-        changes = "; ".join(_describe_moves(moves)) or "none"
+        changes = "; ".join(describe_moves(moves)) or "none"
         console.print(f"changes since round {previous}: {changes}", highlight=False)
 
 
@@ -409,109 +414,6 @@ def _edge_table(edges: list[tuple[int, int, float]]) -> Table:
     for i, j, w in edges:
         table.add_row(str(i), str(j), f"{w:.4f}")
     return table
-
-
-def _history_document(run: Run, history: list[RoundGraph]) -> dict[str, Any]:
-    """The JSON export: per round the same record as a run directory's graphs/ files."""
-    return {
-        "run_id": run.run_id,
-        "method": run.method,
-        "rounds": [
-            {"round": g.round, "num_clients": g.num_clients, "edges": [list(e) for e in g.edges]}
-            for g in history
-        ],
-    }
-
-
-@dataclass(frozen=True)
-class _Move:
-    """A client's coalition change between two rounds; None: not in any coalition then."""
-
-    client: int
-    before: int | None
-    after: int | None
-
-
-def _coalition_moves(before: Coalitions, after: Coalitions) -> list[_Move]:
-    """Joiners, leavers and clients that changed coalition, by client.
-
-    Indices follow first members, so they shift when coalitions change; a client counts as
-    moved only when it left its coalition's successor, the new coalition that took most of
-    the old one's members (one successor per old coalition).
-    """
-    old = {c: k for k, members in enumerate(before) for c in members}
-    new = {c: k for k, members in enumerate(after) for c in members}
-    successor = _successors(before, after)
-    moves = []
-    for client in sorted(old.keys() | new.keys()):
-        was, now = old.get(client), new.get(client)
-        if was is None or now is None or successor.get(was) != now:
-            moves.append(_Move(client, was, now))
-    return moves
-
-
-def _successors(before: Coalitions, after: Coalitions) -> dict[int, int]:
-    """Old coalition index -> new one, matching the largest overlaps first."""
-    overlaps = sorted(
-        (
-            (len(set(old) & set(new)), k, j)
-            for k, old in enumerate(before)
-            for j, new in enumerate(after)
-        ),
-        key=lambda item: -item[0],  # stable: ties keep (old, new) index order
-    )
-    successor: dict[int, int] = {}
-    for shared, k, j in overlaps:
-        if shared and k not in successor and j not in successor.values():
-            successor[k] = j
-    return successor
-
-
-def _describe_moves(moves: list[_Move]) -> list[str]:
-    """One phrase per kind of change, e.g. 'client 5 joined coalition 1'."""
-    groups: dict[tuple[int | None, int | None], list[int]] = {}
-    for move in moves:
-        groups.setdefault((move.before, move.after), []).append(move.client)
-    phrases = []
-    for (before, after), clients in groups.items():
-        who = f"client {clients[0]}" if len(clients) == 1 else f"clients {_join(clients)}"
-        if before is None:
-            phrases.append(f"{who} joined coalition {after}")
-        elif after is None:
-            phrases.append(f"{who} left coalition {before}")
-        else:
-            phrases.append(f"{who} moved from coalition {before} to coalition {after}")
-    return phrases
-
-
-def _join(values: list[int]) -> str:
-    return ", ".join(map(str, values))
-
-
-def _coalitions_document(
-    run_id: str,
-    shown: int,
-    history: dict[int, Coalitions],
-    previous: int | None,
-    moves: list[_Move],
-) -> dict[str, Any]:
-    """The --json output: the round's coalitions and the per-client changes."""
-    return {
-        "run_id": run_id,
-        "round": shown,
-        "coalitions": history[shown],
-        "previous_round": previous,
-        "changes": [{"client": m.client, "from": m.before, "to": m.after} for m in moves],
-    }
-
-
-def _history_multigraph(run: Run, history: list[RoundGraph]) -> nx.MultiDiGraph:
-    graph = nx.MultiDiGraph(run_id=run.run_id, method=run.method)
-    graph.add_nodes_from(range(max((g.num_clients for g in history), default=0)))
-    for g in history:
-        for i, j, w in g.edges:
-            graph.add_edge(i, j, key=f"r{g.round}:{i}-{j}", round=g.round, weight=w)
-    return graph
 
 
 def _number(value: Any) -> float | None:

@@ -218,22 +218,6 @@ def test_coalitions_refusals_are_one_line(collab: str, args: tuple[str, ...], me
     assert result.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize(
-    ("before", "after", "changes"),
-    [
-        ([[0], [1, 2]], [[1, 2]], ["client 0 left coalition 0"]),  # renumbered, not moved
-        ([[0, 1], [2, 3]], [[0, 1, 2, 3]], ["clients 2, 3 moved from coalition 1 to coalition 0"]),
-        ([[0, 1, 2, 3]], [[0, 1], [2, 3]], ["clients 2, 3 moved from coalition 0 to coalition 1"]),
-        ([[0, 1], [2]], [[0, 1], [2], [3, 4]], ["clients 3, 4 joined coalition 2"]),
-        ([[0, 1], [2]], [[0, 1], [2]], []),
-    ],
-)
-def test_coalition_changes_follow_members_not_indices(
-    before: list[list[int]], after: list[list[int]], changes: list[str]
-) -> None:
-    assert admin._describe_moves(admin._coalition_moves(before, after)) == changes
-
-
 def test_events(address: str) -> None:
     out = _ok(address, "events", "exp-1")
     assert "peer_skipped" in out and "digest mismatch" in out
