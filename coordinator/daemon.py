@@ -13,16 +13,23 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+from collabfl.coordinator.flower_runs import (
+    FlowerCliError,
+    follow_command,
+    stop_run,
+    submit_run,
+    submitted_run_id,
+)
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, Run
 from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.kernel.atomic import write_text
 from collabfl.kernel.grants import (
     GrantSigner,
     generate_private_key,
@@ -38,6 +45,8 @@ log = logging.getLogger("collabfl.coordinator")
 APP_NAME = "collabfl-federation"
 CONNECTION = "collabfl"
 MAX_LAUNCHES = 4
+FLOWER_RUN_FILE = "flower_run.json"
+"""In a run's directory: flwr's reply to the latest launch, naming its Flower run."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -144,7 +153,12 @@ def write_flower_home(args: argparse.Namespace) -> Path:
 
 
 class RunLauncher:
-    """Starts (and restarts) the ServerApp of every active run via ``flwr run --stream``."""
+    """Starts (and restarts) the ServerApp of every active run and follows its log.
+
+    Each launch submits the app with ``flwr run``, keeps flwr's JSON reply in the run
+    directory and follows the Flower run's log into serverapp.log; when the follower ends
+    (the run ended, or the SuperLink went away) and the run is still active, it launches again.
+    """
 
     def __init__(
         self, state: CoordinatorState, state_dir: Path, app_dir: Path, env: dict, service: str
@@ -186,44 +200,50 @@ class RunLauncher:
             "expected-clients": int(run.config.get("expected_clients", 1)),
             "message-timeout": float(run.config.get("message_timeout", 600)),
         }
-        self.stop_previous(out_dir / "serverapp.log")
+        self.stop_previous(run.run_id, out_dir / FLOWER_RUN_FILE)
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
-        command = [
-            flower_binary("flwr"),
-            "run",
-            str(self.app_dir),
-            CONNECTION,
-            "--stream",
-            "-c",
-            overrides,
-        ]
         count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
         log.info("launching run %s (attempt %s)", run.run_id, count)
+        try:
+            reply = submit_run(self.app_dir, CONNECTION, overrides, self.env)
+            flower_run = submitted_run_id(reply)
+        except FlowerCliError as error:
+            log.error("run %s: the ServerApp was not started: %s", run.run_id, error)
+            return  # no follower: the next check launches it again, up to MAX_LAUNCHES
+        write_text(out_dir / FLOWER_RUN_FILE, reply)
+        log.info("run %s: Flower run %s, log in %s", run.run_id, flower_run, out_dir)
         with open(out_dir / "serverapp.log", "ab") as log_file:
             self.running[run.run_id] = subprocess.Popen(
-                command,
+                follow_command(flower_run, CONNECTION),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
             )
 
-    def stop_previous(self, log_path: Path) -> None:
+    def stop_previous(self, run_id: str, reply_path: Path) -> None:
         """Stop the Flower run a previous launch of this run started, if it still runs.
 
         After a crash its ServerApp may survive and reconnect; two ServerApps must never
-        drive the same run.
+        drive the same run. The previous launch kept flwr's reply, which names that run.
         """
-        if not log_path.exists():
+        if not reply_path.exists():
             return
-        started = re.findall(
-            r"Successfully started run (\d+)", log_path.read_text(errors="replace")
-        )
-        if started:
-            subprocess.run(
-                [flower_binary("flwr"), "stop", started[-1], CONNECTION],
-                env=self.env, capture_output=True, timeout=60, check=False,
+        try:
+            previous = submitted_run_id(reply_path.read_text(errors="replace"))
+        except FlowerCliError as error:
+            log.warning(
+                "run %s: cannot read the previous launch's Flower run id from %s (%s); if its "
+                "ServerApp still runs, stop it with `flwr stop <run id>`",
+                run_id, reply_path, error,
             )  # fmt: skip
+            return
+        try:
+            stop_run(previous, CONNECTION, self.env)
+        except FlowerCliError as error:
+            log.info("run %s: previous Flower run %s not stopped: %s", run_id, previous, error)
+        else:
+            log.info("run %s: stopped previous Flower run %s", run_id, previous)
 
     def stop(self) -> None:
         self.stop_event.set()
