@@ -35,7 +35,7 @@ def submitted_run_id(output: str) -> int:
     reply = _reply("flwr run", output)
     run_id = reply.get("run-id")
     if not isinstance(run_id, str) or not run_id.isdigit():
-        raise FlowerCliError(f"flwr run reported success but no run id: {output.strip()}")
+        raise FlowerCliError(f"flwr run reported success but no run id: {_one_line(output)}")
     return int(run_id)
 
 
@@ -76,8 +76,13 @@ def _reply(command: str, output: str) -> dict[str, Any]:
     except ValueError:
         reply = None
     if not isinstance(reply, dict):
-        raise FlowerCliError(f"{command} printed no JSON object: {output.strip()!r}")
+        raise FlowerCliError(f"{command} printed no JSON object: {_one_line(output)!r}")
     if reply.get("success") is not True:
         reason = reply.get("error-message", "no reason given")
-        raise FlowerCliError(f"{command} failed: {reason}")
+        raise FlowerCliError(f"{command} failed: {_one_line(str(reason))}")
     return reply
+
+
+def _one_line(text: str) -> str:
+    """flwr's multi-line messages as one line, so each failure is one line of the log."""
+    return " ".join(text.split())

@@ -34,8 +34,11 @@ def test_run_id_of_a_started_run() -> None:
 def test_a_failed_submission_says_why() -> None:
     with pytest.raises(FlowerCliError) as raised:
         submitted_run_id(NO_SUPERLINK)
-    assert str(raised.value).startswith("flwr run failed: Using SuperLink: collabfl")
-    assert "Connection to the SuperLink is unavailable" in str(raised.value)
+    assert str(raised.value) == (
+        "flwr run failed: Using SuperLink: collabfl (127.0.0.1:40591) Connection to the "
+        "SuperLink is unavailable. Please check your network connection and 'address' in the "
+        "SuperLink connection configuration."
+    )
 
 
 @pytest.mark.parametrize(
