@@ -20,6 +20,11 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 
+# A script run as ``python benchmarks/x.py`` has only benchmarks/ on its path; with the
+# repository root too it can use the test suite's references and data (tests.support).
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(1, str(REPO_ROOT))
+
 
 def environment() -> dict[str, Any]:
     """What the figures depend on: versions, threads and the machine's core count."""

@@ -38,11 +38,7 @@ from collections.abc import Callable
 import numpy as np
 from _common import format_table, median, write_results
 
-from collabfl.strategies.equilibrium import (
-    collaboration_equilibrium,
-    greedy_estimator,
-    ocs_from_utility,
-)
+from collabfl.strategies.equilibrium import collaboration_equilibrium, greedy_estimator
 from collabfl.strategies.fedcollab import (
     CoalitionState,
     canonical_labels,
@@ -50,6 +46,7 @@ from collabfl.strategies.fedcollab import (
     descend,
     solve_coalitions,
 )
+from tests.support.equilibrium_reference import ocs_from_utility
 
 
 def grouped_problem(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

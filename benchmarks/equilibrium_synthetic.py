@@ -1,6 +1,6 @@
 """Collaboration equilibrium with SPO on the paper's synthetic linear regression (Table 1).
 
-Two settings of client/data/synthetic.py: (ρ = 0.1, n = 2000), where the paper finds the
+Two settings of tests/support/synthetic.py: (ρ = 0.1, n = 2000), where the paper finds the
 coalitions {0,1,2} and {3,4,5}, and (ρ = 1.0, n = 20000), where every client stays alone.
 For each seed, ``collaboration_equilibrium`` runs with ``spo_estimator`` (default
 SpoSettings, in-memory linear-regression oracle) and the table gives the coalitions, whether
@@ -26,13 +26,11 @@ import numpy as np
 import torch
 from _common import Stopwatch, format_table, write_results
 
-from collabfl.client.data.synthetic import (
-    DEFAULT_NOISE,
-    SyntheticRegression,
-    make_synthetic_regression,
-)
-from collabfl.strategies.equilibrium import collaboration_equilibrium, ocs_from_utility
-from collabfl.strategies.spo import SpoSettings, linear_regression_oracle, spo_estimator
+from collabfl.strategies.equilibrium import collaboration_equilibrium
+from collabfl.strategies.spo import SpoSettings, spo_estimator
+from tests.support.equilibrium_reference import ocs_from_utility
+from tests.support.spo_oracles import linear_regression_oracle
+from tests.support.synthetic import DEFAULT_NOISE, SyntheticRegression, make_synthetic_regression
 
 SETTINGS = (
     (0.1, 2000, [[0, 1, 2], [3, 4, 5]]),

@@ -12,17 +12,19 @@ from collabfl.strategies.equilibrium import (
     benefit_graph,
     collaboration_equilibrium,
     greedy_estimator,
+    ocs_from_ratio_rule,
+    ocs_greedy,
+    ratio_rule_estimator,
+    stable_components,
+)
+from tests.support.equilibrium_reference import (
     inner_violation,
     is_inner_stable,
     is_outer_stable,
     max_utility,
-    ocs_from_ratio_rule,
     ocs_from_utility,
-    ocs_greedy,
     optimal_collaborator_set,
     outer_violation,
-    ratio_rule_estimator,
-    stable_components,
     table_utility,
 )
 

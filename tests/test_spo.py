@@ -10,24 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-from collabfl.client.data.synthetic import (
-    NUM_CLIENTS,
-    SyntheticRegression,
-    make_synthetic_regression,
-)
 from collabfl.strategies.equilibrium import collaboration_equilibrium
 from collabfl.strategies.spo import (
-    InMemoryOracle,
     OracleError,
     ParetoHypernetwork,
     SpoSettings,
     clip_to_simplex,
-    linear_regression_oracle,
     search_directions,
     spo_directions,
     spo_estimator,
     train_hypernetwork,
 )
+from tests.support.spo_oracles import InMemoryOracle, linear_regression_oracle
+from tests.support.synthetic import NUM_CLIENTS, SyntheticRegression, make_synthetic_regression
 
 QUICK = SpoSettings(hidden=16, hypernet_steps=30, search_steps=10)
 

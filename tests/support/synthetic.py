@@ -6,7 +6,8 @@ v and a private perturbation r_i of scale ρ; clients 0–2 observe y = u_iᵀx 
 reports the coalitions {0,1,2}, {3,4,5} at n = 2000, ρ = 0.1 and every client alone at
 n = 20000, ρ = 1.0; whether pooling truly pays also depends on the noise (see DEFAULT_NOISE).
 
-Generated locally from a seed; nothing is downloaded.
+Generated locally from a seed; nothing is downloaded. Test and benchmark data only (the SPO
+tests, benchmarks/equilibrium_synthetic.py): no client of the product loads it.
 """
 
 from __future__ import annotations
