@@ -68,15 +68,14 @@ class MethodRegistry:
         *,
         section: str | None = None,
         coalition_base: bool = False,
-    ) -> MethodEntry:
+    ) -> None:
         """Add a method; a name can be registered once (unregister it first to replace it)."""
         entries = self._loaded()
         if name in entries:
             raise ValueError(f"method {name!r} is already registered")
         if not name or not name.replace("_", "").isalnum():
             raise ValueError(f"method name {name!r} must be letters, digits and underscores")
-        entries[name] = entry = MethodEntry(name, build, section, coalition_base)
-        return entry
+        entries[name] = MethodEntry(name, build, section, coalition_base)
 
     def unregister(self, name: str) -> None:
         del self._loaded()[name]
