@@ -26,10 +26,11 @@ from _common import RESULTS_DIR, write_results
 from rich.console import Console
 
 from collabfl.client.node import ClientSplits
+from collabfl.coordinator.builtin_methods import distance_settings
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.experiment import model_name, prepare_data, run_comparison
 from collabfl.coordinator.inprocess import build_federation
-from collabfl.coordinator.methods import distance_settings, parse_method_spec
+from collabfl.coordinator.methods import parse_method_spec
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model

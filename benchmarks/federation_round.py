@@ -24,6 +24,7 @@ from collabfl.coordinator.config import load_config
 from collabfl.coordinator.federation import LocalFederation, write_client_files
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.run_options import RunOptions
 
 
 def main() -> None:
@@ -50,7 +51,11 @@ def main() -> None:
         with LocalFederation(root / "work", files) as federation:
             online = time.perf_counter()
             with federation.client() as client:
-                client.create_run("bench", spec.label, run_request(spec, args.clients, str(root)))
+                client.create_run(
+                    "bench",
+                    spec.label,
+                    run_request(spec, RunOptions(args.clients, out_dir=str(root))),
+                )
                 first_round = None
                 while True:
                     run = client.get_run("bench")

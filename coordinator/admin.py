@@ -41,6 +41,7 @@ from collabfl.coordinator.report.graph_stats import adjacency, mean_out_degree, 
 from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
 from collabfl.coordinator.report.run_dir import RunRecords
 from collabfl.coordinator.report.table import human_bytes
+from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import (
     CoordinatorClient,
     CoordinatorError,
@@ -188,7 +189,9 @@ def start(
     ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="default: label-timestamp")] = None,
     out: Annotated[str, typer.Option(help="run directory on the coordinator machine")] = "",
-    message_timeout: Annotated[float, typer.Option(help="seconds a client may take")] = 600.0,
+    message_timeout: Annotated[
+        float, typer.Option(help="seconds a client may take")
+    ] = RunOptions.message_timeout_s,
 ) -> None:
     """Start a run: the coordinator launches its ServerApp and the clients join."""
     try:
@@ -197,7 +200,8 @@ def start(
     except ConfigError as error:
         _fail(error, EXIT_REFUSED)
     run_id = run_id or f"{safe_name(spec.label)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    request = run_request(spec, clients, out, message_timeout)
+    options = RunOptions(clients, out_dir=out, message_timeout_s=message_timeout)
+    request = run_request(spec, options)
     with _client(ctx) as client:
         run = client.create_run(run_id, spec.label, request)
     console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)

@@ -15,6 +15,7 @@ from collabfl.coordinator.admin import admin_app
 from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_config
 from collabfl.coordinator.experiment import run_comparison
 from collabfl.coordinator.methods import MethodSpec, parse_method_spec
+from collabfl.coordinator.registry import REGISTRY
 
 app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
@@ -34,6 +35,7 @@ SetOpt = Annotated[
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: runs/...)")]
 LogOpt = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
+METHODS_HELP = f"Methods: {REGISTRY.choices()}."
 
 
 def _setup(log_level: str) -> None:
@@ -60,7 +62,7 @@ def simulate(
     out: OutOpt = None,
     log_level: LogOpt = "WARNING",
 ) -> None:
-    """Run the config's ``method`` in the in-process runtime."""
+    """Run the config's ``method`` (``--set method=NAME``) in the in-process runtime."""
     _setup(log_level)
     try:
         settings = load_config(config, overrides)
@@ -78,7 +80,7 @@ def compare(
         typer.Option(
             "--methods",
             help="comma-separated specs, e.g. dpfl,local,fedavg or 'dpfl:budget=0.1' "
-            "(default: the config's `methods`)",
+            f"(default: the config's `methods`). {METHODS_HELP}",
         ),
     ] = None,
     overrides: SetOpt = None,
@@ -112,7 +114,10 @@ def federation_up_command(
     ] = None,
     methods: Annotated[
         str | None,
-        typer.Option("--methods", help="specs to run one after another (default: `method`)"),
+        typer.Option(
+            "--methods",
+            help=f"specs to run one after another (default: `method`). {METHODS_HELP}",
+        ),
     ] = None,
     overrides: SetOpt = None,
     out: OutOpt = None,

@@ -19,25 +19,10 @@ from pydantic import (
     Field,
     ValidationError,
 )
+from pydantic_core import PydanticCustomError
 
+from collabfl.coordinator.registry import REGISTRY
 from collabfl.kernel.training import TrainingConfig
-
-METHOD_NAMES = (
-    "pfedgraph",
-    "ipfl",
-    "local",
-    "fedavg",
-    "fedavg_ft",
-    "fedprox",
-    "fedprox_ft",
-    "ditto",
-    "dpfl",
-    "dpfl_random",
-    "fedcollab",
-    "equilibrium",
-)
-BASE_METHODS = ("fedavg", "fedprox", "ditto", "dpfl")
-"""What may run inside a coalition (singletons always train locally)."""
 
 
 class ConfigError(ValueError):
@@ -107,6 +92,34 @@ Budget = Annotated[
 """Peers held at once: an integer, a fraction of N in (0, 1], or "inf" (unlimited)."""
 
 
+def _registered_method(name: str) -> str:
+    """Method names are whatever the registry holds, so they are checked, not typed."""
+    if name not in REGISTRY:
+        raise PydanticCustomError(
+            "unknown_method",
+            "unknown method; choose from {choices}",
+            {"choices": REGISTRY.choices()},
+        )
+    return name
+
+
+def _coalition_base(name: str) -> str:
+    if name not in REGISTRY.names(coalition_base=True):
+        raise PydanticCustomError(
+            "not_a_base_method",
+            "not a method a coalition can run; choose from {choices}",
+            {"choices": REGISTRY.choices(coalition_base=True)},
+        )
+    return name
+
+
+MethodName = Annotated[str, AfterValidator(_registered_method)]
+"""The name of a registered method (coordinator/registry.py)."""
+
+BaseMethodName = Annotated[str, AfterValidator(_coalition_base)]
+"""A registered method that FedCollab and the equilibrium may run inside a coalition."""
+
+
 class DPFLConfig(_Section):
     """DPFL's knobs. ``budget``: an integer number of peers, a fraction of N in (0, 1],
     or "inf" (unlimited)."""
@@ -165,7 +178,7 @@ class FedCollabConfig(_Section):
 
     c: float = Field(10.0, ge=0, le=1e6, description="generalisation weight C (paper: 8–10)")
     restarts: int = Field(100, ge=1, le=100_000, description="solver restarts (official: 100)")
-    base: Literal[BASE_METHODS] = "fedavg"  # type: ignore[valid-type]
+    base: BaseMethodName = "fedavg"
     distance_rounds: int = Field(200, ge=1, le=1_000_000, description="most estimation steps")
     distance_local_steps: int = Field(10, ge=1, le=100_000, description="SGD steps per step")
     distance_lr: float = Field(0.01, gt=0, le=100)
@@ -182,7 +195,7 @@ class EquilibriumConfig(_Section):
     picks the estimator: greedy (GGC over warm-up models; ``init_epochs``, ``budget``) or the
     paper's SPO (a Pareto hypernetwork on the coordinator; the ``spo_*`` knobs)."""
 
-    base: Literal[BASE_METHODS] = "fedavg"  # type: ignore[valid-type]
+    base: BaseMethodName = "fedavg"
     ocs: Literal["greedy", "spo"] = "greedy"
     init_epochs: float = Field(5.0, gt=0, le=1000, description="warm-up before the search")
     budget: Budget = Field("inf", description="peer models held at once during the search")
@@ -215,7 +228,7 @@ class ExperimentConfig(_Section):
     jobs: int = Field(
         0, ge=0, le=1024, description="methods run in parallel by compare; 0 = one per core"
     )
-    method: Literal[METHOD_NAMES] = "dpfl"  # type: ignore[valid-type]
+    method: MethodName = "dpfl"
     methods: list[str] = Field(
         default_factory=lambda: ["local", "fedavg", "fedavg_ft", "fedprox", "ditto", "dpfl"],
         description="what `collabfl compare` runs when --methods is not given",

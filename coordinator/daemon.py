@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from collabfl.coordinator.flower_runs import (
@@ -26,6 +27,7 @@ from collabfl.coordinator.flower_runs import (
     submit_run,
     submitted_run_id,
 )
+from collabfl.coordinator.run_options import RunOptions, flower_app_config
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, Run
 from collabfl.flower.processes import flower_binary, flower_env
@@ -128,11 +130,7 @@ clientapp = "collabfl.flower.client_app:app"
 [tool.flwr.app.config]
 run-id = ""
 coordinator = ""
-out-dir = ""
-expected-clients = 1
-join-timeout = 120
-message-timeout = 600
-grant-ttl = 600
+{flower_app_config()}
 """
     )
     return app_dir
@@ -191,15 +189,11 @@ class RunLauncher:
             self.launch(run)
 
     def launch(self, run: Run) -> None:
-        out_dir = Path(run.config.get("out_dir") or self.state_dir / "runs" / run.run_id)
+        options = RunOptions.from_request(run.config)
+        out_dir = Path(options.out_dir or self.state_dir / "runs" / run.run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
-        settings = {
-            "run-id": run.run_id,
-            "coordinator": self.service,
-            "out-dir": str(out_dir.resolve()),
-            "expected-clients": int(run.config.get("expected_clients", 1)),
-            "message-timeout": float(run.config.get("message_timeout", 600)),
-        }
+        options = replace(options, out_dir=str(out_dir.resolve()))
+        settings = {"run-id": run.run_id, "coordinator": self.service, **options.to_run_config()}
         self.stop_previous(run.run_id, out_dir / FLOWER_RUN_FILE)
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
         count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1

@@ -6,7 +6,6 @@ import json
 import logging
 import multiprocessing
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from collabfl.client.data import (
 )
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import ConfigError, ExperimentConfig
+from collabfl.coordinator.driver import AfterRound, drive
 from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.methods import MethodSpec, build_method
 from collabfl.coordinator.recording import MethodRecorder, safe_name
@@ -37,6 +37,7 @@ from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.report.table import print_results, results_markdown
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import DEFAULT_MODEL, build_model
+from collabfl.strategies.rounds import RoundOutcome
 
 log = logging.getLogger(__name__)
 
@@ -195,12 +196,17 @@ def run_method(
     federation = build_federation(splits, workspace, config.training, config.seed)
     method = build_method(spec, federation.sample_counts, workspace)
     recorder = MethodRecorder(spec, run_dir, num_clients, model_name(config), workspace.nbytes)
-    task = None
-    if progress is not None:
-        task = progress.add_task(spec.label, total=config.rounds)
-    started = time.perf_counter()
-    for outcome in method.rounds(federation, config.rounds):
-        recorder.record(outcome, federation.take_coordinator_bytes())
-        if task is not None:
-            progress.update(task, completed=min(outcome.round + 1, config.rounds))
-    return recorder.finish(time.perf_counter() - started)
+    after_round = progress_hook(progress, spec.label, config.rounds)
+    return drive(method, federation, config.rounds, recorder, after_round)
+
+
+def progress_hook(progress: Progress | None, label: str, rounds: int) -> AfterRound:
+    """The in-process runtime's after-round hook: advance the method's progress bar."""
+    if progress is None:
+        return lambda outcome, rows: None
+    task = progress.add_task(label, total=rounds)
+
+    def advance(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
+        progress.update(task, completed=min(outcome.round + 1, rounds))
+
+    return advance

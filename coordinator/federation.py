@@ -31,6 +31,7 @@ from collabfl.coordinator.experiment import prepare_data, write_comparison
 from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.table import print_results
+from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.supervisor import stop_group
@@ -230,7 +231,8 @@ def run_on_federation(
 ) -> dict[str, Any]:
     """Create one run through the coordinator service and wait for it to end."""
     run_id = f"{safe_name(spec.label)}-{int(time.time())}"
-    config = run_request(spec, len(federation.client_files), str(out_dir.resolve()))
+    options = RunOptions(len(federation.client_files), out_dir=str(out_dir.resolve()))
+    config = run_request(spec, options)
     deadline = time.monotonic() + timeout_s
     with CoordinatorClient(federation.service, timeout_s=10) as client:
         client.create_run(run_id, spec.label, config)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import torch
-
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
 from collabfl.kernel.flat import FlatModel
@@ -25,31 +23,17 @@ class InProcessFederation:
     def __init__(self, nodes: Mapping[int, ClientNode]) -> None:
         self.nodes = dict(nodes)
         self._sample_counts = {k: node.num_samples for k, node in self.nodes.items()}
-        self._coordinator_bytes: dict[int, int] = {}
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
         return self._sample_counts
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
-        replies = {}
-        for k, instruction in instructions.items():
-            if k not in self.nodes:
-                continue
-            replies[k] = reply = self.nodes[k].handle(instruction)
-            moved = _model_bytes(instruction.model) + _model_bytes(reply.model)
-            self._coordinator_bytes[k] = self._coordinator_bytes.get(k, 0) + moved
-        return replies
-
-    def take_coordinator_bytes(self) -> dict[int, int]:
-        """Model bytes each client exchanged with the coordinator since the last call."""
-        counts, self._coordinator_bytes = self._coordinator_bytes, {}
-        return counts
-
-
-def _model_bytes(model: torch.Tensor | None) -> int:
-    """Payload size of a model vector (a torch tensor or a NumPy array)."""
-    return 0 if model is None else int(model.nbytes)
+        return {
+            k: self.nodes[k].handle(instruction)
+            for k, instruction in instructions.items()
+            if k in self.nodes
+        }
 
 
 def build_federation(

@@ -61,7 +61,6 @@ class FlowerClientPool:
         self.on_event = on_event
         self.timeout_s = timeout_s
         self.poll_s = poll_s
-        self.coordinator_bytes: dict[int, int] = {}
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
@@ -88,7 +87,6 @@ class FlowerClientPool:
                     group_id=str(instruction.round),
                 )
             )
-            self._count(client_id, instruction.model)
         replies = {}
         for client_id, content in exchange(
             self.grid, messages, self.timeout_s, self.poll_s
@@ -104,7 +102,6 @@ class FlowerClientPool:
             except ValueError as error:
                 self.on_event(round_index, "bad_reply", sender, str(error))
                 continue
-            self._count(sender, reply.model)
             for reason in reply.metrics.get("skipped_peers", []):
                 self.on_event(round_index, "peer_skipped", sender, str(reason))
         for message in messages:
@@ -134,10 +131,6 @@ class FlowerClientPool:
         self.members[member.client_id] = member
         self.by_node[member.flower_node_id] = member.client_id
 
-    def take_coordinator_bytes(self) -> dict[int, int]:
-        counts, self.coordinator_bytes = self.coordinator_bytes, {}
-        return counts
-
     def _with_peer_access(self, client_id: int, instruction: Instruction) -> Instruction:
         """Attach owners' addresses and grants; unknown peers are dropped from the list."""
         config = dict(instruction.config)
@@ -149,11 +142,6 @@ class FlowerClientPool:
         config["peer_addresses"] = [self.members[j].peer_address for j in known]
         config["peer_grants"] = [grants[j] for j in known]
         return replace(instruction, config=config)
-
-    def _count(self, client_id: int, model) -> None:
-        if model is not None:
-            moved = int(model.nbytes)
-            self.coordinator_bytes[client_id] = self.coordinator_bytes.get(client_id, 0) + moved
 
 
 def exchange(

@@ -8,8 +8,8 @@ address), then runs the same strategy code as the in-process runtime through
 the same run directory ``collabfl simulate`` writes. A stop requested by an operator is
 honoured between rounds.
 
-Run config keys: ``run-id``, ``coordinator`` (address of the coordinator service),
-``out-dir``, ``expected-clients``, ``join-timeout``, ``message-timeout``, ``grant-ttl``.
+Run config keys: ``run-id``, ``coordinator`` (address of the coordinator service) and the
+run's options (``RunOptions``: ``expected-clients``, ``join-timeout``, ...).
 """
 
 from __future__ import annotations
@@ -26,14 +26,17 @@ from flwr.serverapp import Grid, ServerApp
 
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.config import ConfigError, validate_config
+from collabfl.coordinator.driver import drive
 from collabfl.coordinator.experiment import model_name, write_comparison
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
+from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
 from collabfl.flower.pool import FlowerClientPool, exchange
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
+from collabfl.strategies.rounds import RoundOutcome
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +49,9 @@ class StopRequested(Exception):
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    settings = dict(context.run_config)
-    run_id = str(settings["run-id"])
-    with CoordinatorClient(str(settings["coordinator"]), timeout_s=30) as coordinator:
+    run_id = str(context.run_config["run-id"])
+    options = RunOptions.from_run_config(context.run_config)
+    with CoordinatorClient(str(context.run_config["coordinator"]), timeout_s=30) as coordinator:
         run = coordinator.get_run(run_id)
         try:
             spec = parse_method_spec(run.method, validate_config(run.config["experiment"]))
@@ -56,7 +59,7 @@ def main(grid: Grid, context: Context) -> None:
             coordinator.finish_run(run_id, "failed", f"invalid run config: {error}")
             raise
         try:
-            drive(grid, coordinator, run_id, spec, settings)
+            run_federated(grid, coordinator, run_id, spec, options)
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
@@ -74,21 +77,20 @@ def main(grid: Grid, context: Context) -> None:
             coordinator.finish_run(run_id, "finished")
 
 
-def drive(
+def run_federated(
     grid: Grid,
     coordinator: CoordinatorClient,
     run_id: str,
     spec: MethodSpec,
-    settings: dict[str, Any],
+    options: RunOptions,
 ) -> None:
     """Join the clients, run every round, record it, and write the run directory."""
     setup = setup_record(run_id, spec)
-    members, num_classes, reports = join(grid, setup, settings)
+    members, num_classes, reports = join(grid, setup, options)
     coordinator.register_members(members)
-    ttl = float(settings.get("grant-ttl", 600))
 
     def issue(fetcher: int, owners, round_index: int):
-        return coordinator.issue_grants(run_id, round_index, fetcher, owners, ttl)
+        return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
 
     def on_event(round_index: int, kind: str, client_id: int, message: str) -> None:
         log.warning("round %s client %s: %s: %s", round_index, client_id, kind, message)
@@ -100,36 +102,36 @@ def drive(
             coordinator.register_members(joined)
         return joined
 
-    timeout = float(settings.get("message-timeout", 600))
-    pool = FlowerClientPool(grid, members, issue, on_event, admit_new, timeout_s=timeout)
+    pool = FlowerClientPool(
+        grid, members, issue, on_event, admit_new, timeout_s=options.message_timeout_s
+    )
     model = model_name(spec.config)
     workspace = FlatModel(build_model(model, num_classes, spec.config.seed))
-    model_bytes = workspace.nbytes
-    out_dir = Path(str(settings["out-dir"]))
+    out_dir = Path(options.out_dir)
     run_dir = out_dir / safe_name(spec.label)
     last = coordinator.get_run(run_id).last_completed_round
     resume = None if last is None else load_checkpoint(run_dir / "checkpoint", last)
     if resume is not None:
         log.warning("run %s resumes after round %s", run_id, last)
         coordinator.record_event(run_id, "resumed", f"resuming after round {last}", "info")
-    recorder = MethodRecorder(spec, run_dir, len(members), model, model_bytes, last)
-    started = time.perf_counter()
+    recorder = MethodRecorder(spec, run_dir, len(members), model, workspace.nbytes, last)
     method = build_method(spec, pool.sample_counts, workspace, reports)
-    for outcome in method.rounds(pool, spec.config.rounds, resume):
-        rows = recorder.record(outcome, pool.take_coordinator_bytes())
+
+    def after_round(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
+        """Checkpoint the round, record it in the coordinator service, honour a stop."""
         save_checkpoint(run_dir / "checkpoint", outcome.round, outcome.checkpoint)
-        metrics = {row["client"]: row for row in rows}
         run = coordinator.record_round(
             run_id,
             outcome.round,
             outcome.graph or [],
-            metrics,
+            {row["client"]: row for row in rows},
             num_clients=len(members),
             coalitions=outcome.coalitions,
         )
         if run.status == "stopping":
             raise StopRequested
-    summary = recorder.finish(time.perf_counter() - started)
+
+    summary = drive(method, pool, spec.config.rounds, recorder, after_round, resume)
     write_comparison(out_dir, [summary], {spec.label: run_dir})
 
 
@@ -179,13 +181,12 @@ def admit(
 
 
 def join(
-    grid: Grid, setup: ConfigRecord, settings: dict[str, Any]
+    grid: Grid, setup: ConfigRecord, options: RunOptions
 ) -> tuple[list[Member], int, dict[int, dict[str, float]]]:
     """Wait for the expected clients, send them the run's settings, collect who they are."""
-    expected = int(settings.get("expected-clients", 1))
-    deadline = time.monotonic() + float(settings.get("join-timeout", 120))
+    deadline = time.monotonic() + options.join_timeout_s
     nodes = list(grid.get_node_ids())
-    while len(nodes) < expected and time.monotonic() < deadline:
+    while len(nodes) < options.expected_clients and time.monotonic() < deadline:
         time.sleep(0.5)
         nodes = list(grid.get_node_ids())
     members, classes, reports = admit(grid, nodes, setup, max(deadline - time.monotonic(), 30.0))

@@ -9,6 +9,7 @@ from pathlib import Path
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.federation import LocalFederation, write_client_files
 from collabfl.coordinator.methods import parse_method_spec, run_request
+from collabfl.coordinator.run_options import RunOptions
 
 BASE = [
     "data.num_train=1500",
@@ -37,7 +38,10 @@ def start_run(federation: LocalFederation, config, out: Path, timeout: float) ->
     spec = parse_method_spec("dpfl", config)
     run_id = "faulty"
     with federation.client() as client:
-        request = run_request(spec, len(federation.client_files), str(out), timeout)
+        options = RunOptions(
+            len(federation.client_files), out_dir=str(out), message_timeout_s=timeout
+        )
+        request = run_request(spec, options)
         client.create_run(run_id, spec.label, request)
     return run_id
 

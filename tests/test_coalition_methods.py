@@ -102,9 +102,6 @@ class CountingPool:
         live = {k: i for k, i in instructions.items() if k not in self.gone}
         return self.inner.send(live)
 
-    def take_coordinator_bytes(self):
-        return self.inner.take_coordinator_bytes()
-
 
 # --- the batched discriminator ---------------------------------------------------------------
 

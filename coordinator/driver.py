@@ -1,0 +1,70 @@
+"""The round driver both runtimes share: run a method, meter it, record every round.
+
+The in-process runtime and the Flower ServerApp differ only in what happens between rounds
+(a progress bar; a checkpoint, the coordinator service and operator stops), which they pass
+in as a hook. Coordinator traffic is metered here, around the pool, so the two runtimes
+count it identically.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from collabfl.coordinator.recording import MethodRecorder
+from collabfl.strategies.protocol import ClientPool, Instruction, Reply
+from collabfl.strategies.rounds import Method, Resume, RoundOutcome
+
+AfterRound = Callable[[RoundOutcome, list[dict[str, Any]]], None]
+"""Called after each recorded round with its outcome and metrics rows; may raise to end
+the run (the Flower runtime's StopRequested)."""
+
+
+class MeteredPool:
+    """A ClientPool that counts the model bytes each client exchanges with the coordinator:
+    the model an instruction carries to a client that answered, plus its reply's model.
+    A client that did not answer is not charged: nothing says its message arrived."""
+
+    def __init__(self, pool: ClientPool) -> None:
+        self.pool = pool
+        self._bytes: dict[int, int] = {}
+
+    @property
+    def sample_counts(self) -> Mapping[int, int]:
+        return self.pool.sample_counts
+
+    def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        replies = self.pool.send(instructions)
+        for k, reply in replies.items():
+            moved = _model_bytes(instructions[k].model) + _model_bytes(reply.model)
+            self._bytes[k] = self._bytes.get(k, 0) + moved
+        return replies
+
+    def take_coordinator_bytes(self) -> dict[int, int]:
+        """Model bytes per client since the last call (the round just finished)."""
+        counts, self._bytes = self._bytes, {}
+        return counts
+
+
+def _model_bytes(model: Any | None) -> int:
+    """Payload size of a flat model vector (a torch tensor or a NumPy array)."""
+    return 0 if model is None else int(model.nbytes)
+
+
+def drive(
+    method: Method,
+    pool: ClientPool,
+    rounds: int,
+    recorder: MethodRecorder,
+    after_round: AfterRound,
+    resume: Resume | None = None,
+) -> dict[str, Any]:
+    """Run ``method`` to the end (or from ``resume``), recording every round; return the
+    run's summary."""
+    metered = MeteredPool(pool)
+    started = time.perf_counter()
+    for outcome in method.rounds(metered, rounds, resume):
+        rows = recorder.record(outcome, metered.take_coordinator_bytes())
+        after_round(outcome, rows)
+    return recorder.finish(time.perf_counter() - started)

@@ -1,0 +1,108 @@
+"""The method registry: every method the runtimes can run, registered once.
+
+An entry is a name, the config section that a spec's bare ``name:key=value`` options go to,
+a builder (the resolved spec and the federation → a ``strategies`` Method) and whether a
+coalition method may run it inside a coalition. Config validation, spec parsing, the command
+line and both runtimes read the registry, so adding a method is one ``register`` call.
+
+The built-in methods register in ``coordinator/builtin_methods.py``. The registry imports
+that module the first time it is read, so ``config.py`` can validate method names without
+importing every strategy and without an import order to respect.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collabfl.coordinator.methods import MethodSpec
+    from collabfl.kernel.flat import FlatModel
+    from collabfl.strategies.rounds import Method
+
+BUILTINS = "collabfl.coordinator.builtin_methods"
+
+
+@dataclass(frozen=True)
+class FederationContext:
+    """What a builder may know about the federation its method will run on."""
+
+    sample_counts: Mapping[int, int]
+    """Training samples per client id."""
+    workspace: FlatModel
+    """Holds the shared initial model (read it; methods must not change it)."""
+    reported: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """What clients reported about themselves when they joined (iPFL cost and eagerness)."""
+
+
+Builder = Callable[["MethodSpec", FederationContext], "Method"]
+"""(resolved spec, federation) → a configured Method; raise ConfigError for a bad combination."""
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """One registered method."""
+
+    name: str
+    build: Builder
+    section: str | None = None
+    """The ExperimentConfig section of the method's knobs (``dpfl:budget=5`` sets
+    ``dpfl.budget``), or None when bare options make no sense for it."""
+    coalition_base: bool = False
+    """Whether FedCollab and the equilibrium may run it inside a coalition."""
+
+
+class MethodRegistry:
+    """Method entries by name, in registration order (the order choices are listed in)."""
+
+    def __init__(self, builtins: str | None = None) -> None:
+        self._entries: dict[str, MethodEntry] = {}
+        self._builtins = builtins
+
+    def register(
+        self,
+        name: str,
+        build: Builder,
+        *,
+        section: str | None = None,
+        coalition_base: bool = False,
+    ) -> None:
+        """Add a method; a name can be registered once (unregister it first to replace it)."""
+        entries = self._loaded()
+        if name in entries:
+            raise ValueError(f"method {name!r} is already registered")
+        if not name or not name.replace("_", "").isalnum():
+            raise ValueError(f"method name {name!r} must be letters, digits and underscores")
+        entries[name] = MethodEntry(name, build, section, coalition_base)
+
+    def unregister(self, name: str) -> None:
+        del self._loaded()[name]
+
+    def entry(self, name: str) -> MethodEntry:
+        """The entry of a registered method (check ``name in registry`` for user input)."""
+        return self._loaded()[name]
+
+    def names(self, *, coalition_base: bool = False) -> tuple[str, ...]:
+        """Registered names; with ``coalition_base``, only those a coalition may run."""
+        entries = self._loaded().values()
+        return tuple(e.name for e in entries if e.coalition_base or not coalition_base)
+
+    def choices(self, *, coalition_base: bool = False) -> str:
+        """The names as an error message lists them."""
+        return ", ".join(self.names(coalition_base=coalition_base))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._loaded()
+
+    def _loaded(self) -> dict[str, MethodEntry]:
+        """The entries, after the built-in methods' module has registered its own."""
+        if self._builtins is not None:
+            module, self._builtins = self._builtins, None
+            importlib.import_module(module)
+        return self._entries
+
+
+REGISTRY = MethodRegistry(BUILTINS)
+"""The registry every runtime, the config and the command line read."""

@@ -1,0 +1,75 @@
+"""How a run on a real federation waits for and talks to its clients.
+
+The options travel twice: in the run request the coordinator service stores
+(``expected_clients``) and in the Flower run config the coordinator daemon hands the ServerApp
+(``flwr run -c expected-clients=3``; the app's pyproject declares the defaults). Both
+spellings derive from one key per field here, and the defaults live only here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+OptionValue = int | float | str
+
+
+def _option(default: OptionValue, key: str) -> Any:
+    """A field with its Flower run-config key (the stored request uses ``_`` for ``-``)."""
+    return field(default=default, metadata={"key": key})
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """A run's options on a real federation (the in-process runtime needs none of them)."""
+
+    expected_clients: int = _option(1, "expected-clients")
+    """Clients the ServerApp waits for before the first round."""
+    join_timeout_s: float = _option(120.0, "join-timeout")
+    """How long it waits for them."""
+    message_timeout_s: float = _option(600.0, "message-timeout")
+    """How long one client may take to answer one instruction."""
+    grant_ttl_s: float = _option(600.0, "grant-ttl")
+    """Lifetime of the peer-fetch grants the coordinator signs."""
+    out_dir: str = _option("", "out-dir")
+    """Run directory on the coordinator machine ("": the daemon picks one in its state)."""
+
+    def to_run_config(self) -> dict[str, OptionValue]:
+        """The Flower run-config entries (``flwr run -c key=value``)."""
+        values = asdict(self)
+        return {f.metadata["key"]: values[f.name] for f in fields(self)}
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> RunOptions:
+        """Read the options from a Flower run config; absent keys keep their defaults."""
+        return cls._read(run_config, lambda key: key)
+
+    def to_request(self) -> dict[str, OptionValue]:
+        """The entries of a stored run request (``expected_clients``, ``out_dir``, ...)."""
+        return {_request_key(k): v for k, v in self.to_run_config().items()}
+
+    @classmethod
+    def from_request(cls, request: Mapping[str, Any]) -> RunOptions:
+        """Read the options from a stored run request; absent keys keep their defaults."""
+        return cls._read(request, _request_key)
+
+    @classmethod
+    def _read(cls, source: Mapping[str, Any], spell: Callable[[str], str]) -> RunOptions:
+        values = {}
+        for option in fields(cls):
+            key = spell(option.metadata["key"])
+            if key in source:
+                values[option.name] = type(option.default)(source[key])
+        return cls(**values)
+
+
+def _request_key(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def flower_app_config() -> str:
+    """The defaults as TOML lines for the ``[tool.flwr.app.config]`` table of the app."""
+    defaults = RunOptions().to_run_config()
+    return "\n".join(f"{key} = {json.dumps(value)}" for key, value in defaults.items())

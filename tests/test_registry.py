@@ -1,0 +1,131 @@
+"""The method registry is the one place a method is added: config, specs and CLI follow it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from collabfl.coordinator.cli import app
+from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_config
+from collabfl.coordinator.methods import MethodSpec, parse_method_spec
+from collabfl.coordinator.registry import REGISTRY, FederationContext
+from collabfl.coordinator.report.run_dir import read_run
+from collabfl.strategies.local import Local
+
+TOY = "half_local"
+
+TINY = [
+    "data.num_train=800",
+    "data.num_test=400",
+    "data.num_clients=3",
+    "rounds=2",
+    "epochs=1",
+    "jobs=1",  # a method registered in a test exists only in this process, not in workers
+]
+
+
+def _half_local(spec: MethodSpec, federation: FederationContext) -> Local:
+    """Local training with half the configured epochs: an existing building block."""
+    return Local(spec.config.epochs / 2, name=spec.label)
+
+
+@pytest.fixture
+def toy_method() -> Iterator[str]:
+    REGISTRY.register(TOY, _half_local)
+    try:
+        yield TOY
+    finally:
+        REGISTRY.unregister(TOY)
+
+
+def _args(cache: Path) -> list[str]:
+    overrides = [*TINY, f"data.cache_dir={json.dumps(str(cache))}"]
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+def _results(rows: list[dict]) -> list[dict]:
+    """Rows without the timings (``*_s``), which no two runs share."""
+    return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
+
+
+def _invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_a_registered_method_runs_from_the_cli(toy_method, tmp_path):
+    cache = tmp_path / "cache"
+    simulated = tmp_path / "simulate"
+    _invoke("simulate", *_args(cache), "--set", f"method={toy_method}", "--out", str(simulated))
+    run = read_run(simulated / toy_method)
+    assert run.summary["method"] == toy_method
+    assert sorted({row["round"] for row in run.rows}) == [0, 1]
+
+    compared = tmp_path / "compare"
+    methods = f"local,local:epochs=0.5,{toy_method}"
+    result = _invoke("compare", *_args(cache), "--methods", methods, "--out", str(compared))
+    summaries = json.loads((compared / "summary.json").read_text())
+    assert [s["method"] for s in summaries] == methods.split(",")
+    assert toy_method in result.output
+    toy = read_run(compared / toy_method).rows
+    assert _results(toy) == _results(read_run(compared / "local_epochs_0.5").rows)
+    assert _results(toy) == _results(run.rows)
+    assert _results(toy) != _results(read_run(compared / "local").rows)
+
+
+def test_the_registry_is_the_only_place_a_name_is_added():
+    with pytest.raises(ConfigError, match="unknown method"):
+        load_config(None, [f"method={TOY}"])
+    REGISTRY.register(TOY, _half_local, coalition_base=True)
+    try:
+        config = load_config(None, [f"method={TOY}", f"equilibrium.base={TOY}"])
+        assert config.method == TOY and config.equilibrium.base == TOY
+        assert parse_method_spec(TOY, config).name == TOY
+    finally:
+        REGISTRY.unregister(TOY)
+    with pytest.raises(ConfigError, match="unknown method"):
+        parse_method_spec(TOY, ExperimentConfig())
+
+
+def test_unknown_method_lists_the_registered_choices(tmp_path):
+    names = REGISTRY.names()
+    with pytest.raises(ConfigError) as spec_error:
+        parse_method_spec("fedsomething", ExperimentConfig())
+    with pytest.raises(ConfigError) as config_error:
+        load_config(None, ["method=fedsomething"])
+    for message in (str(spec_error.value), str(config_error.value)):
+        assert f"choose from {', '.join(names)}" in message
+    assert "method: unknown method; choose from" in str(config_error.value)
+    assert "(got 'fedsomething')" in str(config_error.value)
+
+    with pytest.raises(ConfigError) as base_error:
+        load_config(None, ["fedcollab.base=local"])
+    bases = ", ".join(REGISTRY.names(coalition_base=True))
+    assert f"fedcollab.base: not a method a coalition can run; choose from {bases}" in str(
+        base_error.value
+    )
+
+    out = tmp_path / "never"
+    args = ["simulate", "--set", "method=fedsomething", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "unknown method" in result.output
+    assert not out.exists()
+
+
+def test_every_section_is_a_config_section():
+    for name in REGISTRY.names():
+        section = REGISTRY.entry(name).section
+        assert section is None or section in ExperimentConfig.model_fields, name
+    assert REGISTRY.names(coalition_base=True) == ("fedavg", "fedprox", "ditto", "dpfl")
+
+
+def test_a_name_is_registered_once():
+    with pytest.raises(ValueError, match="already registered"):
+        REGISTRY.register("local", _half_local)
+    with pytest.raises(ValueError, match="letters, digits and underscores"):
+        REGISTRY.register("bad:name", _half_local)
