@@ -129,3 +129,11 @@ def test_a_name_is_registered_once():
         REGISTRY.register("local", _half_local)
     with pytest.raises(ValueError, match="letters, digits and underscores"):
         REGISTRY.register("bad:name", _half_local)
+
+
+def test_readme_lists_every_registered_method() -> None:
+    """The user-facing list of methods is checked against the registry, so it cannot drift."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = readme.split("## What it is", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in REGISTRY.names() if f"`{name}`" not in listed]
+    assert not missing, f"README's method list lacks {missing}"
