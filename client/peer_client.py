@@ -145,7 +145,7 @@ class _PayloadSink:
         self.numel = numel
         self.byte_size = byte_size
         self.tensor = torch.empty(numel, dtype=torch.float32)
-        self._dest = memoryview(self.tensor.numpy()).cast("B")
+        self._dest = self.tensor.numpy().data.cast("B")
         self._head = bytearray()
         self._header_len: int | None = None
         self._data_start: int | None = None
@@ -163,7 +163,7 @@ class _PayloadSink:
         view = memoryview(data)
         while view and self._data_start is None:
             view = self._take_head(view)
-        if view:
+        if view and self._data_start is not None:  # the header is complete: this is data
             start = self._received + len(data) - len(view) - self._data_start
             self._dest[start : start + len(view)] = view
         self._received += len(data)

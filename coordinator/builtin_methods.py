@@ -19,7 +19,7 @@ from collabfl.kernel.models import head_parameters
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.distances import DistanceSettings
 from collabfl.strategies.ditto import Ditto
-from collabfl.strategies.dpfl import DPFL
+from collabfl.strategies.dpfl import DPFL, GraphRule
 from collabfl.strategies.equilibrium_method import CollaborationEquilibrium
 from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.fedcollab_method import FedCollab
@@ -62,7 +62,7 @@ def _ditto(spec: MethodSpec, federation: FederationContext) -> Ditto:
     return Ditto(spec.config.epochs, lam=spec.config.ditto.lam, name=spec.label)
 
 
-def _dpfl(spec: MethodSpec, federation: FederationContext, *, graph: str) -> DPFL:
+def _dpfl(spec: MethodSpec, federation: FederationContext, *, graph: GraphRule) -> DPFL:
     """DPFL with the paper's graph construction (``ggc``) or its random-graph ablation."""
     options = spec.config.dpfl
     return DPFL(
@@ -117,8 +117,10 @@ def _ipfl(spec: MethodSpec, federation: FederationContext) -> IPFL:
         cost = reported.get(k, {}).get("cost", cost)
         eagerness = reported.get(k, {}).get("eagerness", eagerness)
         try:
-            role = "attacker" if roles.get(k) == "attacker" else None
-            profiles[k] = ClientProfile(sample_counts[k], cost, eagerness, role)
+            attacker = roles.get(k) == "attacker"
+            profiles[k] = ClientProfile(
+                sample_counts[k], cost, eagerness, "attacker" if attacker else None
+            )
         except ValueError as error:
             raise ConfigError(f"client {k} reported an invalid iPFL profile: {error}") from None
     attackers = frozenset(k for k, role in roles.items() if role == "attacker")

@@ -17,8 +17,9 @@ OptionValue = int | float | str
 
 
 def _option(default: OptionValue, key: str) -> Any:
-    """A field with its Flower run-config key (the stored request uses ``_`` for ``-``)."""
-    return field(default=default, metadata={"key": key})
+    """A field with its Flower run-config key (the stored request uses ``_`` for ``-``) and
+    the type its values are read as."""
+    return field(default=default, metadata={"key": key, "read": type(default)})
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class RunOptions:
         for option in fields(cls):
             key = spell(option.metadata["key"])
             if key in source:
-                values[option.name] = type(option.default)(source[key])
+                values[option.name] = option.metadata["read"](source[key])
         return cls(**values)
 
 

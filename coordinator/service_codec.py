@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from collabfl.coordinator.state import (
     Coalitions,
@@ -32,14 +32,16 @@ CHANNEL_OPTIONS = [
 ]
 """Server and channel options: both ends must allow the same message size."""
 
-_RUN_STATUS = {
+_Enum = TypeVar("_Enum", pb.RunStatus, pb.EventLevel)
+
+_RUN_STATUS: dict[str, pb.RunStatus] = {
     "running": pb.RUN_STATUS_RUNNING,
     "stopping": pb.RUN_STATUS_STOPPING,
     "stopped": pb.RUN_STATUS_STOPPED,
     "finished": pb.RUN_STATUS_FINISHED,
     "failed": pb.RUN_STATUS_FAILED,
 }
-_EVENT_LEVEL = {
+_EVENT_LEVEL: dict[str, pb.EventLevel] = {
     "info": pb.EVENT_LEVEL_INFO,
     "warning": pb.EVENT_LEVEL_WARNING,
     "error": pb.EVENT_LEVEL_ERROR,
@@ -64,13 +66,13 @@ def _name_of(names: Mapping[str, int], value: int, what: str) -> str:
     raise InvalidRecord(f"{what} must be one of {', '.join(names)}")
 
 
-def _value_of(names: Mapping[str, int], name: str, what: str) -> int:
+def _value_of(names: Mapping[str, _Enum], name: str, what: str) -> _Enum:
     if name not in names:
         raise InvalidRecord(f"{what} must be one of {', '.join(names)}, not {name!r}")
     return names[name]
 
 
-def run_status_to_pb(status: str) -> int:
+def run_status_to_pb(status: str) -> pb.RunStatus:
     return _value_of(_RUN_STATUS, status, "run status")
 
 
@@ -78,7 +80,7 @@ def run_status_from_pb(status: int) -> str:
     return _name_of(_RUN_STATUS, status, "run status")
 
 
-def event_level_to_pb(level: str) -> int:
+def event_level_to_pb(level: str) -> pb.EventLevel:
     return _value_of(_EVENT_LEVEL, level, "event level")
 
 

@@ -74,8 +74,13 @@ def train(
     n_params = model.num_parameters
     weights = model.vector[:n_params]
     grad = model.grad
-    reference = None if prox_ref is None else prox_ref[:n_params].to(weights.device)
-    direction = None if align_to is None else align_to[:n_params].to(weights.device)
+    # None when the term is off (the checks above guarantee a tensor when it is on).
+    reference = (
+        prox_ref[:n_params].to(weights.device) if prox_mu > 0 and prox_ref is not None else None
+    )
+    direction = (
+        align_to[:n_params].to(weights.device) if align_lam > 0 and align_to is not None else None
+    )
     velocity = torch.zeros_like(weights)
     model.module.train()
     total_loss = torch.zeros((), device=weights.device)
@@ -91,9 +96,9 @@ def train(
         loss = F.cross_entropy(model.module(data.x[index]), data.y[index])
         loss.backward()
         with torch.no_grad():
-            if prox_mu > 0:
+            if reference is not None:
                 grad.add_(weights - reference, alpha=prox_mu)
-            if align_lam > 0:
+            if direction is not None:
                 grad.add_(alignment_gradient(weights, direction), alpha=-align_lam / 2)
             if config.weight_decay > 0:
                 grad.add_(weights, alpha=config.weight_decay)

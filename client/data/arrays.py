@@ -62,5 +62,9 @@ class DataPool:
                 raise ValueError(f"{split} labels must lie in [0, {self.num_classes})")
         if (self.train_groups is None) != (self.test_groups is None):
             raise ValueError("train_groups and test_groups must be given together")
-        if self.train_groups is not None and len(self.train_groups) != len(self.test_groups):
+        if (
+            self.train_groups is not None
+            and self.test_groups is not None
+            and len(self.train_groups) != len(self.test_groups)
+        ):
             raise ValueError("train_groups and test_groups must have one entry per writer each")

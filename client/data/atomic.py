@@ -17,4 +17,4 @@ from collabfl.kernel.atomic import replacing
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` to ``path`` (exactly that name) as an uncompressed ``.npz``."""
     with replacing(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **arrays)
+        np.savez(f, allow_pickle=False, **arrays)

@@ -10,7 +10,7 @@ are append-only and flushed after every round.
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -167,8 +167,14 @@ def _read_graph(path: Path) -> tuple[int, np.ndarray]:
         raise ValueError(f"{path}: invalid graph record: {e!r}") from e
 
 
-def _is_index(value: Any) -> bool:
+def _is_index(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_coalition_list(value: object) -> TypeGuard[list[list[int]]]:
+    return isinstance(value, list) and all(
+        isinstance(m, list) and all(_is_index(c) for c in m) for m in value
+    )
 
 
 def _read_coalitions(path: Path) -> dict[int, list[list[int]]]:
@@ -178,12 +184,7 @@ def _read_coalitions(path: Path) -> dict[int, list[list[int]]]:
     by_round: dict[int, list[list[int]]] = {}
     for line_no, record in enumerate(_read_jsonl(path), start=1):
         round_index, coalitions = record.get("round"), record.get("coalitions")
-        valid = (
-            _is_index(round_index)
-            and isinstance(coalitions, list)
-            and all(isinstance(m, list) and all(_is_index(c) for c in m) for m in coalitions)
-        )
-        if not valid:
+        if not (_is_index(round_index) and _is_coalition_list(coalitions)):
             raise ValueError(
                 f"{path}, record {line_no}: expected a round and a list of client index lists"
             )
