@@ -28,6 +28,7 @@ module), and DPFL's greedy search as a cheaper plug-in.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import combinations
@@ -237,8 +238,7 @@ def greedy_estimator(reward: Utility, rng: np.random.Generator) -> OcsEstimator:
 
     def estimate(clients: frozenset[int]) -> dict[int, frozenset[int]]:
         return {
-            i: ocs_greedy(i, clients, lambda subset, i=i: reward(i, subset), rng)
-            for i in sorted(clients)
+            i: ocs_greedy(i, clients, functools.partial(reward, i), rng) for i in sorted(clients)
         }
 
     return estimate
