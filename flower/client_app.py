@@ -25,8 +25,8 @@ from flwr.clientapp import ClientApp
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peers import PeerModelSource, PeerUnavailable
-from collabfl.flower.codec import MESSAGE_PREFIX, decode_instruction, encode_reply
-from collabfl.flower.run_setup import SETUP_MESSAGE, decode_settings, encode_description
+from collabfl.flower.codec import decode_instruction, encode_reply
+from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
 from collabfl.flower.session import NodeState, describe, open_node
 from collabfl.kernel.tls import ClientTLS
 from collabfl.strategies.verbs import (
@@ -87,7 +87,7 @@ class NoPeers:
         raise PeerUnavailable("this instruction carries no peer grants")
 
 
-@app.query(SETUP_MESSAGE.removeprefix(MESSAGE_PREFIX))
+@app.query(SETUP_QUERY)
 def setup(message: Message, context: Context) -> Message:
     """Join a run: remember its settings and report identity and sample count."""
     node = NodeSettings.from_context(context)

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 from flwr.app import ConfigRecord, RecordDict
 
+from collabfl.flower.codec import MESSAGE_PREFIX
 from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.wire import decode, encode
 
-SETUP_MESSAGE = "query.setup"
+SETUP_QUERY = "setup"
+"""The ClientApp query that handles the set-up message."""
+SETUP_MESSAGE = MESSAGE_PREFIX + SETUP_QUERY
 
 _SETTINGS, _DESCRIPTION = "run_settings", "description"
 
