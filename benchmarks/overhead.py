@@ -29,18 +29,17 @@ Run: python benchmarks/overhead.py [--quick]
 from __future__ import annotations
 
 import argparse
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from _common import Stopwatch, format_table, median, write_results
 from torch import nn
 
 from collabfl.client.node import ClientSplits
+from collabfl.client.randomness import batch_generator
 from collabfl.coordinator.config import ExperimentConfig, load_config
 from collabfl.coordinator.experiment import model_name, prepare_data
 from collabfl.coordinator.inprocess import InProcessFederation, build_federation
@@ -48,8 +47,9 @@ from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.training import TrainingConfig, evaluate, steps_for
 from collabfl.strategies.fedavg import FedAvg
-from collabfl.strategies.protocol import Instruction, Verb, broadcast
+from collabfl.strategies.protocol import Instruction, broadcast
 from collabfl.strategies.rounds import average_replies
+from collabfl.strategies.verbs import Collaborate, Train
 
 TARGET_ROUND = 1.15
 TARGET_GGC = 1.3
@@ -81,13 +81,6 @@ def make_setup(num_clients: int, epochs: float, seed: int) -> Setup:
     return Setup(config, splits, data.pool.num_classes, workspace, workspace.get())
 
 
-def batch_generator(seed: int, client: int, round_index: int, slot: str) -> torch.Generator:
-    """The batch-order generator a ClientNode uses for (seed, client, round, slot)."""
-    entropy = [seed, client, round_index, zlib.crc32(slot.encode())]
-    state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
-
-
 # --- a) FedAvg round ------------------------------------------------------------------------
 
 
@@ -100,8 +93,8 @@ def framework_round(setup: Setup, with_eval: bool) -> tuple[Stopwatch, torch.Ten
             for _ in FedAvg(epochs).rounds(federation, 1):
                 pass
         else:
-            train = {"slot": "global", "epochs": epochs, "prox_mu": 0.0, "upload": True}
-            trained = broadcast(federation, Verb.TRAIN, 0, train)
+            train = Train(epochs, slot="global", upload=True)
+            trained = broadcast(federation, 0, train)
             global_model = average_replies(trained, federation.sample_counts)
     if with_eval:
         global_model = federation.nodes[0].slots["global"]
@@ -244,8 +237,7 @@ def published_federation(setup: Setup, rounds: int = 2) -> InProcessFederation:
     """A federation after ``rounds`` of local training, each publishing to the peer store."""
     federation = setup.federation()
     for t in range(rounds):
-        train = {"slot": "model", "epochs": setup.config.epochs, "publish": True}
-        broadcast(federation, Verb.TRAIN, t, train)
+        broadcast(federation, t, Train(setup.config.epochs, publish=True))
     return federation
 
 
@@ -259,14 +251,8 @@ def measure_ggc(
 
     def instruction(k: int) -> Instruction:
         peers = [j for j in clients if j != k]
-        config = {
-            "slot": "model",
-            "search": "greedy",
-            "candidates": peers,
-            "weights": [float(counts[j]) for j in peers],
-            "budget": -1 if budget is None else budget,
-        }
-        return Instruction(Verb.COLLABORATE, round_index, config)
+        search = Collaborate.weighted_by_samples("greedy", peers, counts, budget)
+        return Instruction(round_index, search)
 
     instructions = {k: instruction(k) for k in clients}
     evaluations: dict[int, int] = {}
@@ -277,7 +263,7 @@ def measure_ggc(
             node = federation.nodes[k]
             with watch:
                 reply = node.handle(instructions[k])
-            evaluations[k] = int(reply.metrics["reward_evaluations"])
+            evaluations[k] = reply.metrics.reward_evaluations or 0
             node.slots["model"] = saved[k]
             node.fetcher.take_stats()
         return watch

@@ -1,4 +1,5 @@
-"""FedCollab's client discriminator, batched over every pair a client takes part in.
+"""FedCollab's client discriminator, batched over every pair a client takes part in, and a
+client's side of the DISCRIMINATE verb (strategies.distances has the coordinator's side).
 
 A discriminator is a 2-layer MLP (hidden width H, ReLU, one logit) that reads a sample's
 features with its one-hot label appended and predicts which of two clients the sample came
@@ -13,10 +14,19 @@ Flat layout of one row: W1 (D × H, row-major), b1 (H), w2 (H), b2 (1).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
+
+from collabfl.client.randomness import batch_generator
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.training import TensorData
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import FlatVector, Reply
+from collabfl.strategies.verbs import Discriminate, Features
 
 
 def discriminator_numel(in_dim: int, hidden: int) -> int:
@@ -115,3 +125,105 @@ def penultimate_features(module: nn.Module, x: torch.Tensor, batch_size: int) ->
     finally:
         hook.remove()
     return torch.cat(captured).reshape(x.shape[0], -1)
+
+
+@dataclass(frozen=True)
+class DiscriminatorData:
+    """A client's discriminator inputs (features with one-hot labels): train and held-out."""
+
+    train: torch.Tensor
+    held_out: torch.Tensor
+
+
+class ClientDiscriminators:
+    """Runs DISCRIMINATE tasks for one client: its ``train`` and ``val`` splits, the shared
+    ``workspace`` and the shared ``initial_model`` (the frozen feature extractor)."""
+
+    def __init__(
+        self,
+        client_id: int,
+        seed: int,
+        train: TensorData,
+        val: TensorData,
+        workspace: FlatModel,
+        initial_model: torch.Tensor,
+    ) -> None:
+        self.client_id = client_id
+        self.seed = seed
+        self.train = train
+        self.val = val
+        self.workspace = workspace
+        self.initial_model = initial_model
+        self._inputs: dict[tuple[Features, int], DiscriminatorData] = {}
+
+    def step(
+        self, round_index: int, task: Discriminate, model: FlatVector | None, batch_size: int
+    ) -> Reply:
+        """Report the held-out accuracy of the received discriminators (fresh ones when
+        ``model`` is None), then return them after the task's local SGD steps.
+        ``batch_size``: samples per forward pass when extracting features."""
+        data = self._discriminator_inputs(task.features, task.samples, batch_size)
+        device = data.train.device
+        targets = torch.tensor([float(t) for t in task.targets], device=device)
+        in_dim = data.train.shape[1]
+        peers = task.peers
+        if model is None:
+            fresh = [self._fresh_discriminator(j, in_dim, task.hidden) for j in peers]
+            weights = torch.stack(fresh).to(device)
+        else:
+            expected = len(peers) * discriminator_numel(in_dim, task.hidden)
+            if model.numel() != expected:
+                raise ValueError(
+                    f"expected {len(peers)} discriminators of {in_dim} inputs "
+                    f"({expected} values), got shape {tuple(model.shape)}"
+                )
+            weights = model.view(len(peers), -1).to(device)
+        held_out = accuracies(weights, data.held_out, targets, task.hidden)
+        label = f"discriminate:{task.step}"
+        generator = batch_generator(self.seed, self.client_id, round_index, label)
+        batch = min(task.batch_size, data.train.shape[0])
+        for _ in range(task.local_steps):
+            rows = torch.randperm(data.train.shape[0], generator=generator)[:batch]
+            weights = sgd_step(weights, data.train[rows], targets, task.lr, task.hidden)
+        metrics = ClientMetrics(
+            disc_acc=tuple(float(a) for a in held_out),
+            disc_held_out=int(data.held_out.shape[0]),
+        )
+        return Reply(metrics, weights.reshape(-1))
+
+    def _discriminator_inputs(
+        self, features: Features, samples: int, batch_size: int
+    ) -> DiscriminatorData:
+        """Train and held-out discriminator inputs, built once per (features, samples).
+
+        The first ``samples`` of a seeded shuffle of the train split train the discriminator
+        (FedCollab uses the same count on every client); the rest of it and the validation
+        split are held out.
+        """
+        key = (features, samples)
+        if key not in self._inputs:
+            train, val = self.train, self.val
+            if not 1 <= samples < len(train):
+                raise ValueError(
+                    f"client {self.client_id} has {len(train)} train samples; "
+                    f"cannot train a discriminator on {samples} and hold out the rest"
+                )
+            shuffle = batch_generator(self.seed, self.client_id, 0, "discriminator")
+            order = torch.randperm(len(train), generator=shuffle).to(train.y.device)
+            x = torch.cat([train.x[order], val.x])
+            y = torch.cat([train.y[order], val.y])
+            self.workspace.load(self.initial_model)
+            with torch.no_grad():
+                num_classes = int(self.workspace.module(x[:1]).shape[-1])
+            if features == "initial_model":
+                x = penultimate_features(self.workspace.module, x, batch_size)
+            inputs = labelled_features(x, y, num_classes)
+            self._inputs[key] = DiscriminatorData(inputs[:samples], inputs[samples:])
+        return self._inputs[key]
+
+    def _fresh_discriminator(self, peer: int, in_dim: int, hidden: int) -> torch.Tensor:
+        """Both clients of a pair derive the same initial weights from (seed, pair)."""
+        first, second = sorted((self.client_id, peer))
+        state = np.random.SeedSequence([self.seed, first, second, 7]).generate_state(2)
+        generator = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+        return initial_discriminator(in_dim, hidden, generator)

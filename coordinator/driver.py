@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from collabfl.coordinator.recording import MethodRecorder
-from collabfl.strategies.protocol import ClientPool, Instruction, Reply
+from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, Reply
 from collabfl.strategies.rounds import Method, Resume, RoundOutcome
 
 AfterRound = Callable[[RoundOutcome, list[dict[str, Any]]], None]
@@ -47,9 +47,9 @@ class MeteredPool:
         return counts
 
 
-def _model_bytes(model: Any | None) -> int:
-    """Payload size of a flat model vector (a torch tensor or a NumPy array)."""
-    return 0 if model is None else int(model.nbytes)
+def _model_bytes(model: FlatVector | None) -> int:
+    """Payload size of a flat model vector."""
+    return 0 if model is None else model.numel() * model.element_size()
 
 
 def drive(

@@ -14,37 +14,13 @@ from collabfl.coordinator.methods import MethodSpec
 from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
 from collabfl.coordinator.report.run_dir import RunWriter, read_run
 from collabfl.coordinator.report.summary import summarize
+from collabfl.strategies.metrics import recorded_names
 from collabfl.strategies.rounds import RoundOutcome
 
-ROW_KEYS = (
-    "train_loss",
-    "val_loss",
-    "val_acc",
-    "test_loss",
-    "test_acc",
-    "best_val_acc",
-    "best_test_acc",
-    "bytes_fetched",
-    "peak_peer_models",
-    "num_collaborators",
-    "reward_evaluations",
-    "fetch_failures",
-    "malicious",
-    "train_s",
-    "collaborate_s",
-    "fetch_s",
-    "evaluate_s",
-    "gain",
-    "sharing_cost",
-    "payment",
-    "utility",
-    "importers",
-    "imports",
-    "paid_to",
-    "coalition",
-)
-"""What a metrics row keeps of a client's replies (``*_s``: seconds the client spent;
-``coalition``: index of the client's coalition in the round's list, coalition methods only)."""
+ROW_KEYS = recorded_names()
+"""What a metrics row keeps of a client's metrics: the recorded ClientMetrics fields, in
+order (``*_s``: seconds the client spent; ``coalition``: index of the client's coalition in
+the round's list, coalition methods only)."""
 
 
 class MethodRecorder:
@@ -96,12 +72,17 @@ def round_rows(outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list
     rows = []
     for client, metrics in sorted(outcome.metrics.items()):
         row: dict[str, Any] = {"round": outcome.round, "client": client}
-        row.update({key: metrics.get(key) for key in ROW_KEYS})
+        row.update({key: _json_value(getattr(metrics, key)) for key in ROW_KEYS})
         row["bytes_fetched"] = row["bytes_fetched"] or 0
         row["peak_peer_models"] = row["peak_peer_models"] or 0
         row["coordinator_bytes"] = coordinator_bytes.get(client, 0)
         rows.append(row)
     return rows
+
+
+def _json_value(value: object) -> object:
+    """A metric as metrics.jsonl holds it (sequences as lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def resolved_config(

@@ -87,8 +87,8 @@ class CoordinatorClient:
             raise self._translate(error) from None
 
     def _translate(self, error: grpc.RpcError) -> Exception:
-        code: grpc.StatusCode = error.code()  # type: ignore[attr-defined]
-        details: str = error.details() or code.name  # type: ignore[attr-defined]
+        code: grpc.StatusCode = error.code()
+        details: str = error.details() or code.name
         if code == grpc.StatusCode.UNAVAILABLE:
             reason = f"cannot reach the coordinator at {self.address} ({details})"
         elif code == grpc.StatusCode.DEADLINE_EXCEEDED:

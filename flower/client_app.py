@@ -16,20 +16,28 @@ e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the CA of peers' TLS certif
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peers import PeerModelSource, PeerUnavailable
 from collabfl.flower.codec import decode_instruction, encode_reply
-from collabfl.flower.session import NodeState, RunSettings, describe, open_node
+from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
+from collabfl.flower.session import NodeState, describe, open_node
 from collabfl.kernel.tls import ClientTLS
-from collabfl.kernel.training import TrainingConfig
-from collabfl.strategies.protocol import Verb
+from collabfl.strategies.verbs import (
+    Collaborate,
+    Discriminate,
+    Evaluate,
+    Gradient,
+    Task,
+    Train,
+    Verb,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +87,16 @@ class NoPeers:
         raise PeerUnavailable("this instruction carries no peer grants")
 
 
-@app.query("setup")
+@app.query(SETUP_QUERY)
 def setup(message: Message, context: Context) -> Message:
     """Join a run: remember its settings and report identity and sample count."""
     node = NodeSettings.from_context(context)
-    config = message.content["config"]
-    settings = RunSettings(
-        run_id=str(config["run_id"]),
-        seed=int(config["seed"]),
-        model=str(config["model"]),
-        device=node.device or str(config["device"]),
-        threads=int(config["threads"]),
-        training=TrainingConfig.model_validate_json(str(config["training"])),
-    )
+    settings = decode_settings(message.content)
+    if node.device:
+        settings = replace(settings, device=node.device)
     NodeState(node.state_dir).write_settings(settings)
-    reply = describe(node.client_id, node.data_path, node.peer_address, node.market)
-    return Message(RecordDict({"metrics": ConfigRecord(reply)}), reply_to=message)
+    description = describe(node.client_id, node.data_path, node.peer_address, node.market)
+    return Message(encode_description(description), reply_to=message)
 
 
 @app.query(Verb.TRAIN.value)
@@ -107,16 +109,12 @@ def handle(message: Message, context: Context) -> Message:
     settings = NodeSettings.from_context(context)
     instruction = decode_instruction(message.content)
     state = NodeState(settings.state_dir)
-    # Verbs repeated within a round (distance estimation, the equilibrium's OCS searches, SPO's
-    # gradient queries) carry a "step" so that a repeat is not mistaken for a replay.
-    step = f"{instruction.verb.value}:{instruction.config.get('slot', 'model')}"
-    if "step" in instruction.config:
-        step += f":{instruction.config['step']}"
+    step = _step_name(instruction.task)
     state.begin(instruction.round, step)
     store = DiskModelStore(state.published, owner=settings.client_id)
     node = open_node(settings.client_id, settings.data_path, state, store, NoPeers())
-    if instruction.verb is Verb.COLLABORATE:
-        node.fetcher.source = _peer_source(instruction.config, node.workspace.numel, settings)
+    if isinstance(instruction.task, Collaborate):
+        node.fetcher.source = _peer_source(instruction.task, node.workspace.numel, settings)
     try:
         reply = node.handle(instruction)
     finally:
@@ -128,16 +126,26 @@ def handle(message: Message, context: Context) -> Message:
     return Message(encode_reply(reply), reply_to=message)
 
 
-def _peer_source(config, numel: int, settings: NodeSettings) -> PeerModelSource:
-    candidates = [int(j) for j in config["candidates"]]
-    addresses = [str(a) for a in config.get("peer_addresses", [])]
-    grants = [bytes(g) for g in config.get("peer_grants", [])]
-    if len(addresses) != len(candidates) or len(grants) != len(candidates):
+def _step_name(task: Task) -> str:
+    """What the node's replay guard calls this message within its round.
+
+    Verbs repeated within a round (distance estimation, the equilibrium's OCS searches, SPO's
+    gradient queries) carry a step so that a repeat is not mistaken for a replay.
+    """
+    slot = task.slot if isinstance(task, Train | Collaborate | Evaluate) else "model"
+    step = task.step if isinstance(task, Collaborate | Discriminate | Gradient) else None
+    name = f"{task.verb.value}:{slot}"
+    return name if step is None else f"{name}:{step}"
+
+
+def _peer_source(task: Collaborate, numel: int, settings: NodeSettings) -> PeerModelSource:
+    candidates = task.candidates
+    if len(task.peer_addresses) != len(candidates) or len(task.peer_grants) != len(candidates):
         raise ValueError("collaborate needs one peer address and one grant per candidate")
     tls = None if settings.peer_ca is None else ClientTLS.from_files(settings.peer_ca)
     return GrpcPeerSource(
-        addresses=dict(zip(candidates, addresses, strict=True)),
-        grants=dict(zip(candidates, grants, strict=True)),
+        addresses=dict(zip(candidates, task.peer_addresses, strict=True)),
+        grants=dict(zip(candidates, task.peer_grants, strict=True)),
         expected_numel=numel,
         max_bytes=numel * 4 + HEADER_ALLOWANCE,
         timeout_s=FETCH_TIMEOUT_S,

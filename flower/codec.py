@@ -1,90 +1,83 @@
 """Instructions and replies as Flower Message content, and back.
 
 Both ends of a real federation use this one codec: the ServerApp's ClientPool adapter
-encodes instructions, the ClientApp decodes them, and the reply travels the other way. Only
-scalars, lists of scalars and at most one float32 weight vector cross the wire.
+encodes instructions, the ClientApp decodes them, and the reply travels the other way. A
+message holds one ConfigRecord (the task's or the metrics' fields in the one wire encoding
+of strategies.wire, plus the instruction's round and verb) and at most one ArrayRecord (the
+flat float32 vector).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from collabfl.strategies.protocol import ConfigValue, Instruction, Reply, Verb
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import FlatVector, Instruction, Reply
+from collabfl.strategies.verbs import TASK_TYPES, Verb
+from collabfl.strategies.wire import decode, encode
 
 MESSAGE_PREFIX = "query."
 """Every verb travels as a Flower query message named ``query.<verb>``."""
 
 _CONFIG, _METRICS, _MODEL, _ARRAY = "config", "metrics", "model", "weights"
+_ROUND, _VERB = "_round", "_verb"
+"""The instruction's own keys in its config record (task fields never start with "_")."""
 
 
-def message_type(verb: Verb | str) -> str:
-    return MESSAGE_PREFIX + Verb(verb).value
+def message_type(verb: Verb) -> str:
+    return MESSAGE_PREFIX + verb.value
 
 
 def encode_instruction(instruction: Instruction) -> RecordDict:
-    config = dict(instruction.config)
-    config["_round"] = instruction.round
-    config["_verb"] = Verb(instruction.verb).value
-    content = RecordDict({_CONFIG: ConfigRecord(_checked(config))})
-    if instruction.model is not None:
-        content[_MODEL] = _array_record(instruction.model)
-    return content
+    config = encode(instruction.task)
+    config[_ROUND] = instruction.round
+    config[_VERB] = instruction.verb.value
+    return _content(_CONFIG, ConfigRecord(config), instruction.model)
 
 
 def decode_instruction(content: RecordDict) -> Instruction:
-    if _CONFIG not in content:
-        raise ValueError("message carries no instruction config")
-    config = dict(content[_CONFIG])
-    try:
-        round_index = int(config.pop("_round"))
-        verb = Verb(config.pop("_verb"))
-    except (KeyError, ValueError) as error:
-        raise ValueError(f"malformed instruction: {error}") from None
-    return Instruction(verb, round_index, config, _vector(content))
+    """The instruction a message carries; ValueError if it is malformed in any way."""
+    config = dict(_config(content, _CONFIG, "instruction"))
+    round_index, verb = config.pop(_ROUND, None), config.pop(_VERB, None)
+    if not isinstance(round_index, int) or isinstance(round_index, bool):
+        raise ValueError(f"malformed instruction: round {round_index!r}")
+    if not isinstance(verb, str) or verb not in TASK_TYPES:
+        raise ValueError(f"malformed instruction: unknown verb {verb!r}")
+    return Instruction(round_index, decode(TASK_TYPES[Verb(verb)], config), _vector(content))
 
 
 def encode_reply(reply: Reply) -> RecordDict:
-    content = RecordDict({_METRICS: ConfigRecord(_checked(dict(reply.metrics)))})
-    if reply.model is not None:
-        content[_MODEL] = _array_record(reply.model)
-    return content
+    return _content(_METRICS, ConfigRecord(encode(reply.metrics)), reply.model)
 
 
 def decode_reply(content: RecordDict) -> Reply:
-    if _METRICS not in content:
-        raise ValueError("reply carries no metrics")
-    return Reply(dict(content[_METRICS]), _vector(content))
+    """The reply a message carries; ValueError if it is malformed in any way."""
+    metrics = decode(ClientMetrics, _config(content, _METRICS, "reply"))
+    return Reply(metrics, _vector(content))
 
 
-def _checked(values: Mapping[str, Any]) -> dict[str, ConfigValue]:
-    """Drop None (Flower records cannot hold it) and turn numpy scalars into Python ones."""
-    out: dict[str, ConfigValue] = {}
-    for key, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, np.generic):
-            value = value.item()
-        elif isinstance(value, list | tuple):
-            value = [v.item() if isinstance(v, np.generic) else v for v in value]
-        out[key] = value
-    return out
+def _content(key: str, config: ConfigRecord, model: FlatVector | None) -> RecordDict:
+    content = RecordDict({key: config})
+    if model is not None:
+        array = model.detach().to("cpu", torch.float32).contiguous().numpy()
+        content[_MODEL] = ArrayRecord({_ARRAY: Array(array)})
+    return content
 
 
-def _array_record(model: Any) -> ArrayRecord:
-    array = torch.as_tensor(model).detach().to("cpu", torch.float32).contiguous().numpy()
-    return ArrayRecord({_ARRAY: Array(array)})
+def _config(content: RecordDict, key: str, what: str) -> ConfigRecord:
+    record = content.config_records.get(key)
+    if record is None:
+        raise ValueError(f"{what} carries no {key!r} config record")
+    return record
 
 
-def _vector(content: RecordDict) -> torch.Tensor | None:
+def _vector(content: RecordDict) -> FlatVector | None:
     if _MODEL not in content:
         return None
-    record = content[_MODEL]
-    if _ARRAY not in record:
+    record = content.array_records.get(_MODEL)
+    if record is None or _ARRAY not in record:
         raise ValueError("model record has no weights array")
     array = record[_ARRAY].numpy()
     if array.dtype != np.float32 or array.ndim != 1:

@@ -23,7 +23,8 @@ from collabfl.flower.codec import (
     encode_instruction,
     message_type,
 )
-from collabfl.strategies.protocol import Instruction, Reply, Verb
+from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.verbs import Collaborate
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,9 @@ class FlowerClientPool:
             if member.flower_node_id not in online:
                 self.on_event(round_index, "offline", client_id, "node is offline; skipped")
                 continue
-            if instruction.verb is Verb.COLLABORATE:
-                instruction = self._with_peer_access(client_id, instruction)
+            if isinstance(instruction.task, Collaborate):
+                task = self._with_peer_access(client_id, instruction.round, instruction.task)
+                instruction = replace(instruction, task=task)
             messages.append(
                 Message(
                     encode_instruction(instruction),
@@ -102,8 +104,8 @@ class FlowerClientPool:
             except ValueError as error:
                 self.on_event(round_index, "bad_reply", sender, str(error))
                 continue
-            for reason in reply.metrics.get("skipped_peers", []):
-                self.on_event(round_index, "peer_skipped", sender, str(reason))
+            for reason in reply.metrics.skipped_peers or ():
+                self.on_event(round_index, "peer_skipped", sender, reason)
         for message in messages:
             client_id = self.by_node[message.metadata.dst_node_id]
             if client_id not in replies:
@@ -131,17 +133,18 @@ class FlowerClientPool:
         self.members[member.client_id] = member
         self.by_node[member.flower_node_id] = member.client_id
 
-    def _with_peer_access(self, client_id: int, instruction: Instruction) -> Instruction:
+    def _with_peer_access(self, client_id: int, round_index: int, task: Collaborate) -> Collaborate:
         """Attach owners' addresses and grants; unknown peers are dropped from the list."""
-        config = dict(instruction.config)
-        known = [int(j) for j in config["candidates"] if int(j) in self.members]
-        weights = dict(zip(config["candidates"], config["weights"], strict=True))
-        grants = self.issue_grants(client_id, known, instruction.round) if known else {}
-        config["candidates"] = known
-        config["weights"] = [float(weights[j]) for j in known]
-        config["peer_addresses"] = [self.members[j].peer_address for j in known]
-        config["peer_grants"] = [grants[j] for j in known]
-        return replace(instruction, config=config)
+        known = tuple(j for j in task.candidates if j in self.members)
+        weights = dict(zip(task.candidates, task.weights, strict=True))
+        grants = self.issue_grants(client_id, known, round_index) if known else {}
+        return replace(
+            task,
+            candidates=known,
+            weights=tuple(weights[j] for j in known),
+            peer_addresses=tuple(self.members[j].peer_address for j in known),
+            peer_grants=tuple(grants[j] for j in known),
+        )
 
 
 def exchange(

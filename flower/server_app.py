@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
@@ -34,6 +34,12 @@ from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
 from collabfl.flower.pool import FlowerClientPool, exchange
+from collabfl.flower.run_setup import (
+    SETUP_MESSAGE,
+    RunSettings,
+    decode_description,
+    encode_settings,
+)
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.strategies.rounds import RoundOutcome
@@ -135,28 +141,26 @@ def run_federated(
     write_comparison(out_dir, [summary], {spec.label: run_dir})
 
 
-def setup_record(run_id: str, spec: MethodSpec) -> ConfigRecord:
+def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:
     """The run settings every client needs before its first instruction."""
     config = spec.config
-    return ConfigRecord(
-        {
-            "run_id": run_id,
-            "seed": config.seed,
-            "model": model_name(config),
-            "device": config.device,
-            "threads": config.threads,
-            "training": config.training.model_dump_json(),
-        }
+    return RunSettings(
+        run_id=run_id,
+        seed=config.seed,
+        model=model_name(config),
+        device=config.device,
+        threads=config.threads,
+        training=config.training,
     )
 
 
 def admit(
-    grid: Grid, nodes: Sequence[int], setup: ConfigRecord, timeout_s: float
+    grid: Grid, nodes: Sequence[int], setup: RunSettings, timeout_s: float
 ) -> tuple[list[Member], set[int], dict[int, dict[str, float]]]:
     """Send the set-up to ``nodes``; return the members that answered, their class counts
     and what they reported about themselves for markets (iPFL cost and eagerness)."""
     messages = [
-        Message(RecordDict({"config": setup}), dst_node_id=node, message_type="query.setup")
+        Message(encode_settings(setup), dst_node_id=node, message_type=SETUP_MESSAGE)
         for node in nodes
     ]
     members, classes, reports = [], set(), {}
@@ -164,24 +168,27 @@ def admit(
         if isinstance(content, str):
             log.warning("node %s failed to join: %s", node, content)
             continue
-        described = content["metrics"]
+        try:
+            described = decode_description(content)
+        except ValueError as error:
+            log.warning("node %s sent an unusable description: %s", node, error)
+            continue
         members.append(
             Member(
-                client_id=int(described["client_id"]),
+                client_id=described.client_id,
                 flower_node_id=node,
-                peer_address=str(described["peer_address"]),
-                num_samples=int(described["num_samples"]),
+                peer_address=described.peer_address,
+                num_samples=described.num_samples,
             )
         )
-        classes.add(int(described["num_classes"]))
-        reported = {k: float(described[k]) for k in ("cost", "eagerness") if k in described}
-        if reported:
-            reports[int(described["client_id"])] = reported
+        classes.add(described.num_classes)
+        if described.market:
+            reports[described.client_id] = described.market
     return members, classes, reports
 
 
 def join(
-    grid: Grid, setup: ConfigRecord, options: RunOptions
+    grid: Grid, setup: RunSettings, options: RunOptions
 ) -> tuple[list[Member], int, dict[int, dict[str, float]]]:
     """Wait for the expected clients, send them the run's settings, collect who they are."""
     deadline = time.monotonic() + options.join_timeout_s

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +21,10 @@ from safetensors.torch import load_file, save_file
 from collabfl.client.data.client_file import load_client_file
 from collabfl.client.node import BestModel, ClientNode, ClientSplits
 from collabfl.client.peers import FetchStats, ModelPublisher, PeerFetcher, PeerModelSource
+from collabfl.flower.run_setup import Description, RunSettings
 from collabfl.kernel.atomic import replacing, write_bytes
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TrainingConfig
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What the coordinator's set-up message tells a client about the run."""
-
-    run_id: str
-    seed: int
-    model: str
-    device: str
-    threads: int
-    training: TrainingConfig
-
-    def to_json(self) -> str:
-        values = dataclasses.asdict(self)
-        values["training"] = self.training.model_dump()
-        return json.dumps(values, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> RunSettings:
-        values = json.loads(text)
-        values["training"] = TrainingConfig.model_validate(values["training"])
-        return cls(**values)
 
 
 class NodeState:
@@ -182,15 +159,16 @@ def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
 
 
 def describe(
-    client_id: int, data_path: Path, peer_address: str, market: dict[str, float] | None = None
-) -> dict[str, Any]:
-    """What a client tells the coordinator at set-up: identity, sizes, where to fetch it,
-    and (for iPFL) its market profile if it chose one."""
+    client_id: int, data_path: Path, peer_address: str, market: Mapping[str, float] | None = None
+) -> Description:
+    """This client's set-up answer, from its data file (``market``: its iPFL profile)."""
     data, meta = load_client_file(data_path)
-    return {
-        "client_id": client_id,
-        "num_samples": len(data.train),
-        "num_classes": int(meta["num_classes"]),
-        "peer_address": peer_address,
-        **(market or {}),
-    }
+    market = market or {}
+    return Description(
+        client_id=client_id,
+        num_samples=len(data.train),
+        num_classes=int(meta["num_classes"]),
+        peer_address=peer_address,
+        cost=market.get("cost"),
+        eagerness=market.get("eagerness"),
+    )

@@ -1,19 +1,20 @@
 """Simulated model-poisoning clients, for robustness experiments with any uploading method.
 
-The coordinator-side round protocols only tag an attacker's TRAIN instruction with the
-attack; the client corrupts what it uploads (strategies/pfedgraph.py has the four attacks)
-and its metrics are reported as malicious, so that summaries cover benign clients.
+The coordinator-side round protocols only tag an attacker's TRAIN task with the attack; the
+client corrupts what it uploads (strategies/pfedgraph.py has the four attacks) and its
+metrics are reported as malicious, so that summaries cover benign clients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph import Attack
+from collabfl.strategies.verbs import Train
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,13 @@ class Attackers:
         picked = rng.choice(num_clients, size=count, replace=False)
         return cls(kind, frozenset(int(k) for k in picked))
 
-    def train_config(self, client: int, config: Mapping[str, Any]) -> dict[str, Any]:
-        """``config`` for ``client``'s TRAIN, with the attack added if it is an attacker."""
+    def train(self, client: int, task: Train) -> Train:
+        """``task`` for ``client``, with the attack added if it is an attacker."""
         if self.kind is None or client not in self.clients:
-            return dict(config)
-        return {**config, "attack": self.kind}
+            return task
+        return replace(task, attack=self.kind)
 
-    def mark(self, metrics: Mapping[int, dict[str, Any]]) -> None:
+    def mark(self, metrics: MutableMapping[int, ClientMetrics]) -> None:
         """Flag the attackers' round metrics as malicious (in place)."""
         for client in self.clients & set(metrics):
-            metrics[client]["malicious"] = True
+            metrics[client] = replace(metrics[client], malicious=True)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply
 from collabfl.strategies.rounds import Edge, Method, Resume, RoundOutcome
 
@@ -215,12 +217,12 @@ def merged_outcome(
     m_j / m_C (a singleton has no edges).
     """
     index = {k: n for n, c in enumerate(coalitions) for k in c}
-    metrics: dict[int, dict] = {}
+    metrics: dict[int, ClientMetrics] = {}
     graph: list[Edge] = []
     round_index = next(iter(outcomes.values())).round
     for key, outcome in sorted(outcomes.items()):
         for client, values in outcome.metrics.items():
-            metrics[client] = {**values, "coalition": index.get(client, -1)}
+            metrics[client] = replace(values, coalition=index.get(client, -1))
         if outcome.graph is not None:
             graph.extend(outcome.graph)
         else:

@@ -20,12 +20,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
-from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb
+from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, Reply
+from collabfl.strategies.verbs import Discriminate, Features
 
 Pair = tuple[int, int]
 """Two client ids, the smaller first (the discriminator's target-1 client)."""
@@ -44,7 +46,7 @@ class DistanceSettings:
     batch_size: int = 32
     hidden: int = 200
     patience: int = 20
-    features: Literal["raw", "initial_model"] = "raw"
+    features: Features = "raw"
     """``initial_model``: inputs go through the shared initial model's layers up to its last
     linear layer, a frozen feature extractor for image data (nothing is trained or sent)."""
 
@@ -74,7 +76,7 @@ class DistanceEstimate:
     """The clients responsible: treat them as absent until a later estimation succeeds."""
     problems: list[str] = field(default_factory=list)
 
-    def matrix(self, clients: Sequence[int]) -> np.ndarray:
+    def matrix(self, clients: Sequence[int]) -> npt.NDArray[np.float64]:
         """D̂ over ``clients`` (row/column order as given), symmetric, zero diagonal."""
         index = {k: n for n, k in enumerate(clients)}
         result = np.zeros((len(clients), len(clients)))
@@ -141,8 +143,8 @@ def pairs_with(newcomers: Iterable[int], clients: Iterable[int]) -> list[Pair]:
     return sorted({_pair(n, k) for n in new for k in old} | set(all_pairs(new)))
 
 
-def _nbytes(vector: Any) -> int:
-    return 0 if vector is None else int(torch.as_tensor(vector).nbytes)
+def _nbytes(vector: FlatVector | None) -> int:
+    return 0 if vector is None else vector.nbytes
 
 
 def estimate_distances(
@@ -168,18 +170,21 @@ def estimate_distances(
     balanced: dict[Pair, float] = {}
     best = dict.fromkeys(pairs, -1.0)
     stale = dict.fromkeys(pairs, 0)
-    active, unresolved, problems = list(pairs), [], []
+    active = list(pairs)
+    unresolved: list[Pair] = []
+    problems: list[str] = []
     failed_clients: set[int] = set()
     moved = steps = 0
     for step in range(settings.rounds):
         if not active:
             break
-        instructions = _instructions(active, weights, settings, round_index, step, samples)
+        by_client = _pairs_by_client(active)
+        instructions = _instructions(by_client, weights, settings, round_index, step, samples)
         replies = pool.send(instructions)
         steps += 1
         moved += sum(_nbytes(i.model) for i in instructions.values())
         moved += sum(_nbytes(r.model) for r in replies.values())
-        slices, failed = _split_replies(instructions, replies, problems)
+        slices, failed = _split_replies(by_client, replies, step, problems)
         failed_clients |= failed
         for pair in list(active):
             i, j = pair
@@ -209,50 +214,56 @@ def estimate_distances(
     )
 
 
+def _pairs_by_client(active: Sequence[Pair]) -> dict[int, list[Pair]]:
+    """The active pairs each client is in (its discriminators' order in its messages)."""
+    by_client: dict[int, list[Pair]] = {}
+    for pair in active:
+        for k in pair:
+            by_client.setdefault(k, []).append(pair)
+    return dict(sorted(by_client.items()))
+
+
 def _instructions(
-    active: Sequence[Pair],
+    by_client: Mapping[int, list[Pair]],
     weights: Mapping[Pair, torch.Tensor | None],
     settings: DistanceSettings,
     round_index: int,
     step: int,
     samples: int,
 ) -> dict[int, Instruction]:
-    by_client: dict[int, list[Pair]] = {}
-    for pair in active:
-        for k in pair:
-            by_client.setdefault(k, []).append(pair)
     instructions = {}
-    for k, pairs in sorted(by_client.items()):
-        shared = [weights[p] for p in pairs]
-        model = None if any(w is None for w in shared) else torch.cat(shared)  # type: ignore[arg-type]
-        config = {
-            "peers": [j if i == k else i for i, j in pairs],
-            "targets": [1 if i == k else 0 for i, _ in pairs],
-            "samples": samples,
-            "step": step,
-            "local_steps": settings.local_steps,
-            "lr": settings.lr,
-            "batch_size": settings.batch_size,
-            "hidden": settings.hidden,
-            "features": settings.features,
-        }
-        instructions[k] = Instruction(Verb.DISCRIMINATE, round_index, config, model)
+    for k, pairs in by_client.items():
+        shared = [w for p in pairs if (w := weights[p]) is not None]
+        task = Discriminate(
+            peers=tuple(j if i == k else i for i, j in pairs),
+            targets=tuple(1 if i == k else 0 for i, _ in pairs),
+            samples=samples,
+            step=step,
+            local_steps=settings.local_steps,
+            lr=settings.lr,
+            batch_size=settings.batch_size,
+            hidden=settings.hidden,
+            features=settings.features,
+        )
+        model = torch.cat(shared) if len(shared) == len(pairs) else None
+        instructions[k] = Instruction(round_index, task, model)
     return instructions
 
 
 def _split_replies(
-    instructions: Mapping[int, Instruction], replies: Mapping[int, Reply], problems: list[str]
+    by_client: Mapping[int, list[Pair]],
+    replies: Mapping[int, Reply],
+    step: int,
+    problems: list[str],
 ) -> tuple[dict[int, dict[Pair, tuple[torch.Tensor, float]]], set[int]]:
     """Each client's (discriminator, held-out accuracy) per pair; clients with no usable reply."""
     slices: dict[int, dict[Pair, tuple[torch.Tensor, float]]] = {}
     failed: set[int] = set()
-    for k, instruction in instructions.items():
-        peers = [int(j) for j in instruction.config["peers"]]
-        pairs = [_pair(k, j) for j in peers]
+    for k, pairs in by_client.items():
         reply = replies.get(k)
         if reply is None:
             failed.add(k)
-            problems.append(f"client {k} did not answer step {instruction.config['step']}")
+            problems.append(f"client {k} did not answer step {step}")
             continue
         try:
             slices[k] = _reply_slices(reply, pairs)
@@ -263,12 +274,12 @@ def _split_replies(
 
 
 def _reply_slices(reply: Reply, pairs: Sequence[Pair]) -> dict[Pair, tuple[torch.Tensor, float]]:
-    accuracy = [float(a) for a in reply.metrics.get("disc_acc", [])]  # type: ignore[union-attr]
+    accuracy = list(reply.metrics.disc_acc or ())
     if len(accuracy) != len(pairs) or not all(0.0 <= a <= 1.0 for a in accuracy):
         raise ValueError(f"expected {len(pairs)} accuracies in [0, 1], got {accuracy}")
     if reply.model is None:
         raise ValueError("no discriminators in the reply")
-    vector = torch.as_tensor(reply.model, dtype=torch.float32).reshape(-1)
+    vector = reply.model
     if vector.numel() % len(pairs) or not torch.isfinite(vector).all():
         raise ValueError(f"{vector.numel()} values are not {len(pairs)} finite discriminators")
     rows = vector.view(len(pairs), -1)

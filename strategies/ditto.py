@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from collabfl.strategies.protocol import ClientPool, Verb, broadcast
+from collabfl.strategies.protocol import ClientPool, FlatVector, broadcast
 from collabfl.strategies.rounds import (
     Resume,
     RoundOutcome,
@@ -13,6 +13,7 @@ from collabfl.strategies.rounds import (
     first_round,
     merge_metrics,
 )
+from collabfl.strategies.verbs import Evaluate, Train
 
 
 @dataclass(frozen=True)
@@ -28,19 +29,17 @@ class Ditto:
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
-        global_model = None if resume is None else resume.checkpoint.get("global")
+        global_model: FlatVector | None = None
+        if resume is not None:
+            global_model = resume.checkpoint.get("global")
+        personal = Train(
+            self.epochs, slot="personal", model_into="global", prox_mu=self.lam, prox_slot="global"
+        )
+        shared = Train(self.epochs, slot="global", upload=True)
         for t in range(first_round(resume), num_rounds):
-            personal = {
-                "slot": "personal",
-                "model_into": "global",
-                "epochs": self.epochs,
-                "prox_mu": self.lam,
-                "prox_slot": "global",
-            }
-            trained_personal = broadcast(pool, Verb.TRAIN, t, personal, model=global_model)
-            shared = {"slot": "global", "epochs": self.epochs, "upload": True}
-            trained_global = broadcast(pool, Verb.TRAIN, t, shared)
+            trained_personal = broadcast(pool, t, personal, model=global_model)
+            trained_global = broadcast(pool, t, shared)
             global_model = average_replies(trained_global, pool.sample_counts)
-            evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "personal"})
+            evaluated = broadcast(pool, t, Evaluate(slot="personal"))
             metrics = merge_metrics(trained_global, trained_personal, evaluated)
             yield RoundOutcome(t, metrics, None, {"global": global_model})

@@ -12,8 +12,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb, broadcast
-from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
+from collabfl.strategies.protocol import ClientPool, Instruction, Reply, broadcast
+from collabfl.strategies.rounds import (
+    Edge,
+    Resume,
+    RoundOutcome,
+    chosen_peers,
+    first_round,
+    merge_metrics,
+)
+from collabfl.strategies.verbs import Collaborate, Evaluate, Search, Train
 
 GraphRule = Literal["ggc", "random"]
 
@@ -50,12 +58,12 @@ class DPFL:
             if num_rounds < 1:
                 return
             trained = self._train_and_publish(pool, 0, self.init_epochs)
-            first_search = "greedy" if self.graph == "ggc" else "random"
+            first_search: Search = "greedy" if self.graph == "ggc" else "random"
             # Sorted: replies arrive in any order in a real federation, and the candidate order
             # seeds GGC's visiting order.
             everyone = {k: [j for j in sorted(trained) if j != k] for k in sorted(trained)}
             collaborated = self._collaborate(pool, 0, everyone, first_search)
-            candidates = {k: list(r.metrics["chosen"]) for k, r in collaborated.items()}
+            candidates = chosen_peers(collaborated)
             chosen = candidates
             yield self._outcome(pool, 0, trained, collaborated, candidates, chosen)
         else:
@@ -69,30 +77,18 @@ class DPFL:
             lists = candidates if search_now else chosen
             alive = {k: [j for j in lists.get(k, []) if j in trained] for k in trained}
             collaborated = self._collaborate(pool, t, alive, "greedy" if search_now else "none")
-            chosen = {k: list(r.metrics["chosen"]) for k, r in collaborated.items()}
+            chosen = chosen_peers(collaborated)
             yield self._outcome(pool, t, trained, collaborated, candidates, chosen)
 
     def _train_and_publish(self, pool: ClientPool, t: int, epochs: float) -> dict[int, Reply]:
-        config = {"slot": "model", "epochs": epochs, "publish": True}
-        return broadcast(pool, Verb.TRAIN, t, config)
+        return broadcast(pool, t, Train(epochs, publish=True))
 
     def _collaborate(
-        self, pool: ClientPool, t: int, candidates: Mapping[int, list[int]], search: str
+        self, pool: ClientPool, t: int, candidates: Mapping[int, list[int]], search: Search
     ) -> dict[int, Reply]:
         counts = pool.sample_counts
-        budget = -1 if self.budget is None else self.budget
         instructions = {
-            k: Instruction(
-                Verb.COLLABORATE,
-                t,
-                {
-                    "slot": "model",
-                    "search": search,
-                    "candidates": peers,
-                    "weights": [float(counts[j]) for j in peers],
-                    "budget": budget,
-                },
-            )
+            k: Instruction(t, Collaborate.weighted_by_samples(search, peers, counts, self.budget))
             for k, peers in candidates.items()
         }
         return pool.send(instructions)
@@ -106,7 +102,7 @@ class DPFL:
         candidates: dict[int, list[int]],
         chosen: dict[int, list[int]],
     ) -> RoundOutcome:
-        evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "model"}, clients=sorted(trained))
+        evaluated = broadcast(pool, t, Evaluate(), clients=sorted(trained))
         return RoundOutcome(
             t,
             merge_metrics(trained, collaborated, evaluated),
@@ -115,7 +111,7 @@ class DPFL:
         )
 
 
-def _int_lists(lists: Mapping) -> dict[int, list[int]]:
+def _int_lists(lists: Mapping[str, list[int]]) -> dict[int, list[int]]:
     """Checkpoints may come back from JSON with string keys."""
     return {int(k): [int(j) for j in v] for k, v in lists.items()}
 
@@ -125,8 +121,7 @@ def collaboration_edges(
 ) -> list[Edge]:
     """Edges (k, j, weight of j in k's average) from the clients' reported choices."""
     edges: list[Edge] = []
-    for k in sorted(collaborated):
-        chosen = [int(j) for j in collaborated[k].metrics["chosen"]]
+    for k, chosen in sorted(chosen_peers(collaborated).items()):
         total = sample_counts[k] + sum(sample_counts[j] for j in chosen)
         edges.extend((k, j, sample_counts[j] / total) for j in chosen)
     return edges

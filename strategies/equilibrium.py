@@ -21,13 +21,15 @@ What the output guarantees (checked by brute force in the tests), with an exact 
   ties (i does equally well with {i, j} or {i, k}) a sub-group can leave without loss: a limit
   of the paper's argument, shown in the tests, not a bug here.
 
-The OCS estimators: exact by enumerating subsets (small sets, tests), the ratio rule that ends
-the paper's SPO search over a learned Pareto front (the hypernetwork is not part of this
-module), and DPFL's greedy search as a cheaper plug-in.
+The OCS estimators here: the ratio rule that ends the paper's SPO search over a learned Pareto
+front (the hypernetwork is not part of this module) and DPFL's greedy search as a cheaper
+plug-in. The exact estimator (enumerating subsets) and the axiom checks are the tests'
+brute-force references (tests/support/equilibrium_reference.py).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -154,8 +156,7 @@ def greedy_estimator(reward: Utility, rng: np.random.Generator) -> OcsEstimator:
 
     def estimate(clients: frozenset[int]) -> dict[int, frozenset[int]]:
         return {
-            i: ocs_greedy(i, clients, lambda subset, i=i: reward(i, subset), rng)
-            for i in sorted(clients)
+            i: ocs_greedy(i, clients, functools.partial(reward, i), rng) for i in sorted(clients)
         }
 
     return estimate

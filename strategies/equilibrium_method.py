@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from collabfl.strategies.coalitions import CoalitionTrainer, MethodFactory, merged_outcome
 from collabfl.strategies.equilibrium import OcsEstimator, OcsMap, collaboration_equilibrium
-from collabfl.strategies.protocol import ClientPool, Instruction, Verb, broadcast
-from collabfl.strategies.rounds import Resume, RoundOutcome, first_round
-from collabfl.strategies.spo_federated import SpoSearch
+from collabfl.strategies.protocol import ClientPool, Instruction, broadcast
+from collabfl.strategies.rounds import Resume, RoundOutcome, chosen_peers, first_round
+from collabfl.strategies.spo_federated import FederatedSpo, SpoSearch
+from collabfl.strategies.verbs import Collaborate, Train
 
 WARMUP_SLOT = "warmup"
 """The slot of the models the OCS search compares (kept apart from the coalition models)."""
@@ -55,8 +57,8 @@ class CollaborationEquilibrium:
             if num_rounds < 1:
                 return
             search = self.search(pool)
-            for members in search["coalitions"]:
-                trainer.add(members)
+            for coalition in search["coalitions"]:
+                trainer.add(coalition)
         else:
             search = resume.checkpoint["search"]
             trainer.restore(resume)
@@ -81,7 +83,7 @@ class CollaborationEquilibrium:
             t = outcome.round + 1
             yield outcome
 
-    def search(self, pool: ClientPool) -> dict:
+    def search(self, pool: ClientPool) -> dict[str, Any]:
         """The equilibrium over estimated OCSs (all at round 0).
 
         Returns the coalitions, per iteration every remaining client's OCS, and the clients
@@ -90,11 +92,11 @@ class CollaborationEquilibrium:
         """
         failed: list[int] = []
         problems: list[str] = []
-        spo = None
+        spo: FederatedSpo | None = None
         estimator: OcsEstimator
         if self.spo is None:
-            config = {"slot": WARMUP_SLOT, "epochs": self.init_epochs, "publish": True}
-            clients = sorted(broadcast(pool, Verb.TRAIN, 0, config))
+            warmup = Train(self.init_epochs, slot=WARMUP_SLOT, publish=True)
+            clients = sorted(broadcast(pool, 0, warmup))
             failed = sorted(set(pool.sample_counts) - set(clients))
             problems = [f"client {k} did not train its warm-up model" for k in failed]
             estimator = self._greedy_estimator(pool)
@@ -137,19 +139,9 @@ class CollaborationEquilibrium:
         instructions = {}
         for k in sorted(remaining):
             peers = [j for j in sorted(remaining) if j != k]
-            config = {
-                "slot": WARMUP_SLOT,
-                "search": "greedy",
-                "candidates": peers,
-                "weights": [float(counts[j]) for j in peers],
-                "budget": -1 if self.budget is None else self.budget,
-                "assign": False,
-                "step": iteration,
-            }
-            instructions[k] = Instruction(Verb.COLLABORATE, 0, config)
-        replies = pool.send(instructions)
-        ocs = {}
-        for k in sorted(remaining):
-            chosen = replies[k].metrics["chosen"] if k in replies else []
-            ocs[k] = frozenset({k, *(int(j) for j in chosen)})  # type: ignore[union-attr]
-        return ocs
+            search = Collaborate.weighted_by_samples(
+                "greedy", peers, counts, self.budget, slot=WARMUP_SLOT, assign=False, step=iteration
+            )
+            instructions[k] = Instruction(0, search)
+        chosen = chosen_peers(pool.send(instructions))
+        return {k: frozenset({k, *chosen.get(k, [])}) for k in sorted(remaining)}

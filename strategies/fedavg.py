@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from collabfl.strategies.attacks import Attackers
-from collabfl.strategies.protocol import ClientPool, Instruction, Verb, broadcast
+from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, broadcast
 from collabfl.strategies.rounds import (
     Resume,
     RoundOutcome,
@@ -14,6 +14,7 @@ from collabfl.strategies.rounds import (
     first_round,
     merge_metrics,
 )
+from collabfl.strategies.verbs import Evaluate, Train
 
 
 @dataclass(frozen=True)
@@ -36,33 +37,28 @@ class FedAvg:
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
         # Round 0 starts from the shared initial model on every client.
-        global_model = None if resume is None else resume.checkpoint.get("global")
-        train_config = {
-            "slot": "global",
-            "epochs": self.epochs,
-            "prox_mu": self.prox_mu,
-            "upload": True,
-        }
+        global_model: FlatVector | None = None
+        if resume is not None:
+            global_model = resume.checkpoint.get("global")
+        train = Train(self.epochs, slot="global", prox_mu=self.prox_mu, upload=True)
+        evaluate = Evaluate(slot="global", keep_best=self.finetune_epochs > 0)
         for t in range(first_round(resume), num_rounds):
             trained = pool.send(
                 {
-                    k: Instruction(
-                        Verb.TRAIN, t, self.attackers.train_config(k, train_config), global_model
-                    )
+                    k: Instruction(t, self.attackers.train(k, train), global_model)
                     for k in sorted(pool.sample_counts)
                 }
             )
             global_model = average_replies(trained, pool.sample_counts)
-            evaluate = {"slot": "global", "keep_best": self.finetune_epochs > 0}
-            evaluated = broadcast(pool, Verb.EVALUATE, t, evaluate, model=global_model)
+            evaluated = broadcast(pool, t, evaluate, model=global_model)
             metrics = merge_metrics(trained, evaluated)
             self.attackers.mark(metrics)
             yield RoundOutcome(t, metrics, None, {"global": global_model})
         if self.finetune_epochs > 0 and first_round(resume) <= num_rounds:
             t = num_rounds
-            finetune = {"slot": "finetuned", "from_best": "global", "epochs": self.finetune_epochs}
-            trained = broadcast(pool, Verb.TRAIN, t, finetune)
-            evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "finetuned"})
+            finetune = Train(self.finetune_epochs, slot="finetuned", from_best="global")
+            trained = broadcast(pool, t, finetune)
+            evaluated = broadcast(pool, t, Evaluate(slot="finetuned"))
             metrics = merge_metrics(trained, evaluated)
             self.attackers.mark(metrics)
             yield RoundOutcome(t, metrics)

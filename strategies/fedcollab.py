@@ -142,8 +142,10 @@ class CoalitionState:
         """Every client alone (local training): the paper's starting point."""
         return cls(np.arange(np.asarray(m).size), m, distances, c)
 
-    def _term(self, count, mass, shift):
-        return count * self.c / np.sqrt(mass) + shift / mass
+    def _term(self, count: np.ndarray, mass: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """f_k of the given ids (elementwise; numpy scalars work alike)."""
+        term: np.ndarray = count * self.c / np.sqrt(mass) + shift / mass
+        return term
 
     def _removal(self, x: int) -> tuple[float, float]:
         """(S, f) of x's coalition once x has left it (0, 0 when it becomes empty)."""
@@ -162,7 +164,7 @@ class CoalitionState:
         mass = self.mass + m_x
         shift = self.shift + self.row[x] + m_x * self.col[x]
         added = (self.count + 1) * self.c / np.sqrt(mass) + shift / mass
-        result = added - self.cost + (removed_cost - self.cost[a])
+        result: np.ndarray = added - self.cost + (removed_cost - self.cost[a])
         result[a] = 0.0
         return result
 

@@ -49,8 +49,8 @@ class FedCollab:
             clients = sorted(pool.sample_counts)
             estimate = estimate_distances(pool, all_pairs(clients), self.distance, 0)
             reachable = _resolved_clients(clients, estimate)
-            for members in self.solve(reachable, pool.sample_counts, estimate):
-                trainer.add(members)
+            for coalition in self.solve(reachable, pool.sample_counts, estimate):
+                trainer.add(coalition)
         else:
             estimate = DistanceEstimate.from_json(resume.checkpoint["distances"])
             trainer.restore(resume)

@@ -7,20 +7,18 @@ and never more than ``batch_size`` peer models are resident. With the same seed 
 same decisions (the paper's Theorem 1), which the tests check.
 
 The functions are generic over the vector type: anything with ``+``, ``-``, ``*`` by a float
-and ``/`` by a float (NumPy arrays, torch tensors).
+and ``/`` by a float (``streaming.Vector``: torch tensors, NumPy arrays).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Generic
 
 import numpy as np
 
-from collabfl.strategies.streaming import BatchLoader, add_models, batches
-
-Vector = TypeVar("Vector")
+from collabfl.strategies.streaming import BatchLoader, V, add_models, batches
 
 
 def add_probability(gain_add: float, gain_remove: float) -> float:
@@ -81,27 +79,27 @@ def ggc(
 
 
 @dataclass(frozen=True)
-class Selection:
+class Selection(Generic[V]):
     """Outcome of a model-space search: the chosen peers and the aggregate they give."""
 
     chosen: list[int]
-    aggregate: Any
+    aggregate: V
     """Weighted average of the owner's and the chosen peers' models (the new local model)."""
     reward_evaluations: int
     batches_loaded: int
 
 
 def bggc(
-    own_model: Vector,
+    own_model: V,
     own_weight: float,
     candidates: Sequence[int],
     weights: Mapping[int, float],
-    load: BatchLoader,
-    loss: Callable[[Vector], float],
+    load: BatchLoader[V],
+    loss: Callable[[V], float],
     budget: int | None,
     batch_size: int | None,
     rng: np.random.Generator,
-) -> Selection:
+) -> Selection[V]:
     """Batched greedy collaborator search in model space (BGGC; GGC when one batch fits all).
 
     The reward of a set is minus the owner's validation ``loss`` of its weighted average.
@@ -140,16 +138,16 @@ def bggc(
     return state.selection(batches_loaded)
 
 
-class _SearchState:
+class _SearchState(Generic[V]):
     """Running sums of X (chosen so far) and Y (not yet rejected), with cached rewards."""
 
     def __init__(
         self,
-        own_model: Any,
+        own_model: V,
         own_weight: float,
-        sum_y: Any,
+        sum_y: V,
         total_y: float,
-        loss: Callable[[Any], float],
+        loss: Callable[[V], float],
     ) -> None:
         self.loss = loss
         self.sum_x, self.total_x = own_model * own_weight, own_weight
@@ -162,7 +160,7 @@ class _SearchState:
     def visit(
         self,
         batch: Sequence[int],
-        models: Mapping[int, Any],
+        models: Mapping[int, V],
         weights: Mapping[int, float],
         rng: np.random.Generator,
         budget: int | None,
@@ -188,5 +186,5 @@ class _SearchState:
                 return True
         return False
 
-    def selection(self, batches_loaded: int) -> Selection:
+    def selection(self, batches_loaded: int) -> Selection[V]:
         return Selection(self.chosen, self.sum_x / self.total_x, self.evaluations, batches_loaded)

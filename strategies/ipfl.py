@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from collabfl.strategies.pfedgraph import model_similarity
 
@@ -250,7 +251,7 @@ def cosine_distance_grad(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
         return np.zeros_like(y)
     safe = np.where(ny > 0, ny, 1.0)
     cos = (y @ x) / (nx * safe)
-    grad = -(y / (nx * safe)[:, None] - cos[:, None] * x[None, :] / nx**2)
+    grad: np.ndarray = -(y / (nx * safe)[:, None] - cos[:, None] * x[None, :] / nx**2)
     grad[ny == 0] = 0.0
     return grad
 
@@ -287,13 +288,15 @@ def proximal_center(
         raise ValueError(f"eta must be finite and >= 0, got {eta}")
     peers = np.flatnonzero(a[i])
     if peers.size == 0:
-        return x[i].copy()
+        alone: np.ndarray = x[i].copy()
+        return alone
     own, others = x[i], x[peers]
     if origin is not None:
         base = np.asarray(origin, dtype=np.float64)
         own, others = own - base, others - base[None, :]
     grads = grad_distance(own, others)
-    return x[i] - (eta / counts[i]) * (counts[peers] @ grads)
+    centre: np.ndarray = x[i] - (eta / counts[i]) * (counts[peers] @ grads)
+    return centre
 
 
 def proximal_centers(
@@ -323,7 +326,8 @@ def _marginal(
     u = n_own + total
     low = np.sqrt(u - m)
     high = np.sqrt(u)
-    return root_k * m / (low * high * (low + high))
+    marginal: np.ndarray = root_k * m / (low * high * (low + high))
+    return marginal
 
 
 def _thresholds(profile: ClientProfile, n_j: np.ndarray, b_j: np.ndarray) -> np.ndarray:
@@ -332,7 +336,7 @@ def _thresholds(profile: ClientProfile, n_j: np.ndarray, b_j: np.ndarray) -> np.
 
 
 def _threshold_table(
-    n_own: np.ndarray, eagerness: np.ndarray, n_peer: np.ndarray, price: np.ndarray
+    n_own: ArrayLike, eagerness: ArrayLike, n_peer: ArrayLike, price: ArrayLike
 ) -> np.ndarray:
     """Thresholds for buyers × peers at once (arrays broadcast together), by bisection.
 
@@ -371,7 +375,7 @@ def _threshold_table(
 
 def _prices(buyer: int, n: np.ndarray, cost: np.ndarray, d: np.ndarray, lam: float) -> np.ndarray:
     distance_term = lam * (n / n[buyer]) * d[buyer] if lam > 0 else np.zeros_like(n)
-    b = cost + distance_term
+    b: np.ndarray = cost + distance_term
     b[buyer] = math.inf
     return b
 

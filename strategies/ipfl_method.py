@@ -4,18 +4,20 @@ Every round each client trains its own model (with the proximal term towards its
 from the previous round; plain local training in round 0) and uploads it. The coordinator
 prices imports from the model distances and the clients' reported profiles, builds the
 import graph A, settles payments, computes each client's utility, and sends every importer
-its proximal centre θ̄_i for the next round (strategies/ipfl.py has the math). The ledger
-(gain, sharing cost, payment, utility and what was paid to whom) is part of each client's
-round metrics, so the run directory and the coordinator service keep it round by round.
+its proximal centre θ̄_i for the next round (strategies/ipfl.py has the math, in NumPy:
+uploads become arrays and centres flat vectors at this module's boundary). The ledger (gain,
+sharing cost, payment, utility and what was paid to whom) is part of each client's round
+metrics, so the run directory and the coordinator service keep it round by round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.ipfl import (
@@ -30,8 +32,10 @@ from collabfl.strategies.ipfl import (
     squared_l2_grad,
     utilities,
 )
-from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, as_array, as_vector
 from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
+from collabfl.strategies.verbs import Evaluate, Train
 
 Distance = Literal["cosine", "l2"]
 
@@ -43,7 +47,7 @@ class IPFL:
     n is its sample count). ``attackers`` upload poisoned (e.g. random) weights."""
 
     epochs: float
-    initial_model: np.ndarray
+    initial_model: npt.NDArray[np.floating]
     profiles: Mapping[int, ClientProfile]
     lam: float = 0.1
     eta: float = 1.0
@@ -54,54 +58,51 @@ class IPFL:
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
-        centres: dict[int, np.ndarray] = {}
+        centres: dict[int, FlatVector] = {}
         if resume is not None:
             centres = {
-                int(key.removeprefix("centre_")): np.asarray(value)
+                int(key.removeprefix("centre_")): as_vector(value)
                 for key, value in resume.checkpoint.items()
             }
         for t in range(first_round(resume), num_rounds):
             trained = pool.send(
                 {
-                    k: Instruction(
-                        Verb.TRAIN, t, self._train_config(k, k in centres), centres.get(k)
-                    )
+                    k: Instruction(t, self._train_task(k, k in centres), centres.get(k))
                     for k in sorted(pool.sample_counts)
                     if k in self.profiles
                 }
             )
-            traders = sorted(k for k, reply in trained.items() if reply.model is not None)
-            if not traders:
+            uploads = {k: r.model for k, r in sorted(trained.items()) if r.model is not None}
+            if not uploads:
                 raise RuntimeError(f"round {t}: no client uploaded a model")
-            graph, ledger, new_centres = self._market(traders, trained)
-            evaluated = pool.send(
-                {k: Instruction(Verb.EVALUATE, t, {"slot": "model"}) for k in traders}
-            )
-            centres = {k: new_centres[i] for i, k in enumerate(traders)}
+            traders = list(uploads)
+            graph, ledger, new_centres = self._market(uploads)
+            evaluated = pool.send({k: Instruction(t, Evaluate()) for k in traders})
+            centres = {k: as_vector(new_centres[i]) for i, k in enumerate(traders)}
             metrics = merge_metrics(trained, evaluated)
-            for k in metrics:
-                metrics[k].update(ledger.get(k, {}))
+            for k in metrics.keys() & ledger.keys():
+                metrics[k] = metrics[k].merged(ledger[k])
             self.attackers.mark(metrics)
             edges: list[Edge] = [
                 (traders[i], traders[j], 1.0) for i, j in zip(*np.nonzero(graph), strict=True)
             ]
             yield RoundOutcome(t, metrics, edges, {f"centre_{k}": v for k, v in centres.items()})
 
-    def _train_config(self, client: int, has_centre: bool) -> dict[str, Any]:
-        config: dict[str, Any] = {"slot": "model", "epochs": self.epochs, "upload": True}
+    def _train_task(self, client: int, has_centre: bool) -> Train:
+        task = Train(self.epochs, upload=True)
         if has_centre:
-            config |= {
-                "model_into": "centre",
-                "prox_slot": "centre",
-                "prox_mu": self.lam / self.eta,
-            }
-        return self.attackers.train_config(client, config)
+            task = replace(
+                task, model_into="centre", prox_slot="centre", prox_mu=self.lam / self.eta
+            )
+        return self.attackers.train(client, task)
 
     def _market(
-        self, traders: list[int], trained: Mapping[int, Reply]
-    ) -> tuple[np.ndarray, dict[int, dict[str, Any]], np.ndarray]:
-        """The import graph, each trader's ledger entry, and the new proximal centres."""
-        models = np.stack([np.asarray(trained[k].model, dtype=np.float64) for k in traders])
+        self, uploads: Mapping[int, FlatVector]
+    ) -> tuple[npt.NDArray[np.float64], dict[int, ClientMetrics], npt.NDArray[np.float64]]:
+        """The import graph, each trader's ledger entry, and the new proximal centres (rows
+        in ``uploads`` order)."""
+        traders = list(uploads)
+        models = np.stack([as_array(model) for model in uploads.values()])
         origin = np.asarray(self.initial_model, dtype=np.float64)
         if self.distance == "cosine":
             distances, grad = cosine_distance_matrix(models - origin), cosine_distance_grad
@@ -117,15 +118,16 @@ class IPFL:
         for i, k in enumerate(traders):
             bought = float(graph[i] @ n)
             sharing = profiles[i].cost * importers[i] if importers[i] else 0.0
-            ledger[k] = {
-                "gain": float(gain(profiles[i], bought)),
-                "sharing_cost": float(sharing),
-                "payment": float(pay[i]),
-                "utility": float(utility[i]),
-                "importers": int(importers[i]),
-                "imports": [traders[j] for j in np.flatnonzero(graph[i])],
-                "paid_to": [float(remittances[i, j]) for j in np.flatnonzero(graph[i])],
-            }
+            imports = np.flatnonzero(graph[i])
+            ledger[k] = ClientMetrics(
+                gain=float(gain(profiles[i], bought)),
+                sharing_cost=float(sharing),
+                payment=float(pay[i]),
+                utility=float(utility[i]),
+                importers=int(importers[i]),
+                imports=tuple(traders[j] for j in imports),
+                paid_to=tuple(float(remittances[i, j]) for j in imports),
+            )
         origin_for_grad = origin if self.distance == "cosine" else None
         centres = proximal_centers(models, graph, n, self.eta, grad, origin_for_grad)
-        return graph, ledger, centres.astype(np.float32)
+        return graph, ledger, centres

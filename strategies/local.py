@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from collabfl.strategies.protocol import ClientPool, Verb, broadcast
+from collabfl.strategies.protocol import ClientPool, broadcast
 from collabfl.strategies.rounds import Resume, RoundOutcome, first_round, merge_metrics
+from collabfl.strategies.verbs import Evaluate, Train
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,6 @@ class Local:
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
         for t in range(first_round(resume), num_rounds):
-            trained = broadcast(pool, Verb.TRAIN, t, {"slot": "model", "epochs": self.epochs})
-            evaluated = broadcast(pool, Verb.EVALUATE, t, {"slot": "model"})
+            trained = broadcast(pool, t, Train(self.epochs))
+            evaluated = broadcast(pool, t, Evaluate())
             yield RoundOutcome(t, merge_metrics(trained, evaluated))

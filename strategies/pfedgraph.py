@@ -95,7 +95,7 @@ def project_to_simplex(v: np.ndarray) -> np.ndarray:
     # ρ = the largest k meeting the condition; k = 1 always does, so ρ ≥ 1.
     rho = np.max(np.where(u * k > cumulative, k, 0), axis=1)
     tau = cumulative[np.arange(rows.shape[0]), rho - 1] / rho
-    w = np.maximum(rows - tau[:, None], 0.0)
+    w: np.ndarray = np.maximum(rows - tau[:, None], 0.0)
     return w[0] if arr.ndim == 1 else w
 
 
@@ -136,7 +136,8 @@ def collaboration_graph(
 def personalized_aggregates(weights: np.ndarray, models: np.ndarray) -> np.ndarray:
     """θ̃_i = Σ_j W_ij θ_j for every client (row i of the result), the model sent to i."""
     w, x = _graph_and_models(weights, models)
-    return w @ x
+    aggregates: np.ndarray = w @ x
+    return aggregates
 
 
 def normalized_aggregate(weights: np.ndarray, models: np.ndarray) -> np.ndarray:
@@ -217,7 +218,8 @@ class CvxpyRowSolver:
             raise RuntimeError(f"CVXPY could not solve the graph row: {self._problem.status}")
         # Round-off may leave tiny negatives; clip and renormalise onto the simplex.
         w = np.maximum(np.asarray(self._w.value, dtype=np.float64), 0.0)
-        return w / w.sum()
+        row: np.ndarray = w / w.sum()
+        return row
 
 
 def _as_matrix(values: np.ndarray, name: str) -> np.ndarray:

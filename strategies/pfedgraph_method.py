@@ -4,17 +4,17 @@ Each round every client trains from its personalised aggregate (with the paper's
 regulariser towards the graph-weighted direction of its neighbours, none in round 0) and
 uploads its model; the coordinator compares the clients' updates, solves each client's
 small QP for its row of W (strategies/pfedgraph.py) and sends client i its aggregate
-θ̃_i = Σ_j W_ij θ_j, which is also the model evaluated. Vectors cross this module as NumPy
-arrays; the runtimes turn them into tensors.
+θ̃_i = Σ_j W_ij θ_j, which is also the model evaluated. The math runs in NumPy: uploads
+become arrays and aggregates become flat vectors at this module's boundary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.pfedgraph import (
@@ -23,10 +23,17 @@ from collabfl.strategies.pfedgraph import (
     normalized_aggregate,
     personalized_aggregates,
 )
-from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb
+from collabfl.strategies.protocol import (
+    ClientPool,
+    FlatVector,
+    Instruction,
+    as_array,
+    as_vector,
+)
 from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
+from collabfl.strategies.verbs import AlignMode, Evaluate, Train
 
-Regularizer = Literal["normalized", "cosine"]
+Matrix = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -40,10 +47,10 @@ class PFedGraph:
     """
 
     epochs: float
-    initial_model: np.ndarray
+    initial_model: npt.NDArray[np.floating]
     alpha: float
     lam: float = 0.01
-    regularizer: Regularizer = "normalized"
+    regularizer: AlignMode = "normalized"
     compare: tuple[int, int] | None = None
     attackers: Attackers = field(default_factory=Attackers)
     name: str = "pfedgraph"
@@ -51,30 +58,31 @@ class PFedGraph:
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
-        references: dict[int, np.ndarray] = {}
+        references: dict[int, FlatVector] = {}
         if resume is not None:
             references = {
-                int(key.removeprefix("reference_")): np.asarray(value)
+                int(key.removeprefix("reference_")): as_vector(value)
                 for key, value in resume.checkpoint.items()
             }
         for t in range(first_round(resume), num_rounds):
             trained = pool.send(
                 {
-                    k: Instruction(Verb.TRAIN, t, self._train_config(k, t), references.get(k))
+                    k: Instruction(t, self._train_task(k, t), references.get(k))
                     for k in sorted(pool.sample_counts)
                 }
             )
-            uploaded = sorted(k for k, reply in trained.items() if reply.model is not None)
-            if not uploaded:
+            uploads = {k: r.model for k, r in sorted(trained.items()) if r.model is not None}
+            if not uploads:
                 raise RuntimeError(f"round {t}: no client uploaded a model")
-            weights, aggregates, pulls = self._graph(uploaded, trained, pool.sample_counts)
+            uploaded = list(uploads)
+            weights, aggregates, pulls = self._graph(uploads, pool.sample_counts)
             evaluated = pool.send(
                 {
-                    k: Instruction(Verb.EVALUATE, t, {"slot": "model"}, aggregates[i])
+                    k: Instruction(t, Evaluate(), as_vector(aggregates[i]))
                     for i, k in enumerate(uploaded)
                 }
             )
-            references = {k: pulls[i] for i, k in enumerate(uploaded)}
+            references = {k: as_vector(pulls[i]) for i, k in enumerate(uploaded)}
             metrics = merge_metrics(trained, evaluated)
             self.attackers.mark(metrics)
             yield RoundOutcome(
@@ -84,35 +92,35 @@ class PFedGraph:
                 {f"reference_{k}": v for k, v in references.items()},
             )
 
-    def _train_config(self, client: int, t: int) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "slot": "model",
-            "epochs": self.epochs,
-            "upload": True,
-            "model_into": "reference",
-            "align_slot": "reference",
-            "align_lam": self.lam if t > 0 else 0.0,
-            "align_mode": self.regularizer,
-        }
-        return self.attackers.train_config(client, config)
+    def _train_task(self, client: int, t: int) -> Train:
+        task = Train(
+            self.epochs,
+            upload=True,
+            model_into="reference",
+            align_slot="reference",
+            align_lam=self.lam if t > 0 else 0.0,
+            align_mode=self.regularizer,
+        )
+        return self.attackers.train(client, task)
 
     def _graph(
-        self, uploaded: list[int], trained: Mapping[int, Reply], counts: Mapping[int, int]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """W, the aggregates θ̃ and what each client's regulariser pulls towards."""
-        models = np.stack([np.asarray(trained[k].model, dtype=np.float64) for k in uploaded])
+        self, uploads: Mapping[int, FlatVector], counts: Mapping[int, int]
+    ) -> tuple[Matrix, Matrix, Matrix]:
+        """W, the aggregates θ̃ and what each client's regulariser pulls towards (rows in
+        ``uploads`` order)."""
+        models = np.stack([as_array(model) for model in uploads.values()])
         start, stop = self.compare or (0, models.shape[1])
         updates = models[:, start:stop] - np.asarray(self.initial_model)[start:stop]
-        prior = np.array([counts[k] for k in uploaded], dtype=np.float64)
+        prior = np.array([counts[k] for k in uploads], dtype=np.float64)
         weights = collaboration_graph(model_similarity(updates), prior / prior.sum(), self.alpha)
         aggregates = personalized_aggregates(weights, models)
         pulls = (
             aggregates if self.regularizer == "cosine" else normalized_aggregate(weights, models)
         )
-        return weights, aggregates.astype(np.float32), pulls.astype(np.float32)
+        return weights, aggregates, pulls
 
 
-def _edges(clients: list[int], weights: np.ndarray) -> list[Edge]:
+def _edges(clients: list[int], weights: Matrix) -> list[Edge]:
     return [
         (clients[i], clients[j], float(weights[i, j]))
         for i in range(len(clients))

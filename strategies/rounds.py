@@ -6,7 +6,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from collabfl.strategies.protocol import ClientPool, ConfigValue, Reply
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import ClientPool, FlatVector, Reply
 
 Edge = tuple[int, int, float]
 """(i, j, w): client i uses client j's model with weight w."""
@@ -17,7 +18,7 @@ class RoundOutcome:
     """The result of one round as the runtime records it."""
 
     round: int
-    metrics: dict[int, dict[str, ConfigValue]]
+    metrics: dict[int, ClientMetrics]
     """Per client: its evaluation metrics merged with what its other replies reported."""
     graph: list[Edge] | None = None
     """The collaboration graph used this round, for methods that have one."""
@@ -48,7 +49,10 @@ def first_round(resume: Resume | None) -> int:
 class Method(Protocol):
     """A federated method: a round protocol written against the ClientPool port."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The label its rounds are recorded under (``dpfl:budget=0.1``)."""
+        ...
 
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
@@ -57,23 +61,30 @@ class Method(Protocol):
         ...
 
 
-def merge_metrics(*replies: Mapping[int, Reply]) -> dict[int, dict[str, ConfigValue]]:
-    """Merge several replies per client into one metrics dict (later replies win).
+def merge_metrics(*replies: Mapping[int, Reply]) -> dict[int, ClientMetrics]:
+    """Merge several replies per client into one metrics record (later replies win for the
+    fields they set).
 
     Only clients present in the last mapping (usually the evaluation) are kept: a client that
     vanished mid-round has no result for it.
     """
     if not replies:
         return {}
-    merged: dict[int, dict[str, ConfigValue]] = {k: {} for k in replies[-1]}
+    merged = {k: ClientMetrics() for k in replies[-1]}
     for reply_set in replies:
         for k, reply in reply_set.items():
             if k in merged:
-                merged[k].update(reply.metrics)
+                merged[k] = merged[k].merged(reply.metrics)
     return merged
 
 
-def weighted_average(models: Sequence[Any], weights: Sequence[float]) -> Any:
+def chosen_peers(collaborated: Mapping[int, Reply]) -> dict[int, list[int]]:
+    """The collaborators each client reported choosing in a COLLABORATE (none if it reported
+    nothing)."""
+    return {k: list(reply.metrics.chosen or ()) for k, reply in collaborated.items()}
+
+
+def weighted_average(models: Sequence[FlatVector], weights: Sequence[float]) -> FlatVector:
     """Σ w_i m_i / Σ w_i over flat weight vectors."""
     if not models:
         raise ValueError("cannot average an empty set of models")
@@ -88,11 +99,9 @@ def weighted_average(models: Sequence[Any], weights: Sequence[float]) -> Any:
     return result
 
 
-def average_replies(replies: Mapping[int, Reply], sample_counts: Mapping[int, int]) -> Any:
+def average_replies(replies: Mapping[int, Reply], sample_counts: Mapping[int, int]) -> FlatVector:
     """FedAvg aggregation of the uploaded models, weighted by sample counts."""
-    uploaded = [k for k in sorted(replies) if replies[k].model is not None]
+    uploaded = {k: model for k in sorted(replies) if (model := replies[k].model) is not None}
     if not uploaded:
         raise RuntimeError("no client uploaded a model this round; the federation is empty")
-    return weighted_average(
-        [replies[k].model for k in uploaded], [sample_counts[k] for k in uploaded]
-    )
+    return weighted_average(list(uploaded.values()), [sample_counts[k] for k in uploaded])

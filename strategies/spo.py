@@ -24,23 +24,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, get_args
 
 import numpy as np
 import torch
 from torch import nn
 
 from collabfl.strategies.equilibrium import OcsEstimator, ratio_rule_estimator
+from collabfl.strategies.verbs import Split
 
-SPLITS = ("train", "val")
+SPLITS: tuple[Split, ...] = get_args(Split)
+
+OracleAnswer = Mapping[int, tuple[float | None, torch.Tensor | None]]
+"""Per client, (mean loss, gradient wrt the flat vector); a remote client may leave either
+out, and the search refuses such an answer (``OracleError``)."""
 
 
 class LossOracle(Protocol):
-    def loss_and_grad(
-        self, models: Mapping[int, torch.Tensor], split: str
-    ) -> dict[int, tuple[float, torch.Tensor]]:
+    def loss_and_grad(self, models: Mapping[int, torch.Tensor], split: Split) -> OracleAnswer:
         """Each named client evaluates the flat model vector given for it on its own `split`
-        ("train" or "val") and returns (mean loss, gradient wrt the flat vector)."""
+        and returns (mean loss, gradient wrt the flat vector)."""
         ...
 
 
@@ -59,7 +62,7 @@ class OracleError(ValueError):
 @dataclass(frozen=True)
 class SpoSettings:
     """SPO's knobs; the defaults give the paper's outcome in both synthetic settings
-    (client/data/synthetic.py) for every seed we tried."""
+    (tests/support/synthetic.py) for every seed we tried."""
 
     hidden: int = 100
     """Width of the hypernetwork's two hidden layers (official code: hidden_dim = 100)."""
@@ -110,27 +113,28 @@ class ParetoHypernetwork(nn.Module):
         self, num_clients: int, numel: int, hidden: int, start: torch.Tensor | None = None
     ) -> None:
         super().__init__()
+        output = nn.Linear(hidden, numel)
         self.net = nn.Sequential(
             nn.Linear(num_clients, hidden),
             nn.ReLU(),
             nn.Linear(hidden, hidden),
             nn.ReLU(),
-            nn.Linear(hidden, numel),
+            output,
         )
         if start is not None:
             if tuple(start.shape) != (numel,):
                 raise ValueError(f"start model has shape {tuple(start.shape)}, not ({numel},)")
-            output = self.net[-1]
             with torch.no_grad():
                 output.bias.copy_(start)
                 output.weight.mul_(START_SCALE)
 
     def forward(self, d: torch.Tensor) -> torch.Tensor:
-        return self.net(d)
+        theta: torch.Tensor = self.net(d)
+        return theta
 
 
 def _ask(
-    oracle: LossOracle, models: Mapping[int, torch.Tensor], split: str, numel: int
+    oracle: LossOracle, models: Mapping[int, torch.Tensor], split: Split, numel: int
 ) -> dict[int, tuple[float, torch.Tensor]]:
     """Query the oracle and reject replies that would silently corrupt the search."""
     reply = oracle.loss_and_grad(models, split)
@@ -140,18 +144,19 @@ def _ask(
         raise OracleError(message, missing)
     checked = {}
     for client, answer in reply.items():
-        problem = _reply_problem(answer, split, numel)
-        if problem:
-            raise OracleError(f"client {client} {problem}", [client])
-        loss, grad = answer
-        checked[client] = (float(loss), grad.detach().to(torch.float32))
+        usable = _usable(answer, split, numel)
+        if isinstance(usable, str):
+            raise OracleError(f"client {client} {usable}", [client])
+        checked[client] = usable
     return checked
 
 
-def _reply_problem(answer: object, split: str, numel: int) -> str | None:
-    """Why one client's answer is unusable, or None."""
+def _usable(answer: object, split: str, numel: int) -> tuple[float, torch.Tensor] | str:
+    """One client's answer as (loss, float32 gradient), or why it is unusable."""
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        return f"sent no (scalar loss, gradient) pair: {answer!r}"
+    loss, grad = answer
     try:
-        loss, grad = answer  # type: ignore[misc]
         loss = float(loss)
     except (TypeError, ValueError) as e:
         return f"sent no (scalar loss, gradient) pair: {e}"
@@ -163,7 +168,7 @@ def _reply_problem(answer: object, split: str, numel: int) -> str | None:
         return f"returned a gradient of shape {tuple(grad.shape)}, not {numel}"
     if not torch.isfinite(grad).all():
         return f"returned a non-finite {split} gradient"
-    return None
+    return loss, grad.detach().to(torch.float32)
 
 
 def train_hypernetwork(
@@ -215,9 +220,9 @@ def search_directions(
         d.requires_grad_(True)
         thetas = hypernet(d)
         reply = _ask(oracle, {i: thetas[k].detach() for k, i in enumerate(clients)}, "val", numel)
-        thetas.backward(torch.stack([reply[i][1] for i in clients]))
+        (gradient,) = torch.autograd.grad(thetas, d, torch.stack([reply[i][1] for i in clients]))
         with torch.no_grad():
-            d = clip_to_simplex(d - settings.search_lr * d.grad, floor)
+            d = clip_to_simplex(d - settings.search_lr * gradient, floor)
     return {
         i: dict(zip(clients, row, strict=True)) for i, row in zip(clients, d.tolist(), strict=True)
     }

@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from collabfl.strategies.equilibrium import OcsEstimator, OcsMap
-from collabfl.strategies.protocol import ClientPool, Instruction, Verb
-from collabfl.strategies.spo import OracleError, SpoSettings, spo_estimator
+from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction
+from collabfl.strategies.spo import OracleAnswer, OracleError, SpoSettings, spo_estimator
+from collabfl.strategies.verbs import Gradient, Split
 
 
 class PoolLossOracle:
@@ -33,29 +33,21 @@ class PoolLossOracle:
         self.batch_size = batch_size
         self.queries = 0
 
-    def loss_and_grad(
-        self, models: Mapping[int, torch.Tensor], split: str
-    ) -> dict[int, tuple[float, torch.Tensor]]:
-        config = {"split": split, "batch_size": self.batch_size, "step": self.queries}
+    def loss_and_grad(self, models: Mapping[int, FlatVector], split: Split) -> OracleAnswer:
+        task = Gradient(split, self.batch_size, self.queries)
         self.queries += 1
         instructions = {
-            k: Instruction(Verb.GRADIENT, self.round_index, config, model)
-            for k, model in models.items()
+            k: Instruction(self.round_index, task, model) for k, model in models.items()
         }
         replies = self.pool.send(instructions)
-        return {
-            k: (reply.metrics.get("loss"), _on_cpu(reply.model))  # type: ignore[misc]
-            for k, reply in replies.items()
-        }
+        return {k: (reply.metrics.loss, _on_cpu(reply.model)) for k, reply in replies.items()}
 
 
-def _on_cpu(gradient: object) -> object:
+def _on_cpu(gradient: FlatVector | None) -> FlatVector | None:
     """The hypernetwork lives on the coordinator's CPU; a client's gradient may come back on
-    its own device (in-process on a GPU) or as an array. Anything else is left for the
-    search's reply check to reject."""
-    if isinstance(gradient, torch.Tensor | np.ndarray):
-        return torch.as_tensor(gradient).detach().to("cpu")
-    return gradient
+    its own device (in-process on a GPU). A missing one is left for the search's reply check
+    to reject."""
+    return None if gradient is None else gradient.detach().to("cpu")
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Protocol, Self, TypeVar
 
-BatchLoader = Callable[[Sequence[int]], AbstractContextManager[Mapping[int, Any]]]
+
+class Vector(Protocol):
+    """What averaging needs of a model: vector-space arithmetic (torch tensors, NumPy
+    arrays)."""
+
+    def __add__(self, other: Self, /) -> Self: ...
+
+    def __sub__(self, other: Self, /) -> Self: ...
+
+    def __mul__(self, scale: float, /) -> Self: ...
+
+    def __truediv__(self, scale: float, /) -> Self: ...
+
+
+V = TypeVar("V", bound=Vector)
+
+BatchLoader = Callable[[Sequence[int]], AbstractContextManager[Mapping[int, V]]]
 """Makes the models of the given peers resident for the duration of a ``with`` block.
 Peers that could not be fetched are left out of the mapping."""
 
@@ -19,8 +35,8 @@ def batches(ids: Sequence[int], size: int | None) -> Iterator[Sequence[int]]:
 
 
 def add_models(
-    running_sum: Any, total: float, models: Mapping[int, Any], weights: Mapping[int, float]
-) -> tuple[Any, float]:
+    running_sum: V, total: float, models: Mapping[int, V], weights: Mapping[int, float]
+) -> tuple[V, float]:
     """Add the weighted models of one resident batch to a running sum and its weight."""
     for j, model in models.items():
         running_sum = running_sum + model * weights[j]
@@ -29,13 +45,13 @@ def add_models(
 
 
 def streaming_average(
-    own_model: Any,
+    own_model: V,
     own_weight: float,
     peers: Sequence[int],
     weights: Mapping[int, float],
-    load: BatchLoader,
+    load: BatchLoader[V],
     batch_size: int | None,
-) -> tuple[Any, list[int]]:
+) -> tuple[V, list[int]]:
     """avg({own} ∪ peers) holding at most ``batch_size`` peer models at once.
 
     Returns the average and the peers that actually contributed (fetch failures are skipped).

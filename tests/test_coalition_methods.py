@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -37,7 +38,8 @@ from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.fedcollab import coalition_objective, place_new_client
 from collabfl.strategies.fedcollab_method import FedCollab
 from collabfl.strategies.local import Local
-from collabfl.strategies.protocol import Instruction, Reply, Verb
+from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.verbs import Discriminate, Verb
 
 LENGTH = 40  # MNIST-1D's signal length, so the project's CNN applies
 FAST = DistanceSettings(rounds=60, local_steps=5, lr=0.05, patience=60, hidden=32)
@@ -152,7 +154,7 @@ def test_distances_separate_same_and_disjoint_label_clients():
     # All ten pairs advance together: one message per client per step.
     assert len(pool.sends) == estimate.steps == FAST.rounds
     assert all(len(sent) == 5 for sent in pool.sends)
-    assert all(len(i.config["peers"]) == 4 for i in pool.sends[0].values())
+    assert all(len(i.task.peers) == 4 for i in pool.sends[0].values())
     numel = pool.sends[1][0].model.numel() // 4
     assert estimate.model_bytes == (FAST.rounds * 2 - 1) * 10 * 2 * numel * 4
 
@@ -197,37 +199,28 @@ def test_pairs_with_a_newcomer_and_json_round_trip():
     assert DistanceEstimate.from_json(json.loads(json.dumps(estimate.to_json()))) == estimate
 
 
-DISCRIMINATE_ONE_PEER = {
-    "peers": [1],
-    "targets": [1],
-    "samples": 50,
-    "step": 0,
-    "local_steps": 1,
-    "lr": 0.1,
-    "batch_size": 8,
-    "hidden": 4,
-}
-"""A DISCRIMINATE config for client 0 against client 1 (``features`` added per test)."""
+DISCRIMINATE_ONE_PEER = Discriminate(
+    peers=(1,), targets=(1,), samples=50, step=0, local_steps=1, lr=0.1, batch_size=8, hidden=4
+)
+"""A DISCRIMINATE task for client 0 against client 1 (``features`` replaced per test)."""
 
 
 def test_node_rejects_discriminators_of_the_wrong_size():
     node = _federation().nodes[0]
-    config = {**DISCRIMINATE_ONE_PEER, "features": "raw"}
+    task = replace(DISCRIMINATE_ONE_PEER, features="raw")
     with pytest.raises(ValueError, match="expected 1 discriminators"):
-        node.handle(Instruction(Verb.DISCRIMINATE, 0, config, torch.zeros(7)))
+        node.handle(Instruction(0, task, torch.zeros(7)))
     with pytest.raises(ValueError, match="cannot train a discriminator"):
-        node.handle(Instruction(Verb.DISCRIMINATE, 0, {**config, "samples": 10_000}))
+        node.handle(Instruction(0, replace(task, samples=10_000)))
     with pytest.raises(ValueError, match="unknown discriminator features"):
-        node.handle(Instruction(Verb.DISCRIMINATE, 0, {**config, "features": "pixels"}))
+        node.handle(Instruction(0, replace(task, features="pixels")))
 
 
 def test_frozen_feature_extractor_feeds_the_last_layers_input():
     node = _federation().nodes[0]
-    config = DISCRIMINATE_ONE_PEER
-    raw = node.handle(Instruction(Verb.DISCRIMINATE, 0, {**config, "features": "raw"}))
-    embedded = node.handle(
-        Instruction(Verb.DISCRIMINATE, 0, {**config, "features": "initial_model"})
-    )
+    task = DISCRIMINATE_ONE_PEER
+    raw = node.handle(Instruction(0, replace(task, features="raw")))
+    embedded = node.handle(Instruction(0, replace(task, features="initial_model")))
     assert raw.model.numel() == discriminator_numel(LENGTH + 10, 4)
     last = [m for m in node.workspace.module.modules() if isinstance(m, torch.nn.Linear)][-1]
     assert embedded.model.numel() == discriminator_numel(last.in_features + 10, 4)
@@ -241,7 +234,7 @@ def test_fedcollab_groups_alike_clients_and_trains_inside_coalitions():
     outcomes = list(_fedcollab().rounds(pool, 2))
     assert [o.coalitions for o in outcomes] == [[[0, 1, 2], [3, 4]]] * 2
     metrics = outcomes[-1].metrics
-    assert [metrics[k]["coalition"] for k in range(5)] == [0, 0, 0, 1, 1]
+    assert [metrics[k].coalition for k in range(5)] == [0, 0, 0, 1, 1]
     edges = {(i, j) for i, j, _ in outcomes[-1].graph}
     assert edges == {(i, j) for c in ([0, 1, 2], [3, 4]) for i in c for j in c if i != j}
     # Lockstep: one merged send per FedAvg phase (train, evaluate) per round.
@@ -258,7 +251,7 @@ def test_fedcollab_c_zero_keeps_everyone_alone_and_local():
     outcome = next(iter(_fedcollab(c=0.0).rounds(pool, 1)))
     assert outcome.coalitions == [[k] for k in range(5)]
     train = pool.sends[FAST.rounds]
-    assert all(i.config["slot"] == "model" and i.model is None for i in train.values())
+    assert all(i.task.slot == "model" and i.model is None for i in train.values())
     assert outcome.graph == []
 
 
@@ -290,9 +283,9 @@ def test_a_late_joiner_is_placed_where_the_objective_is_lowest():
         if any(i.verb is Verb.DISCRIMINATE and i.round == 1 for i in s.values())
     ]
     assert late and all(sorted(s) == [0, 1, 2, 3, 4] for s in late)
-    assert sorted(late[0][4].config["peers"]) == [0, 1, 2, 3]
-    assert late[0][0].config["peers"] == [4]
-    assert outcomes[2].metrics[4]["coalition"] == 1
+    assert sorted(late[0][4].task.peers) == [0, 1, 2, 3]
+    assert late[0][0].task.peers == (4,)
+    assert outcomes[2].metrics[4].coalition == 1
 
 
 def test_objective_of_the_found_coalitions_is_no_worse_than_alternatives():
@@ -327,8 +320,8 @@ def test_equilibrium_coalitions_follow_from_the_clients_ocs():
             assert {GROUPS[j][0] for j in first[k]} == {GROUPS[k][0]}
     searches = [s for s in pool.sends if next(iter(s.values())).verb is Verb.COLLABORATE]
     assert len(searches) == len(search["iterations"])
-    assert [next(iter(s.values())).config["step"] for s in searches] == list(range(len(searches)))
-    assert all(i.config["assign"] is False for s in searches for i in s.values())
+    assert [next(iter(s.values())).task.step for s in searches] == list(range(len(searches)))
+    assert all(i.task.assign is False for s in searches for i in s.values())
     assert outcomes[1].coalitions == coalitions
 
 

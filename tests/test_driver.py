@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
 import pytest
+import torch
 
 from collabfl.coordinator.driver import MeteredPool, drive
-from collabfl.strategies.protocol import ClientPool, Instruction, Reply, Verb, broadcast
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import ClientPool, Instruction, Reply, broadcast
 from collabfl.strategies.rounds import Resume, RoundOutcome, first_round
+from collabfl.strategies.verbs import Evaluate, Train
 
-MODEL = np.zeros(8, dtype=np.float32)  # 32 bytes
+MODEL = torch.zeros(8, dtype=torch.float32)  # 32 bytes
 
 
 class ScriptedPool:
@@ -22,7 +24,7 @@ class ScriptedPool:
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
         uploads = {0: MODEL[:4], 1: None}
-        return {k: Reply({}, uploads[k]) for k in instructions if k in uploads}
+        return {k: Reply(ClientMetrics(), uploads[k]) for k in instructions if k in uploads}
 
 
 class SendsTheModel:
@@ -34,8 +36,8 @@ class SendsTheModel:
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
         for t in range(first_round(resume), num_rounds):
-            replies = broadcast(pool, Verb.TRAIN, t, model=MODEL)
-            yield RoundOutcome(t, {k: {} for k in replies})
+            replies = broadcast(pool, t, Train(epochs=1.0), model=MODEL)
+            yield RoundOutcome(t, {k: ClientMetrics() for k in replies})
 
 
 class ListRecorder:
@@ -52,12 +54,12 @@ class ListRecorder:
 
 def test_metered_pool_charges_what_moved_to_and_from_clients_that_answered():
     pool = MeteredPool(ScriptedPool())
-    instruction = Instruction(Verb.TRAIN, 0, {}, MODEL)
+    instruction = Instruction(0, Train(epochs=1.0), MODEL)
     replies = pool.send(dict.fromkeys((0, 1, 2), instruction))
     assert sorted(replies) == [0, 1]
     assert pool.take_coordinator_bytes() == {0: 32 + 16, 1: 32}
     assert pool.take_coordinator_bytes() == {}
-    pool.send({1: Instruction(Verb.EVALUATE, 1)})
+    pool.send({1: Instruction(1, Evaluate())})
     assert pool.take_coordinator_bytes() == {1: 0}
 
 

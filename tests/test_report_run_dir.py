@@ -9,6 +9,7 @@ from collabfl.coordinator.config import load_config
 from collabfl.coordinator.methods import parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder
 from collabfl.coordinator.report.run_dir import RunWriter, read_run
+from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.rounds import RoundOutcome
 
 
@@ -135,7 +136,7 @@ def test_resume_truncates_coalitions_like_metrics(tmp_path: Path) -> None:
 def test_recorder_writes_coalitions_and_summarises_them(tmp_path: Path) -> None:
     spec = parse_method_spec("fedavg", load_config(None))
     recorder = MethodRecorder(spec, tmp_path, 3, "mlp", 100)
-    metrics = {c: {"best_test_acc": 0.5, "coalition": int(c > 0)} for c in range(3)}
+    metrics = {c: ClientMetrics(best_test_acc=0.5, coalition=int(c > 0)) for c in range(3)}
     recorder.record(RoundOutcome(0, metrics, coalitions=[[0], [1, 2]]), {})
     recorder.record(RoundOutcome(1, metrics), {})
     summary = recorder.finish(1.0)

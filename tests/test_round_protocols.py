@@ -1,4 +1,4 @@
-"""Round protocols of the methods, driven against a scripted ClientPool (no torch, no I/O)."""
+"""Round protocols of the methods, driven against a scripted ClientPool (no training, no I/O)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
+import torch
 
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.ditto import Ditto
@@ -14,9 +15,11 @@ from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.ipfl import ClientProfile
 from collabfl.strategies.ipfl_method import IPFL
 from collabfl.strategies.local import Local
+from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph_method import PFedGraph
-from collabfl.strategies.protocol import Instruction, Reply, Verb
+from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.rounds import Resume, weighted_average
+from collabfl.strategies.verbs import Collaborate, Train, Verb
 
 
 class ScriptedPool:
@@ -24,7 +27,7 @@ class ScriptedPool:
 
     def __init__(self, counts: Mapping[int, int], vanish_after: dict[int, int] | None = None):
         self._counts = dict(counts)
-        self.models = {k: np.zeros(2) for k in counts}
+        self.models = {k: torch.zeros(2) for k in counts}
         self.log: list[tuple[int, Instruction]] = []
         self.vanish_after = vanish_after or {}
 
@@ -39,19 +42,18 @@ class ScriptedPool:
                 continue
             self.log.append((k, ins))
             if ins.model is not None:
-                self.models[k] = np.asarray(ins.model, dtype=float).copy()
-            config = ins.config
-            if ins.verb is Verb.TRAIN:
+                self.models[k] = ins.model.clone()
+            task = ins.task
+            if isinstance(task, Train):
                 self.models[k] = self.models[k] + k
-                upload = self.models[k].copy() if config.get("upload") else None
-                replies[k] = Reply({"train_loss": 1.0}, upload)
-            elif ins.verb is Verb.COLLABORATE:
-                candidates = list(config["candidates"])
-                budget = config["budget"]
-                chosen = candidates if budget < 0 else candidates[:budget]
-                replies[k] = Reply({"chosen": chosen, "num_collaborators": len(chosen)})
+                upload = self.models[k].clone() if task.upload else None
+                replies[k] = Reply(ClientMetrics(train_loss=1.0), upload)
+            elif isinstance(task, Collaborate):
+                candidates = task.candidates
+                chosen = candidates if task.budget is None else candidates[: task.budget]
+                replies[k] = Reply(ClientMetrics(chosen=chosen, num_collaborators=len(chosen)))
             else:
-                replies[k] = Reply({"test_acc": 0.5, "best_test_acc": 0.5})
+                replies[k] = Reply(ClientMetrics(test_acc=0.5, best_test_acc=0.5))
         return replies
 
 
@@ -66,7 +68,7 @@ def test_fedavg_averages_by_sample_count_and_finetunes():
     evaluations = [ins for _, ins in pool.log if ins.verb is Verb.EVALUATE and ins.round == 0]
     np.testing.assert_allclose(evaluations[0].model, [1.5, 1.5])
     finetune = [ins for _, ins in pool.log if ins.round == 2 and ins.verb is Verb.TRAIN]
-    assert len(finetune) == 3 and finetune[0].config["from_best"] == "global"
+    assert len(finetune) == 3 and finetune[0].task.from_best == "global"
     assert all(o.graph is None for o in outcomes)
 
 
@@ -84,61 +86,61 @@ def test_dpfl_sends_only_indices_and_sizes():
     outcomes = list(DPFL(epochs=1, init_epochs=3, budget=1).rounds(pool, 3))
     assert all(ins.model is None for _, ins in pool.log)
     first = {k: ins for k, ins in pool.log if ins.verb is Verb.COLLABORATE and ins.round == 0}
-    assert first[1].config["candidates"] == [0, 2]
-    assert first[1].config["weights"] == [10.0, 60.0]
-    assert first[1].config["search"] == "greedy"
+    assert first[1].task.candidates == (0, 2)
+    assert first[1].task.weights == (10.0, 60.0)
+    assert first[1].task.search == "greedy"
     init_train = [ins for _, ins in pool.log if ins.verb is Verb.TRAIN and ins.round == 0]
-    assert all(ins.config["epochs"] == 3 and ins.config["publish"] for ins in init_train)
+    assert all(ins.task.epochs == 3 and ins.task.publish for ins in init_train)
     later = {k: ins for k, ins in pool.log if ins.verb is Verb.COLLABORATE and ins.round == 1}
     # Later rounds search only within Ω_k chosen in round 0 (the first candidate here).
-    assert later[1].config["candidates"] == [0]
+    assert later[1].task.candidates == (0,)
     assert outcomes[0].graph == [(0, 1, 30 / 40), (1, 0, 10 / 40), (2, 0, 10 / 70)]
 
 
 def test_dpfl_select_every_reuses_the_last_choice():
     pool = ScriptedPool(COUNTS)
     list(DPFL(epochs=1, init_epochs=1, budget=None, select_every=2).rounds(pool, 4))
-    searches = [
-        ins.config["search"] for k, ins in pool.log if ins.verb is Verb.COLLABORATE and k == 0
-    ]
+    searches = [ins.task.search for k, ins in pool.log if ins.verb is Verb.COLLABORATE and k == 0]
     assert searches == ["greedy", "greedy", "none", "greedy"]
 
 
 def test_dpfl_random_graph_and_vanished_peer():
     pool = ScriptedPool(COUNTS, vanish_after={2: 0})
     list(DPFL(epochs=1, init_epochs=1, budget=None, graph="random").rounds(pool, 2))
-    first = [ins.config["search"] for _, ins in pool.log if ins.verb is Verb.COLLABORATE]
+    first = [ins.task.search for _, ins in pool.log if ins.verb is Verb.COLLABORATE]
     assert first[:3] == ["random"] * 3
     round_one = {k: ins for k, ins in pool.log if ins.verb is Verb.COLLABORATE and ins.round == 1}
     assert sorted(round_one) == [0, 1]
-    assert 2 not in round_one[0].config["candidates"]
+    assert 2 not in round_one[0].task.candidates
 
 
 def test_ditto_evaluates_the_personal_model_with_prox_to_global():
     pool = ScriptedPool(COUNTS)
     list(Ditto(epochs=1, lam=0.5).rounds(pool, 1))
-    personal = [ins for _, ins in pool.log if ins.config.get("slot") == "personal"]
-    assert personal[0].config["prox_mu"] == 0.5 and personal[0].config["prox_slot"] == "global"
+    personal = [ins for _, ins in pool.log if getattr(ins.task, "slot", None) == "personal"]
+    assert personal[0].task.prox_mu == 0.5 and personal[0].task.prox_slot == "global"
     assert personal[-1].verb is Verb.EVALUATE
 
 
 def test_local_never_moves_models():
     pool = ScriptedPool(COUNTS)
     list(Local(epochs=1).rounds(pool, 2))
-    assert all(ins.model is None and not ins.config.get("upload") for _, ins in pool.log)
+    assert all(ins.model is None and not getattr(ins.task, "upload", False) for _, ins in pool.log)
 
 
 def test_edges_weight_by_sample_count():
-    replies = {0: Reply({"chosen": [1, 2]}), 1: Reply({"chosen": []})}
+    replies = {0: Reply(ClientMetrics(chosen=(1, 2))), 1: Reply(ClientMetrics(chosen=()))}
     assert collaboration_edges(replies, COUNTS) == [(0, 1, 0.3), (0, 2, 0.6)]
 
 
 def test_weighted_average_validates_input():
-    np.testing.assert_allclose(weighted_average([np.ones(2), np.zeros(2)], [1, 3]), [0.25, 0.25])
+    np.testing.assert_allclose(
+        weighted_average([torch.ones(2), torch.zeros(2)], [1, 3]), [0.25, 0.25]
+    )
     with pytest.raises(ValueError, match="empty"):
         weighted_average([], [])
     with pytest.raises(ValueError, match="positive"):
-        weighted_average([np.ones(2)], [0])
+        weighted_average([torch.ones(2)], [0])
 
 
 @pytest.mark.parametrize(
@@ -166,7 +168,7 @@ def test_resume_continues_exactly_where_the_checkpoint_left(method):
     checkpoint = [next(outcomes), next(outcomes)][-1].checkpoint
     outcomes.close()
     resumed = ScriptedPool(COUNTS)
-    resumed.models = {k: v.copy() for k, v in first.models.items()}
+    resumed.models = {k: v.clone() for k, v in first.models.items()}
     later = list(method.rounds(resumed, 4, Resume(1, checkpoint)))
     assert later[0].round == 2
 
@@ -176,8 +178,8 @@ def test_resume_continues_exactly_where_the_checkpoint_left(method):
                 k,
                 ins.verb,
                 ins.round,
-                dict(ins.config),
-                None if ins.model is None else list(ins.model),
+                ins.task,
+                None if ins.model is None else ins.model.tolist(),
             )
             for k, ins in pool.log
             if ins.round >= 2
@@ -200,7 +202,7 @@ def test_dpfl_candidate_order_does_not_depend_on_reply_order():
 
     def candidates(pool):
         return sorted(
-            (k, ins.round, list(ins.config["candidates"]))
+            (k, ins.round, list(ins.task.candidates))
             for k, ins in pool.log
             if ins.verb is Verb.COLLABORATE
         )
@@ -220,9 +222,9 @@ def test_pfedgraph_sends_each_client_its_aggregate_and_regulariser_target():
     )
     outcomes = list(method.rounds(pool, 2))
     trains = {(k, ins.round): ins for k, ins in pool.log if ins.verb is Verb.TRAIN}
-    assert trains[(0, 0)].model is None and trains[(0, 0)].config["align_lam"] == 0.0
-    assert trains[(0, 1)].config["align_lam"] == 0.01 and trains[(0, 1)].model is not None
-    assert trains[(2, 0)].config["attack"] == "sign_flip" and "attack" not in trains[(0, 0)].config
+    assert trains[(0, 0)].model is None and trains[(0, 0)].task.align_lam == 0.0
+    assert trains[(0, 1)].task.align_lam == 0.01 and trains[(0, 1)].model is not None
+    assert trains[(2, 0)].task.attack == "sign_flip" and trains[(0, 0)].task.attack is None
     # Round 0 uploads are 0, 1, 2 (the scripted training adds the client id to zeros).
     uploads = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
     prior = np.array([10, 30, 60]) / 100
@@ -233,8 +235,8 @@ def test_pfedgraph_sends_each_client_its_aggregate_and_regulariser_target():
     graph = {(i, j): w for i, j, w in outcomes[0].graph}
     assert all(i != j for i, j in graph)
     assert graph.get((0, 1), 0.0) == pytest.approx(weights[0, 1])
-    assert outcomes[0].metrics[2]["malicious"] is True
-    assert "malicious" not in outcomes[0].metrics[0]
+    assert outcomes[0].metrics[2].malicious is True
+    assert outcomes[0].metrics[0].malicious is None
 
 
 def test_ipfl_prices_imports_and_sends_proximal_centres():
@@ -243,15 +245,15 @@ def test_ipfl_prices_imports_and_sends_proximal_centres():
     method = IPFL(epochs=1, initial_model=np.array([0.3, -0.1]), profiles=profiles, lam=0.1)
     outcomes = list(method.rounds(pool, 2))
     trains = {(k, ins.round): ins for k, ins in pool.log if ins.verb is Verb.TRAIN}
-    assert "prox_mu" not in trains[(0, 0)].config and trains[(0, 0)].model is None
-    assert trains[(0, 1)].config["prox_mu"] == pytest.approx(0.1)
-    assert trains[(0, 1)].config["prox_slot"] == "centre" and trains[(0, 1)].model is not None
+    assert trains[(0, 0)].task.prox_mu == 0.0 and trains[(0, 0)].model is None
+    assert trains[(0, 1)].task.prox_mu == pytest.approx(0.1)
+    assert trains[(0, 1)].task.prox_slot == "centre" and trains[(0, 1)].model is not None
     first = outcomes[0]
-    assert sum(first.metrics[k]["payment"] for k in COUNTS) == pytest.approx(0.0, abs=1e-9)
+    assert sum(first.metrics[k].payment for k in COUNTS) == pytest.approx(0.0, abs=1e-9)
     for k, metrics in first.metrics.items():
-        expected = metrics["gain"] - metrics["sharing_cost"] - metrics["payment"]
-        assert metrics["utility"] == pytest.approx(expected)
-        assert metrics["imports"] == sorted(j for i, j, _ in first.graph if i == k)
+        expected = metrics.gain - metrics.sharing_cost - metrics.payment
+        assert metrics.utility == pytest.approx(expected)
+        assert list(metrics.imports) == sorted(j for i, j, _ in first.graph if i == k)
     evaluations = [ins for _, ins in pool.log if ins.verb is Verb.EVALUATE]
     assert all(ins.model is None for ins in evaluations)  # each client keeps its own model
 
@@ -262,8 +264,8 @@ def test_fedavg_attackers_poison_their_uploads_and_are_reported():
         FedAvg(epochs=1, attackers=Attackers("all_ones", frozenset({1}))).rounds(pool, 1)
     )
     trains = {k: ins for k, ins in pool.log if ins.verb is Verb.TRAIN}
-    assert trains[1].config["attack"] == "all_ones" and "attack" not in trains[0].config
-    assert outcomes[0].metrics[1]["malicious"] is True and "malicious" not in outcomes[0].metrics[0]
+    assert trains[1].task.attack == "all_ones" and trains[0].task.attack is None
+    assert outcomes[0].metrics[1].malicious is True and outcomes[0].metrics[0].malicious is None
 
 
 def test_attackers_are_a_seeded_share():

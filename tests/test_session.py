@@ -9,9 +9,11 @@ import torch
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import load_client_file, save_client_file
 from collabfl.client.peers import MemoryModelStore
-from collabfl.flower.session import NodeState, RunSettings, open_node
+from collabfl.flower.run_setup import RunSettings
+from collabfl.flower.session import NodeState, open_node
 from collabfl.kernel.training import TrainingConfig
-from collabfl.strategies.protocol import Instruction, Verb
+from collabfl.strategies.protocol import Instruction
+from collabfl.strategies.verbs import Evaluate, Train
 
 
 def _data(path, seed: int = 0):
@@ -35,7 +37,7 @@ def _node(tmp_path, state: NodeState):
 
 
 def _train(node, round_index: int):
-    return node.handle(Instruction(Verb.TRAIN, round_index, {"slot": "model", "epochs": 1}))
+    return node.handle(Instruction(round_index, Train(epochs=1)))
 
 
 def test_client_file_round_trip_and_errors(tmp_path):
@@ -57,7 +59,7 @@ def test_state_survives_a_new_process(tmp_path):
     state.write_settings(_settings())
     node = _node(tmp_path, state)
     _train(node, 0)
-    node.handle(Instruction(Verb.EVALUATE, 0, {"slot": "model"}))
+    node.handle(Instruction(0, Evaluate()))
     state.save(node)
     again = _node(tmp_path, NodeState(tmp_path / "state"))
     assert torch.equal(again.slots["model"], node.slots["model"])

@@ -4,7 +4,6 @@ equilibrium estimating OCSs with SPO end to end on real ClientNodes (in-process 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,9 +17,11 @@ from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.training import TensorData, TrainingConfig
 from collabfl.strategies.equilibrium_method import CollaborationEquilibrium
-from collabfl.strategies.protocol import Instruction, Reply, Verb
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.spo import OracleError, SpoSettings, spo_estimator
 from collabfl.strategies.spo_federated import PoolLossOracle, SpoSearch
+from collabfl.strategies.verbs import Gradient, Verb
 
 QUICK = SpoSettings(hypernet_steps=100, search_steps=20, hypernet_lr=3e-4)
 
@@ -65,21 +66,21 @@ def test_gradient_matches_autograd_on_the_whole_split():
     node = _federation().nodes[0]
     vector = node.initial_model + 0.01 * torch.randn(node.initial_model.shape)
     for split, data in (("val", node.data.val), ("train", node.data.train)):
-        config = {"split": split, "batch_size": 0, "step": 0}
-        reply = node.handle(Instruction(Verb.GRADIENT, 0, config, vector))
+        task = Gradient(split, batch_size=0, step=0)
+        reply = node.handle(Instruction(0, task, vector))
         loss, gradient = _reference(vector, data)
-        assert reply.metrics["loss"] == pytest.approx(loss, rel=1e-5)
-        assert reply.metrics["samples"] == len(data)
+        assert reply.metrics.loss == pytest.approx(loss, rel=1e-5)
+        assert reply.metrics.samples == len(data)
         torch.testing.assert_close(reply.model, gradient, rtol=1e-4, atol=1e-6)
 
 
 def test_gradient_chunks_add_up_to_the_whole_split():
     node = _federation().nodes[0]
-    config = {"split": "train", "batch_size": 0, "step": 0}
-    whole = node.handle(Instruction(Verb.GRADIENT, 0, config, node.initial_model))
+    task = Gradient("train", batch_size=0, step=0)
+    whole = node.handle(Instruction(0, task, node.initial_model))
     node.training = node.training.model_copy(update={"eval_batch_size": 7})
-    chunked = node.handle(Instruction(Verb.GRADIENT, 0, config, node.initial_model))
-    assert chunked.metrics["loss"] == pytest.approx(whole.metrics["loss"], rel=1e-5)
+    chunked = node.handle(Instruction(0, task, node.initial_model))
+    assert chunked.metrics.loss == pytest.approx(whole.metrics.loss, rel=1e-5)
     torch.testing.assert_close(chunked.model, whole.model, rtol=1e-4, atol=1e-6)
 
 
@@ -87,12 +88,12 @@ def test_train_mini_batches_are_seeded_by_step():
     node = _federation().nodes[0]
 
     def ask(step: int) -> Reply:
-        config = {"split": "train", "batch_size": 16, "step": step}
-        return node.handle(Instruction(Verb.GRADIENT, 0, config, node.initial_model))
+        task = Gradient("train", batch_size=16, step=step)
+        return node.handle(Instruction(0, task, node.initial_model))
 
     first, again, other = ask(0), ask(0), ask(1)
-    assert first.metrics["samples"] == 16
-    assert first.metrics["loss"] == again.metrics["loss"]
+    assert first.metrics.samples == 16
+    assert first.metrics.loss == again.metrics.loss
     torch.testing.assert_close(first.model, again.model, rtol=0, atol=0)
     assert not torch.equal(first.model, other.model)
 
@@ -100,24 +101,24 @@ def test_train_mini_batches_are_seeded_by_step():
 def test_gradient_leaves_the_slots_alone():
     node = _federation().nodes[0]
     before = node.slot("model").clone()
-    config = {"split": "val", "batch_size": 0, "step": 0}
-    node.handle(Instruction(Verb.GRADIENT, 0, config, torch.zeros_like(before)))
+    task = Gradient("val", batch_size=0, step=0)
+    node.handle(Instruction(0, task, torch.zeros_like(before)))
     torch.testing.assert_close(node.slot("model"), before, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
-    ("config", "model", "message"),
+    ("split", "model", "message"),
     [
-        ({"split": "val"}, None, "must carry the model"),
-        ({"split": "test"}, "initial", "split must be 'train' or 'val'"),
-        ({"split": "val"}, "short", "shape"),
+        ("val", None, "must carry the model"),
+        ("test", "initial", "split must be 'train' or 'val'"),
+        ("val", "short", "shape"),
     ],
 )
-def test_bad_gradient_instructions_are_refused(config, model, message):
+def test_bad_gradient_instructions_are_refused(split, model, message):
     node = _federation().nodes[0]
     vector = {"initial": node.initial_model, "short": node.initial_model[:-1], None: None}[model]
     with pytest.raises(ValueError, match=message):
-        node.handle(Instruction(Verb.GRADIENT, 0, config, vector))
+        node.handle(Instruction(0, Gradient(split), vector))
 
 
 # --- the pool-backed oracle ---------------------------------------------------------------------
@@ -132,29 +133,27 @@ def test_pool_oracle_answers_for_every_client_with_unique_steps():
         reply = oracle.loss_and_grad({0: start, 3: start}, "train")
         assert sorted(reply) == [0, 3]
         assert all(grad.shape == start.shape for _, grad in reply.values())
-    assert [s[0].config["step"] for s in pool.sends] == [0, 1]
-    assert all(
-        i.verb is Verb.GRADIENT and i.config["batch_size"] == 8 for i in pool.sends[0].values()
-    )
+    assert [s[0].task.step for s in pool.sends] == [0, 1]
+    assert all(i.verb is Verb.GRADIENT and i.task.batch_size == 8 for i in pool.sends[0].values())
 
 
-class ArrayPool:
-    """Client 0 answers with a float64 NumPy array, client 1 with nothing usable."""
+class GradientlessPool:
+    """Client 0 answers with a gradient, client 1 without one."""
 
     def __init__(self) -> None:
         self.sample_counts = {0: 1, 1: 1}
 
     def send(self, instructions):
-        answers = {0: np.ones(3), 1: "not a gradient"}
-        return {k: Reply({"loss": 1.0}, answers[k]) for k in instructions}
+        answers = {0: torch.ones(3), 1: None}
+        return {k: Reply(ClientMetrics(loss=1.0), answers[k]) for k in instructions}
 
 
 def test_pool_oracle_brings_gradients_to_cpu_tensors():
     models = {0: torch.zeros(3), 1: torch.zeros(3)}
-    reply = PoolLossOracle(ArrayPool(), 0, 0).loss_and_grad(models, "val")
+    reply = PoolLossOracle(GradientlessPool(), 0, 0).loss_and_grad(models, "val")
     assert isinstance(reply[0][1], torch.Tensor)
     assert reply[0][1].device.type == "cpu"
-    assert reply[1][1] == "not a gradient"  # left for SPO's reply check to refuse
+    assert reply[1][1] is None  # left for SPO's reply check to refuse
 
 
 def test_a_vanished_client_is_named_by_the_oracle_error():
@@ -180,7 +179,7 @@ def test_spo_separates_clients_that_no_single_model_serves():
     assert search["iterations"] == [first_ocs]
     queries = [s for s in pool.sends if next(iter(s.values())).verb is Verb.GRADIENT]
     assert len(queries) == QUICK.hypernet_steps + QUICK.search_steps
-    assert [next(iter(s.values())).config["step"] for s in queries] == list(range(len(queries)))
+    assert [next(iter(s.values())).task.step for s in queries] == list(range(len(queries)))
     # SPO needs no warm-up: the first message of the run is a gradient query.
     assert next(iter(pool.sends[0].values())).verb is Verb.GRADIENT
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from collabfl.strategies.spo import SPLITS
+from collabfl.strategies.spo import SPLITS, Split
 
-LossFn = Callable[[torch.Tensor, str], torch.Tensor]
+LossFn = Callable[[torch.Tensor, Split], torch.Tensor]
 """A client's mean loss of a flat model vector on its "train" or "val" split (differentiable)."""
 
 
@@ -26,7 +26,7 @@ class InMemoryOracle:
         self.calls = 0
 
     def loss_and_grad(
-        self, models: Mapping[int, torch.Tensor], split: str
+        self, models: Mapping[int, torch.Tensor], split: Split
     ) -> dict[int, tuple[float, torch.Tensor]]:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")

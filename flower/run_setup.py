@@ -1,0 +1,90 @@
+"""A real federation's set-up exchange: the run's settings out, each client's description back.
+
+Before its first instruction a client gets the run's settings (``RunSettings``, which it also
+keeps in its state directory, flower/session.py) in a ``query.setup`` message and answers
+with who it is (``Description``, in the wire encoding of strategies.wire).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from flwr.app import ConfigRecord, RecordDict
+
+from collabfl.flower.codec import MESSAGE_PREFIX
+from collabfl.kernel.training import TrainingConfig
+from collabfl.strategies.wire import decode, encode
+
+SETUP_QUERY = "setup"
+"""The ClientApp query that handles the set-up message."""
+SETUP_MESSAGE = MESSAGE_PREFIX + SETUP_QUERY
+
+_SETTINGS, _DESCRIPTION = "run_settings", "description"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the coordinator's set-up message tells a client about the run."""
+
+    run_id: str
+    seed: int
+    model: str
+    device: str
+    threads: int
+    training: TrainingConfig
+
+    def to_json(self) -> str:
+        values = dataclasses.asdict(self)
+        values["training"] = self.training.model_dump()
+        return json.dumps(values, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSettings:
+        values = json.loads(text)
+        values["training"] = TrainingConfig.model_validate(values["training"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Description:
+    """What a client tells the coordinator at set-up: identity, sizes, where peers fetch its
+    models, and (for iPFL) the market profile it chose to report, if any."""
+
+    client_id: int
+    num_samples: int
+    num_classes: int
+    peer_address: str
+    cost: float | None = None
+    eagerness: float | None = None
+
+    @property
+    def market(self) -> dict[str, float]:
+        """The reported iPFL profile: ``cost`` and ``eagerness``, where given."""
+        values = {"cost": self.cost, "eagerness": self.eagerness}
+        return {k: v for k, v in values.items() if v is not None}
+
+
+def encode_settings(settings: RunSettings) -> RecordDict:
+    return RecordDict({_SETTINGS: ConfigRecord({_SETTINGS: settings.to_json()})})
+
+
+def decode_settings(content: RecordDict) -> RunSettings:
+    record = content.config_records.get(_SETTINGS)
+    text = None if record is None else record.get(_SETTINGS)
+    if not isinstance(text, str):
+        raise ValueError("set-up message carries no run settings")
+    return RunSettings.from_json(text)
+
+
+def encode_description(description: Description) -> RecordDict:
+    return RecordDict({_DESCRIPTION: ConfigRecord(encode(description))})
+
+
+def decode_description(content: RecordDict) -> Description:
+    """A client's description; ValueError if it is malformed in any way."""
+    record = content.config_records.get(_DESCRIPTION)
+    if record is None:
+        raise ValueError("set-up reply carries no description")
+    return decode(Description, record)
