@@ -27,8 +27,8 @@ from rich.console import Console
 
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.builtin_methods import distance_settings
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.experiment import model_name, prepare_data, run_comparison
+from collabfl.coordinator.config import load_config, model_name
+from collabfl.coordinator.experiment import prepare_data, run_comparison
 from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.methods import parse_method_spec
 from collabfl.coordinator.report.run_dir import read_run

@@ -28,8 +28,8 @@ from coalition_methods import cell, final_accuracies, ipr_rsd
 from rich.console import Console
 
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.experiment import model_name, prepare_data, run_comparison
+from collabfl.coordinator.config import load_config, model_name
+from collabfl.coordinator.experiment import prepare_data, run_comparison
 from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.methods import build_method, parse_method_spec
 from collabfl.coordinator.recording import safe_name

@@ -40,8 +40,8 @@ from torch import nn
 
 from collabfl.client.node import ClientSplits
 from collabfl.client.randomness import batch_generator
-from collabfl.coordinator.config import ExperimentConfig, load_config
-from collabfl.coordinator.experiment import model_name, prepare_data
+from collabfl.coordinator.config import ExperimentConfig, load_config, model_name
+from collabfl.coordinator.experiment import prepare_data
 from collabfl.coordinator.inprocess import InProcessFederation, build_federation
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model

@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from collabfl.coordinator.registry import REGISTRY
+from collabfl.kernel.models import DEFAULT_MODEL
 from collabfl.kernel.training import TrainingConfig
 
 
@@ -245,6 +246,12 @@ class ExperimentConfig(_Section):
     equilibrium: EquilibriumConfig = Field(default_factory=EquilibriumConfig)
     attack: AttackConfig = Field(default_factory=AttackConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+
+
+def model_name(config: ExperimentConfig) -> str:
+    """The model zoo entry a config asks for (``auto``: the dataset's default model)."""
+    name = config.model.name
+    return DEFAULT_MODEL[config.data.dataset] if name == "auto" else name
 
 
 def resolve_budget(budget: Budget, num_clients: int) -> int | None:

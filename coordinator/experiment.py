@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
@@ -24,19 +23,15 @@ from collabfl.client.data import (
     make_partition,
 )
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.config import ConfigError, ExperimentConfig
+from collabfl.coordinator.config import ConfigError, ExperimentConfig, model_name
 from collabfl.coordinator.driver import AfterRound, drive
 from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.methods import MethodSpec, build_method
 from collabfl.coordinator.recording import MethodRecorder, safe_name
-from collabfl.coordinator.report.plots import (
-    plot_accuracy_by_round,
-    plot_accuracy_vs_variance,
-)
-from collabfl.coordinator.report.run_dir import read_run
-from collabfl.coordinator.report.table import print_results, results_markdown
+from collabfl.coordinator.report.comparison import write_comparison
+from collabfl.coordinator.report.table import print_results
 from collabfl.kernel.flat import FlatModel
-from collabfl.kernel.models import DEFAULT_MODEL, build_model
+from collabfl.kernel.models import build_model
 from collabfl.strategies.rounds import RoundOutcome
 
 log = logging.getLogger(__name__)
@@ -91,11 +86,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: 'cuda' was requested but no CUDA device is available")
     return torch.device(name)
-
-
-def model_name(config: ExperimentConfig) -> str:
-    name = config.model.name
-    return DEFAULT_MODEL[config.data.dataset] if name == "auto" else name
 
 
 def run_comparison(
@@ -166,17 +156,6 @@ def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
     data = prepare_data(config)
     splits = [ClientSplits.from_data(client, device) for client in data.clients]
     return run_method(spec, data, splits, device, run_dir)
-
-
-def write_comparison(
-    out_dir: Path, summaries: list[dict[str, Any]], run_dirs: dict[str, Path]
-) -> None:
-    """The cross-method outputs: summary.json, results.md and the two comparison plots."""
-    runs = {label: read_run(path) for label, path in run_dirs.items()}
-    plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
-    plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png")
-    (out_dir / "summary.json").write_text(json.dumps(summaries, indent=2))
-    (out_dir / "results.md").write_text(results_markdown(summaries))
 
 
 def run_method(

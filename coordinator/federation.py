@@ -27,9 +27,10 @@ from rich.console import Console
 
 from collabfl.client.data.client_file import save_client_file
 from collabfl.coordinator.config import ExperimentConfig
-from collabfl.coordinator.experiment import prepare_data, write_comparison
+from collabfl.coordinator.experiment import prepare_data
 from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
+from collabfl.coordinator.report.comparison import write_comparison
 from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable

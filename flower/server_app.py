@@ -25,11 +25,11 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
-from collabfl.coordinator.config import ConfigError, validate_config
+from collabfl.coordinator.config import ConfigError, model_name, validate_config
 from collabfl.coordinator.driver import drive
-from collabfl.coordinator.experiment import model_name, write_comparison
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
+from collabfl.coordinator.report.comparison import write_comparison
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member

@@ -1,0 +1,26 @@
+"""The outputs that compare methods run on one federation: one summary, one table, two plots.
+
+Both runtimes write them: ``collabfl compare``/``simulate`` for every method they ran, the
+Flower ServerApp for the one method of a real federation's run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from collabfl.coordinator.report.plots import plot_accuracy_by_round, plot_accuracy_vs_variance
+from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.report.table import results_markdown
+
+
+def write_comparison(
+    out_dir: Path, summaries: list[dict[str, Any]], run_dirs: dict[str, Path]
+) -> None:
+    """The cross-method outputs: summary.json, results.md and the two comparison plots."""
+    runs = {label: read_run(path) for label, path in run_dirs.items()}
+    plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
+    plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png")
+    (out_dir / "summary.json").write_text(json.dumps(summaries, indent=2))
+    (out_dir / "results.md").write_text(results_markdown(summaries))
