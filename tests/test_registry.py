@@ -15,6 +15,7 @@ from collabfl.coordinator.methods import MethodSpec, parse_method_spec
 from collabfl.coordinator.registry import REGISTRY, FederationContext
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.strategies.local import Local
+from tests.support.cli_runs import invoke, set_args, without_timings
 
 TOY = "half_local"
 
@@ -43,39 +44,27 @@ def toy_method() -> Iterator[str]:
 
 
 def _args(cache: Path) -> list[str]:
-    overrides = [*TINY, f"data.cache_dir={json.dumps(str(cache))}"]
-    return [arg for o in overrides for arg in ("--set", o)]
-
-
-def _results(rows: list[dict]) -> list[dict]:
-    """Rows without the timings (``*_s``), which no two runs share."""
-    return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
-
-
-def _invoke(*args: str):
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return result
+    return set_args(TINY, cache)
 
 
 def test_a_registered_method_runs_from_the_cli(toy_method, tmp_path):
     cache = tmp_path / "cache"
     simulated = tmp_path / "simulate"
-    _invoke("simulate", *_args(cache), "--set", f"method={toy_method}", "--out", str(simulated))
+    invoke("simulate", *_args(cache), "--set", f"method={toy_method}", "--out", str(simulated))
     run = read_run(simulated / toy_method)
     assert run.summary["method"] == toy_method
     assert sorted({row["round"] for row in run.rows}) == [0, 1]
 
     compared = tmp_path / "compare"
     methods = f"local,local:epochs=0.5,{toy_method}"
-    result = _invoke("compare", *_args(cache), "--methods", methods, "--out", str(compared))
+    result = invoke("compare", *_args(cache), "--methods", methods, "--out", str(compared))
     summaries = json.loads((compared / "summary.json").read_text())
     assert [s["method"] for s in summaries] == methods.split(",")
     assert toy_method in result.output
     toy = read_run(compared / toy_method).rows
-    assert _results(toy) == _results(read_run(compared / "local_epochs_0.5").rows)
-    assert _results(toy) == _results(run.rows)
-    assert _results(toy) != _results(read_run(compared / "local").rows)
+    assert without_timings(toy) == without_timings(read_run(compared / "local_epochs_0.5").rows)
+    assert without_timings(toy) == without_timings(run.rows)
+    assert without_timings(toy) != without_timings(read_run(compared / "local").rows)
 
 
 def test_the_registry_is_the_only_place_a_name_is_added():

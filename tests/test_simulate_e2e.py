@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from collabfl.coordinator.cli import app, split_methods
 from collabfl.coordinator.report.run_dir import read_run
+from tests.support.cli_runs import invoke, set_args, without_timings
 
 SMALL = [
     "data.num_train=1200",
@@ -23,26 +24,14 @@ SMALL = [
 
 
 def _args(cache: Path, *extra: str) -> list[str]:
-    overrides = [*SMALL, f"data.cache_dir={json.dumps(str(cache))}", *extra]
-    return [arg for o in overrides for arg in ("--set", o)]
-
-
-def _results(rows: list[dict]) -> list[dict]:
-    """Rows without the timings (``*_s``), which no two runs share."""
-    return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
-
-
-def _invoke(*args: str):
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return result
+    return set_args([*SMALL, *extra], cache)
 
 
 @pytest.fixture(scope="module")
 def dpfl_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sim")
     out = root / "run"
-    _invoke("simulate", *_args(root / "cache"), "--out", str(out))
+    invoke("simulate", *_args(root / "cache"), "--out", str(out))
     return out
 
 
@@ -73,20 +62,20 @@ def test_dpfl_graph_respects_budget_every_round(dpfl_run):
         assert row["num_collaborators"] <= 2
 
 
-def test_same_seed_same_results(dpfl_run, tmp_path):
+def test_same_seed_samewithout_timings(dpfl_run, tmp_path):
     cache = dpfl_run.parent / "cache"
-    _invoke("simulate", *_args(cache), "--out", str(tmp_path / "again"))
-    first = _results(read_run(dpfl_run / "dpfl").rows)
-    second = _results(read_run(tmp_path / "again" / "dpfl").rows)
+    invoke("simulate", *_args(cache), "--out", str(tmp_path / "again"))
+    first = without_timings(read_run(dpfl_run / "dpfl").rows)
+    second = without_timings(read_run(tmp_path / "again" / "dpfl").rows)
     assert first == second
-    _invoke("simulate", *_args(cache, "seed=1"), "--out", str(tmp_path / "other"))
-    assert _results(read_run(tmp_path / "other" / "dpfl").rows) != first
+    invoke("simulate", *_args(cache, "seed=1"), "--out", str(tmp_path / "other"))
+    assert without_timings(read_run(tmp_path / "other" / "dpfl").rows) != first
 
 
 def test_compare_runs_every_method_on_one_partition(tmp_path):
     out = tmp_path / "cmp"
     methods = "local,fedavg_ft,ditto,dpfl_random:budget=1"
-    result = _invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    result = invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
     summaries = json.loads((out / "summary.json").read_text())
     assert [s["method"] for s in summaries] == methods.split(",")
     assert "dpfl_random:budget=1" in result.output
@@ -120,22 +109,22 @@ def test_split_methods_keeps_options_with_their_method():
 def test_parallel_compare_equals_sequential(tmp_path):
     methods = "local,dpfl"
     common = _args(tmp_path / "cache")
-    _invoke(
+    invoke(
         "compare", *common, "--set", "jobs=1", "--methods", methods, "--out", str(tmp_path / "a")
     )
-    _invoke(
+    invoke(
         "compare", *common, "--set", "jobs=2", "--methods", methods, "--out", str(tmp_path / "b")
     )
     for method in methods.split(","):
-        sequential = _results(read_run(tmp_path / "a" / method).rows)
-        parallel = _results(read_run(tmp_path / "b" / method).rows)
+        sequential = without_timings(read_run(tmp_path / "a" / method).rows)
+        parallel = without_timings(read_run(tmp_path / "b" / method).rows)
         assert sequential == parallel, method
 
 
 def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
     methods = "pfedgraph,pfedgraph:attack.kind=sign_flip,attack.fraction=0.34,similarity=head"
     out = tmp_path / "pfg"
-    _invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
     clean = read_run(out / "pfedgraph")
     assert sorted(clean.graphs) == [0, 1, 2]
     for matrix in clean.graphs.values():
@@ -152,7 +141,7 @@ def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
 def test_ipfl_market_with_roles_keeps_a_ledger(tmp_path):
     methods = "ipfl:sellers=0.17,buyers=0.17,attackers=0.17"
     out = tmp_path / "ipfl"
-    _invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
     records = read_run(out / "ipfl_sellers_0.17_buyers_0.17_attackers_0.17")
     for round_index in range(3):
         rows = [r for r in records.rows if r["round"] == round_index]

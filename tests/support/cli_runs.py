@@ -1,0 +1,30 @@
+"""Driving the ``collabfl`` command line in-process, as the end-to-end tests do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import Result
+from typer.testing import CliRunner
+
+from collabfl.coordinator.cli import app
+
+
+def set_args(overrides: list[str], cache: Path) -> list[str]:
+    """``--set`` arguments for ``overrides``, with the MNIST-1D cache in ``cache``."""
+    every = [*overrides, f"data.cache_dir={json.dumps(str(cache))}"]
+    return [arg for o in every for arg in ("--set", o)]
+
+
+def without_timings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows without the timings (``*_s``), which no two runs share."""
+    return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
+
+
+def invoke(*args: str) -> Result:
+    """Run the CLI; fail the test with its output unless it exits 0."""
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
