@@ -8,6 +8,7 @@ count it identically.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,9 +17,15 @@ from collabfl.coordinator.recording import MethodRecorder
 from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, Reply
 from collabfl.strategies.rounds import Method, Resume, RoundOutcome
 
+
+class RunStopped(Exception):
+    """Raised by an after-round hook when an operator stopped the run: not an error, the
+    run ends with what it has."""
+
+
 AfterRound = Callable[[RoundOutcome, list[dict[str, Any]]], None]
 """Called after each recorded round with its outcome and metrics rows; may raise to end
-the run (the Flower runtime's StopRequested)."""
+the run (``RunStopped`` when an operator stopped it)."""
 
 
 class MeteredPool:
@@ -61,10 +68,23 @@ def drive(
     resume: Resume | None = None,
 ) -> dict[str, Any]:
     """Run ``method`` to the end (or from ``resume``), recording every round; return the
-    run's summary."""
+    run's summary. A hook raising ``RunStopped`` ends the run early with a summary marked
+    "stopped"; any other exception marks it "interrupted" and propagates."""
     metered = MeteredPool(pool)
     started = time.perf_counter()
-    for outcome in method.rounds(metered, rounds, resume):
-        rows = recorder.record(outcome, metered.take_coordinator_bytes())
-        after_round(outcome, rows)
+    recorded = False
+    try:
+        for outcome in method.rounds(metered, rounds, resume):
+            rows = recorder.record(outcome, metered.take_coordinator_bytes())
+            recorded = True
+            after_round(outcome, rows)
+    except RunStopped:
+        return recorder.finish(time.perf_counter() - started, "stopped")
+    except BaseException:
+        # A run cut short still gets a summary of what it did, marked so that nobody
+        # mistakes it for a finished one; a resumed run replaces it.
+        if recorded:
+            with contextlib.suppress(Exception):
+                recorder.finish(time.perf_counter() - started, "interrupted")
+        raise
     return recorder.finish(time.perf_counter() - started)

@@ -57,9 +57,16 @@ class MethodRecorder:
             self.writer.log_coalitions(outcome.round, outcome.coalitions)
         return rows
 
-    def finish(self, wall_time_s: float) -> dict[str, Any]:
+    def finish(self, wall_time_s: float, status: str = "finished") -> dict[str, Any]:
+        """Write the summary (``status``: how the run ended) and the graph heatmaps."""
         records = read_run(self.run_dir)
-        summary = summarize(records, method=self.spec.label, wall_time_s=wall_time_s)
+        summary = summarize(
+            records,
+            method=self.spec.label,
+            wall_time_s=wall_time_s,
+            num_clients=self.num_clients,
+            status=status,
+        )
         summary["model_bytes"] = self.model_bytes
         summary["budget"] = records.config["resolved"]["budget"]
         self.writer.write_summary(summary)

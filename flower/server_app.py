@@ -26,7 +26,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.config import ConfigError, model_name, validate_config
-from collabfl.coordinator.driver import drive
+from collabfl.coordinator.driver import RunStopped, drive
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
 from collabfl.coordinator.report.comparison import write_comparison
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 app = ServerApp()
 
 
-class StopRequested(Exception):
-    """An operator asked the run to stop."""
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     run_id = str(context.run_config["run-id"])
@@ -65,12 +61,10 @@ def main(grid: Grid, context: Context) -> None:
             coordinator.finish_run(run_id, "failed", f"invalid run config: {error}")
             raise
         try:
-            run_federated(grid, coordinator, run_id, spec, options)
+            status = run_federated(grid, coordinator, run_id, spec, options)
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
-        except StopRequested:
-            coordinator.finish_run(run_id, "stopped", "stopped by an operator")
         except Exception as error:
             # Leave the run active: the coordinator daemon launches it again and it resumes
             # after its last completed round (a SuperLink restart ends up here).
@@ -80,7 +74,10 @@ def main(grid: Grid, context: Context) -> None:
                 coordinator.record_event(run_id, "interrupted", message, "error")
             raise
         else:
-            coordinator.finish_run(run_id, "finished")
+            if status == "stopped":
+                coordinator.finish_run(run_id, "stopped", "stopped by an operator")
+            else:
+                coordinator.finish_run(run_id, "finished")
 
 
 def run_federated(
@@ -89,8 +86,9 @@ def run_federated(
     run_id: str,
     spec: MethodSpec,
     options: RunOptions,
-) -> None:
-    """Join the clients, run every round, record it, and write the run directory."""
+) -> str:
+    """Join the clients, run every round, record it, and write the run directory; return how
+    the run ended ("finished" or "stopped")."""
     setup = setup_record(run_id, spec)
     members, num_classes, reports = join(grid, setup, options)
     coordinator.register_members(members)
@@ -135,10 +133,11 @@ def run_federated(
             coalitions=outcome.coalitions,
         )
         if run.status == "stopping":
-            raise StopRequested
+            raise RunStopped
 
     summary = drive(method, pool, spec.config.rounds, recorder, after_round, resume)
     write_comparison(out_dir, [summary], {spec.label: run_dir})
+    return str(summary["status"])
 
 
 def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:

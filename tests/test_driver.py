@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from collabfl.coordinator.driver import MeteredPool, drive
+from collabfl.coordinator.driver import MeteredPool, RunStopped, drive
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply, broadcast
 from collabfl.strategies.rounds import Resume, RoundOutcome, first_round
@@ -43,13 +43,15 @@ class SendsTheModel:
 class ListRecorder:
     def __init__(self) -> None:
         self.recorded: list[tuple[int, dict[int, int]]] = []
+        self.finished: list[str] = []
 
     def record(self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
         self.recorded.append((outcome.round, coordinator_bytes))
         return [{"client": k} for k in outcome.metrics]
 
-    def finish(self, wall_time_s: float) -> dict[str, Any]:
-        return {"rounds": len(self.recorded)}
+    def finish(self, wall_time_s: float, status: str = "finished") -> dict[str, Any]:
+        self.finished.append(status)
+        return {"rounds": len(self.recorded), "status": status}
 
 
 def test_metered_pool_charges_what_moved_to_and_from_clients_that_answered():
@@ -74,7 +76,7 @@ def test_drive_records_every_round_and_calls_the_hook_after_it():
         lambda outcome, rows: seen.append((outcome.round, rows)),
         resume=Resume(0, {}),
     )
-    assert summary == {"rounds": 2}
+    assert summary == {"rounds": 2, "status": "finished"}
     assert recorder.recorded == [(1, {0: 48, 1: 32}), (2, {0: 48, 1: 32})]
     assert seen == [(1, [{"client": 0}, {"client": 1}]), (2, [{"client": 0}, {"client": 1}])]
 
@@ -90,3 +92,38 @@ def test_a_hook_that_raises_ends_the_run_after_that_round():
     with pytest.raises(Stop):
         drive(SendsTheModel(), ScriptedPool(), 3, recorder, stop_after_first)  # type: ignore[arg-type]
     assert [r for r, _ in recorder.recorded] == [0]
+
+
+def test_an_operator_stop_ends_the_run_with_a_summary_marked_stopped():
+    def stop_after_second(outcome: RoundOutcome, rows: list[dict]) -> None:
+        if outcome.round == 1:
+            raise RunStopped
+
+    recorder = ListRecorder()
+    summary = drive(SendsTheModel(), ScriptedPool(), 5, recorder, stop_after_second)  # type: ignore[arg-type]
+    assert summary == {"rounds": 2, "status": "stopped"}
+    assert recorder.finished == ["stopped"]
+
+
+def test_a_run_cut_short_leaves_a_summary_marked_interrupted():
+    def interrupt(outcome: RoundOutcome, rows: list[dict]) -> None:
+        raise KeyboardInterrupt
+
+    recorder = ListRecorder()
+    with pytest.raises(KeyboardInterrupt):
+        drive(SendsTheModel(), ScriptedPool(), 3, recorder, interrupt)  # type: ignore[arg-type]
+    assert recorder.finished == ["interrupted"]
+
+
+def test_a_run_that_recorded_nothing_writes_no_summary():
+    class Broken:
+        name = "broken"
+
+        def rounds(self, pool, num_rounds, resume=None):
+            raise RuntimeError("the federation is empty")
+            yield
+
+    recorder = ListRecorder()
+    with pytest.raises(RuntimeError):
+        drive(Broken(), ScriptedPool(), 3, recorder, lambda o, r: None)  # type: ignore[arg-type]
+    assert recorder.finished == []

@@ -117,3 +117,13 @@ def test_markdown_table() -> None:
     assert lines[1] == "|:---|" + "---:|" * 8
     assert lines[2].startswith("| dpfl | 81.23 ± 4.56 | 20.79 | 3.5 MiB | — | 4 | 62.5% | 87.5% |")
     assert lines[3].startswith(r"| local\|only | 70.00 ± 10.00 | 100.00 | 0 B | — | 0 | — | — |")
+
+
+def test_the_table_says_when_a_run_did_not_finish_or_misses_clients() -> None:
+    cut_short = {**SUMMARIES[0], "status": "interrupted", "rounds": 3, "rounds_planned": 20}
+    partial = {**SUMMARIES[1], "status": "finished", "clients_reported": "2/3"}
+    complete = {**SUMMARIES[0], "status": "finished", "clients_reported": "3/3"}
+    lines = results_markdown([cut_short, partial, complete]).splitlines()
+    assert lines[2].startswith("| dpfl (interrupted after 3/20 rounds) |")
+    assert lines[3].startswith(r"| local\|only (2/3 clients) |")
+    assert lines[4].startswith("| dpfl |")

@@ -101,3 +101,31 @@ def test_all_benign_missing_gives_none() -> None:
 def test_empty_run_is_refused() -> None:
     with pytest.raises(ValueError, match="without metrics rows"):
         summarize(_records([]), method="x", wall_time_s=0.0)
+
+
+def test_a_client_that_missed_the_last_round_counts_with_its_latest_model() -> None:
+    rows = [_row(0, c, 0.5) for c in range(3)]
+    rows += [_row(1, 0, 0.9), _row(1, 1, 0.7)]  # client 2 missed round 1
+    summary = summarize(_records(rows), method="dpfl", wall_time_s=0.0, num_clients=3)
+    assert summary["mean_test_acc"] == pytest.approx(np.mean([0.9, 0.7, 0.5]))
+    assert summary["clients_reported"] == "3/3"
+    assert summary["clients_in_last_round"] == 2
+    assert summary["status"] == "finished"
+
+
+def test_clients_that_never_reported_are_counted_against_the_mean() -> None:
+    rows = [_row(0, 0, 0.9), _row(0, 1, 0.7), _row(0, 3, 0.2, malicious=True)]
+    summary = summarize(_records(rows), method="dpfl", wall_time_s=0.0, num_clients=5)
+    assert summary["num_clients"] == 5
+    assert summary["clients_reported"] == "2/4"  # benign: 5 clients less 1 malicious
+    assert summary["mean_test_acc"] == pytest.approx(0.8)
+
+
+def test_a_cut_short_run_is_marked_with_its_rounds() -> None:
+    records = RunRecords(
+        config={"rounds": 20}, rows=[_row(0, 0, 0.5)], graphs={}, summary=None, coalitions={}
+    )
+    summary = summarize(records, method="dpfl", wall_time_s=0.0, status="stopped")
+    assert (summary["status"], summary["rounds"], summary["rounds_planned"]) == ("stopped", 1, 20)
+    with pytest.raises(ValueError, match="status"):
+        summarize(records, method="dpfl", wall_time_s=0.0, status="paused")

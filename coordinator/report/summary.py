@@ -25,33 +25,62 @@ def _spread(values: list[float | None], suffix: str) -> dict[str, Any]:
     return {f"{name}{suffix}": value for name, value in stats.items()}
 
 
-def summarize(records: RunRecords, *, method: str, wall_time_s: float) -> dict[str, Any]:
-    """Summarise a run from its last round's per-client rows, all rows' traffic and its graphs.
+RUN_STATUSES = ("finished", "stopped", "interrupted")
+"""How a run ended: all its rounds, stopped by an operator, or cut short (Ctrl-C, a crash)."""
 
-    Accuracy is each client's best_test_acc at the last round (test accuracy of its
-    best-validation model), averaged over benign clients; when some clients are malicious
-    the same statistics over all clients are added as *_all keys. bytes_fetched is taken
-    to be per round, so the total sums all rows and the per client round figure is their
-    mean. Graph statistics use the first and last rounds that have a graph; coalition methods
-    add the last recorded coalitions and their count.
+
+def latest_rows(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each client's row of the last round it reported (later rows win)."""
+    latest: dict[int, dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: int(r["round"])):
+        latest[int(row["client"])] = row
+    return latest
+
+
+def summarize(
+    records: RunRecords,
+    *,
+    method: str,
+    wall_time_s: float,
+    num_clients: int | None = None,
+    status: str = "finished",
+) -> dict[str, Any]:
+    """Summarise a run from each client's last report, all rows' traffic and its graphs.
+
+    Accuracy is each client's best_test_acc in the last round it reported (test accuracy of
+    its best-validation model), averaged over benign clients, so a client that missed the
+    last round still counts with its latest model; ``clients_reported`` says how many of the
+    ``num_clients`` benign clients (default: those seen) the mean covers. When some clients
+    are malicious the same statistics over all clients are added as *_all keys.
+    bytes_fetched is taken to be per round, so the total sums all rows and the per client
+    round figure is their mean. Graph statistics use the first and last rounds that have a
+    graph; coalition methods add the last recorded coalitions and their count.
     """
     rows = records.rows
     if not rows:
         raise ValueError("cannot summarise a run without metrics rows")
+    if status not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
     last_round = max(int(r["round"]) for r in rows)
-    last = [r for r in rows if int(r["round"]) == last_round]
+    latest = latest_rows(rows)
     malicious = malicious_clients(rows)
-    benign_last = [r for r in last if int(r["client"]) not in malicious]
+    benign_latest = [r for c, r in sorted(latest.items()) if c not in malicious]
+    expected = len(latest) if num_clients is None else max(num_clients, len(latest))
+    reported = sum(r.get("best_test_acc") is not None for r in benign_latest)
 
     summary: dict[str, Any] = {
         "method": method,
-        "num_clients": len({int(r["client"]) for r in rows}),
+        "status": status,
+        "num_clients": expected,
+        "clients_reported": f"{reported}/{expected - len(malicious)}",
+        "clients_in_last_round": sum(int(r["round"]) == last_round for r in latest.values()),
         "rounds": last_round + 1,
-        **_spread([r.get("best_test_acc") for r in benign_last], "_test_acc"),
+        "rounds_planned": records.config.get("rounds"),
+        **_spread([r.get("best_test_acc") for r in benign_latest], "_test_acc"),
     }
     if malicious:
-        summary.update(_spread([r.get("best_test_acc") for r in last], "_test_acc_all"))
-    best_val = _spread([r.get("best_val_acc") for r in benign_last], "_best_val_acc")
+        summary.update(_spread([r.get("best_test_acc") for r in latest.values()], "_test_acc_all"))
+    best_val = _spread([r.get("best_val_acc") for r in benign_latest], "_best_val_acc")
     summary["mean_best_val_acc"] = best_val["mean_best_val_acc"]
 
     fetched = [int(r["bytes_fetched"]) for r in rows]

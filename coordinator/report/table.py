@@ -37,6 +37,25 @@ def _percent(value: float | None) -> str:
     return _MISSING if value is None else f"{value * 100:.1f}%"
 
 
+def method_label(summary: dict[str, Any]) -> str:
+    """The method, with what a reader must know before trusting its numbers: a run that did
+    not finish (and after how many rounds), and a mean over fewer clients than the federation.
+    """
+    notes = []
+    status = summary.get("status", "finished")
+    if status != "finished":
+        planned = summary.get("rounds_planned")
+        done = summary.get("rounds")
+        notes.append(f"{status} after {done}/{planned} rounds" if planned else status)
+    reported = summary.get("clients_reported")
+    if reported is not None:
+        got, expected = (int(n) for n in str(reported).split("/"))
+        if got < expected:
+            notes.append(f"{reported} clients")
+    label = str(summary["method"])
+    return f"{label} ({'; '.join(notes)})" if notes else label
+
+
 def _row(summary: dict[str, Any]) -> list[str]:
     mean, std, var = (summary.get(k) for k in ("mean_test_acc", "std_test_acc", "var_test_acc"))
     bytes_per = summary.get("bytes_fetched_per_client_round")
@@ -44,7 +63,7 @@ def _row(summary: dict[str, Any]) -> list[str]:
     peak = summary.get("peak_peer_models")
     time_s = summary.get("wall_time_s")
     return [
-        str(summary["method"]),
+        method_label(summary),
         _MISSING if mean is None or std is None else f"{mean * 100:.2f} ± {std * 100:.2f}",
         _MISSING if var is None else f"{var * 100**2:.2f}",
         _MISSING if bytes_per is None else human_bytes(bytes_per),
