@@ -14,6 +14,7 @@ from rich.console import Console
 from collabfl.coordinator.admin import admin_app
 from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_config
 from collabfl.coordinator.experiment import run_comparison
+from collabfl.coordinator.interrupts import sigterm_interrupts
 from collabfl.coordinator.methods import MethodSpec, parse_method_spec
 from collabfl.coordinator.registry import REGISTRY
 from collabfl.coordinator.report.run_dir import claim_output_dir
@@ -62,6 +63,21 @@ def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kin
     return path
 
 
+def _run(settings: ExperimentConfig, specs: list[MethodSpec], out_dir: Path) -> None:
+    """Run a comparison; Ctrl-C or ``kill`` stops it (workers too) and says what is left."""
+    try:
+        with sigterm_interrupts():
+            run_comparison(settings, specs, out_dir, console)
+    except KeyboardInterrupt:
+        err_console.print(
+            f"interrupted: {out_dir} holds the rounds done so far, "
+            "each method's summary.json marked interrupted",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=130) from None
+
+
 def _fail(error: Exception) -> None:
     err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
@@ -80,8 +96,7 @@ def simulate(
     try:
         settings = load_config(config, overrides)
         specs = [parse_method_spec(settings.method, settings)]
-        out_dir = _output_dir(out, overwrite, settings, settings.method)
-        run_comparison(settings, specs, out_dir, console)
+        _run(settings, specs, _output_dir(out, overwrite, settings, settings.method))
     except (ConfigError, FileNotFoundError, ValueError) as error:
         _fail(error)
 
@@ -110,7 +125,7 @@ def compare(
         specs: list[MethodSpec] = [parse_method_spec(name, settings) for name in names]
         if not specs:
             raise ConfigError("--methods names no method")
-        run_comparison(settings, specs, _output_dir(out, overwrite, settings, "compare"), console)
+        _run(settings, specs, _output_dir(out, overwrite, settings, "compare"))
     except (ConfigError, FileNotFoundError, ValueError) as error:
         _fail(error)
 

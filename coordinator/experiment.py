@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import ConfigError, ExperimentConfig, model_name
 from collabfl.coordinator.driver import AfterRound, drive
 from collabfl.coordinator.inprocess import build_federation
+from collabfl.coordinator.interrupts import init_worker, worker_task
 from collabfl.coordinator.methods import MethodSpec, build_method
 from collabfl.coordinator.recording import MethodRecorder, safe_name
 from collabfl.coordinator.report.comparison import write_comparison
@@ -138,13 +138,25 @@ def _run_in_parallel(
     tasks = {s.label: progress.add_task(s.label, total=s.config.rounds) for s in specs}
     results: dict[str, dict[str, Any]] = {}
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_run_one, s, run_dirs[s.label]): s for s in specs}
-        for future in as_completed(futures):
-            spec = futures[future]
-            results[spec.label] = future.result()
-            progress.update(tasks[spec.label], completed=spec.config.rounds)
+    pool = context.Pool(jobs, initializer=init_worker)
+    try:
+        work = [(s, run_dirs[s.label]) for s in specs]
+        for label, summary in pool.imap_unordered(_run_labelled, work):
+            results[label] = summary
+            progress.update(tasks[label], completed=summary["rounds"])
+        pool.close()
+    except BaseException:
+        pool.terminate()  # SIGTERM: each worker marks its method interrupted and exits
+        raise
+    finally:
+        pool.join()
     return [results[s.label] for s in specs]
+
+
+def _run_labelled(work: tuple[MethodSpec, Path]) -> tuple[str, dict[str, Any]]:
+    spec, run_dir = work
+    with worker_task():
+        return spec.label, _run_one(spec, run_dir)
 
 
 def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
