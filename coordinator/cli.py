@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
 
@@ -16,6 +17,7 @@ from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_conf
 from collabfl.coordinator.experiment import run_comparison
 from collabfl.coordinator.methods import MethodSpec, parse_method_spec
 from collabfl.coordinator.registry import REGISTRY
+from collabfl.flower.processes import CLIENT_RUNTIMES
 
 app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
@@ -122,6 +124,13 @@ def federation_up_command(
     overrides: SetOpt = None,
     out: OutOpt = None,
     timeout: Annotated[float, typer.Option(help="seconds one run may take")] = 3600.0,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            click_type=click.Choice(CLIENT_RUNTIMES),
+            help="how clients run messages: a process per message, or one warm executor",
+        ),
+    ] = "subprocess",
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
@@ -134,7 +143,7 @@ def federation_up_command(
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
         out_dir = out or _default_out(settings, "federation")
-        federation_up(settings, specs, out_dir, console, timeout_s=timeout)
+        federation_up(settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime)
     except (ConfigError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         _fail(error)
 

@@ -54,6 +54,8 @@ from flwr.supercore.run import Run
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
+from collabfl.flower.processes import warm_executor_command
+
 log = logging.getLogger("collabfl.warm_executor")
 
 HEARTBEAT_EVERY_S = 20.0
@@ -259,15 +261,7 @@ class WarmExecutor:
         log.info("new FAB: restarting the executor (pid %d)", os.getpid())
         self.client.close()
         env = {**os.environ, FIRST_TOKEN_ENV: token}
-        os.execve(sys.executable, command(self.address, self.poll_s), env)
-
-
-def command(address: str, poll_s: float = 0.1) -> list[str]:
-    """How to start an executor for the SuperNode whose runtime API is at ``address``."""
-    return [
-        sys.executable, "-m", "collabfl.flower.warm_executor",
-        "--runtime-api", address, "--poll", str(poll_s),
-    ]  # fmt: skip
+        os.execve(sys.executable, warm_executor_command(self.address, self.poll_s), env)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -282,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per task poll
+    logging.getLogger("flwr").propagate = False  # it prints through its own handler
     executor = WarmExecutor(args.runtime_api, args.poll)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: executor.stopping.set())
