@@ -109,6 +109,28 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit("without --insecure, give --root-certificates, --peer-cert, --peer-key")
 
 
+def start_flower(args: argparse.Namespace) -> list[Supervisor]:
+    """Start the supervised SuperNode and, in the warm runtime, its one executor.
+
+    Returned in the order to stop them: the executor before the SuperNode it serves.
+    """
+    env = flower_env(args.state_dir / "flwr")
+    supernode = Supervisor(
+        "supernode", supernode_command(args), args.state_dir / "supernode.log", env
+    )
+    supernode.start()
+    if args.runtime != "warm":
+        return [supernode]
+    executor = Supervisor(
+        "executor",
+        warm_executor_command(f"127.0.0.1:{args.runtime_port}"),
+        args.state_dir / "executor.log",
+        env,
+    )
+    executor.start()
+    return [executor, supernode]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(
@@ -133,21 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         port,
         args.peer_address,
     )
-    env = flower_env(args.state_dir / "flwr")
-    supernode = Supervisor(
-        "supernode", supernode_command(args), args.state_dir / "supernode.log", env
-    )
-    supernode.start()
-    children = [supernode]
-    if args.runtime == "warm":
-        executor = Supervisor(
-            "executor",
-            warm_executor_command(f"127.0.0.1:{args.runtime_port}"),
-            args.state_dir / "executor.log",
-            env,
-        )
-        executor.start()
-        children.insert(0, executor)
+    children = start_flower(args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
