@@ -52,6 +52,7 @@ from flwr.supercore.protobuf.client import ProtobufCall, ProtobufRequestContext
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.run import Run
 from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supercore.task_identity import TaskIdentity
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
 from collabfl.flower.processes import warm_executor_command
@@ -137,6 +138,10 @@ def connect(address: str, token: TaskToken) -> RuntimeHttpClient:
 def pull_task_input(client: RuntimeHttpClient) -> TaskInput:
     """Activate the claimed task and pull its context, run, FAB and message."""
     response = client.PullTaskInput(PullTaskInputRequest())
+    # Who "this process" is, for messages the app creates: Flower's helper sets it per task
+    TaskIdentity.task_id = response.task_id
+    TaskIdentity.run_id = response.run.run_id
+    TaskIdentity.node_id = response.context.node_id
     context = context_from_proto(response.context)
     deadline = time.monotonic() + MESSAGE_WAIT_S
     while not (pulled := client.PullMessages(PullAppMessagesRequest())).messages_list:

@@ -2,7 +2,8 @@
 
 The executor uses Flower's runtime API client and ClientApp helpers, not a documented
 plugin interface; when an upgrade moves or reshapes one of them this test names it, instead
-of a federation that hangs because no executor answers its SuperNode.
+of a federation that hangs because no executor answers its SuperNode. Also the part of the
+executor's behaviour that needs no federation: a failing message's error reply.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ USED = [
     ("flwr.supercore.protobuf.client", "ProtobufCall", None),
     ("flwr.supercore.retry", "make_simple_http_retry_invoker", []),
     ("flwr.supercore.constant", "TaskType.CLIENT_APP", None),
+    ("flwr.supercore.task_identity", "TaskIdentity", None),
     ("flwr.supercore.fab", "Fab", None),
     ("flwr.supercore.run", "Run", None),
     ("flwr.supercore.inflatable.inflatable_utils", "pull_and_inflate_object_from_tree",
@@ -95,5 +97,30 @@ def test_executor_uses_flower_as_it_is(module, symbol, parameters):
     assert not missing, f"{where} no longer takes {missing} (it takes {sorted(accepted)})"
 
 
-def test_executor_module_imports():
-    importlib.import_module("collabfl.flower.warm_executor")
+def test_task_identity_is_settable_per_task():
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("task_id", "run_id", "node_id"):
+        prop = getattr(type(TaskIdentity), name, None)
+        assert isinstance(prop, property) and prop.fset is not None, (
+            f"the warm executor sets flwr.supercore.task_identity.TaskIdentity.{name} per task"
+        )
+
+
+def test_a_failing_message_becomes_an_error_reply():
+    from flwr.app import Message, RecordDict
+    from flwr.clientapp.client_app import LoadClientAppError
+    from flwr.common.constant import ErrorCode
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from collabfl.flower.warm_executor import error_reply
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 2, 3
+    message = Message(RecordDict(), dst_node_id=3, message_type="query.train")
+    message.metadata.__dict__["_message_id"] = "received"  # as a pulled message has
+    reply = error_reply(message, ValueError("bad instruction"))
+    assert reply.has_error() and reply.error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    assert reply.error.reason == "ValueError: bad instruction"
+    assert reply.metadata.reply_to_message_id == "received"
+    failed_load = error_reply(message, LoadClientAppError("no app"))
+    assert failed_load.error.code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION
