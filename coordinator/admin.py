@@ -305,7 +305,9 @@ def payments(
     """iPFL's ledger: per client gain, sharing cost, payment and utility, with totals."""
     with _client(ctx) as client:
         history = client.get_metrics(run_id)
-    ledger = {t: m for t, m in history.items() if any("utility" in v for v in m.values())}
+    ledger = {
+        t: m for t, m in history.items() if any(v.get("utility") is not None for v in m.values())
+    }
     if not ledger:
         _fail(f"run {run_id} has no market ledger (is it an iPFL run with a round done?)", 2)
     shown = max(ledger) if round_index is None else round_index

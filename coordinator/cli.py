@@ -17,6 +17,7 @@ from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_conf
 from collabfl.coordinator.experiment import run_comparison
 from collabfl.coordinator.methods import MethodSpec, parse_method_spec
 from collabfl.coordinator.registry import REGISTRY
+from collabfl.coordinator.report.run_dir import claim_output_dir
 from collabfl.flower.processes import CLIENT_RUNTIMES
 
 app = typer.Typer(
@@ -36,6 +37,9 @@ SetOpt = Annotated[
     typer.Option("--set", help="override a config value: --set data.alpha=0.5 (repeatable)"),
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: runs/...)")]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
+]
 LogOpt = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
 METHODS_HELP = f"Methods: {REGISTRY.choices()}."
 
@@ -47,13 +51,21 @@ def _setup(log_level: str) -> None:
     )
 
 
-def _default_out(config: ExperimentConfig, kind: str) -> Path:
+def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str) -> Path:
+    """``--out`` checked before anything is written, or a new folder under runs/."""
+    if out is not None:
+        return claim_output_dir(out, overwrite)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{stamp}-{config.name}-{kind}"
+    base = Path("runs") / f"{stamp}-{config.name}-{kind}"
+    path, n = base, 1
+    while path.exists():  # two runs started in the same second
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def _fail(error: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {error}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -62,6 +74,7 @@ def simulate(
     config: ConfigArg = None,
     overrides: SetOpt = None,
     out: OutOpt = None,
+    overwrite: OverwriteOpt = False,
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Run the config's ``method`` (``--set method=NAME``) in the in-process runtime."""
@@ -69,7 +82,8 @@ def simulate(
     try:
         settings = load_config(config, overrides)
         specs = [parse_method_spec(settings.method, settings)]
-        run_comparison(settings, specs, out or _default_out(settings, settings.method), console)
+        out_dir = _output_dir(out, overwrite, settings, settings.method)
+        run_comparison(settings, specs, out_dir, console)
     except (ConfigError, FileNotFoundError, ValueError) as error:
         _fail(error)
 
@@ -87,6 +101,7 @@ def compare(
     ] = None,
     overrides: SetOpt = None,
     out: OutOpt = None,
+    overwrite: OverwriteOpt = False,
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Run several methods on the same partition and print one results table."""
@@ -97,7 +112,7 @@ def compare(
         specs: list[MethodSpec] = [parse_method_spec(name, settings) for name in names]
         if not specs:
             raise ConfigError("--methods names no method")
-        run_comparison(settings, specs, out or _default_out(settings, "compare"), console)
+        run_comparison(settings, specs, _output_dir(out, overwrite, settings, "compare"), console)
     except (ConfigError, FileNotFoundError, ValueError) as error:
         _fail(error)
 
@@ -123,6 +138,7 @@ def federation_up_command(
     ] = None,
     overrides: SetOpt = None,
     out: OutOpt = None,
+    overwrite: OverwriteOpt = False,
     timeout: Annotated[float, typer.Option(help="seconds one run may take")] = 3600.0,
     runtime: Annotated[
         str,
@@ -142,7 +158,7 @@ def federation_up_command(
         settings = load_config(config, [*(overrides or []), *extra])
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
-        out_dir = out or _default_out(settings, "federation")
+        out_dir = _output_dir(out, overwrite, settings, "federation")
         federation_up(settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime)
     except (ConfigError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         _fail(error)

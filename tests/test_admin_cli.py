@@ -12,6 +12,7 @@ from typer.testing import CliRunner, Result
 
 from collabfl.coordinator import admin
 from collabfl.coordinator.admin import admin_app
+from collabfl.coordinator.recording import ROW_KEYS
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import CoordinatorState, Member
@@ -150,6 +151,22 @@ def test_payments_ledger_with_cumulative_totals(address: str) -> None:
     assert "round 0" in first
     refused = _admin(address, "payments", "exp-1")
     assert refused.exit_code == 2 and "no market ledger" in refused.output
+
+
+def test_payments_of_a_recorded_non_market_run_is_refused_in_one_line(tmp_path: Path) -> None:
+    # As a real run records its rows: every metrics.jsonl column, the market's ones None.
+    rows = {c: {key: None for key in ROW_KEYS} | {"test_acc": 0.5} for c in range(2)}
+    with CoordinatorState(tmp_path / "coordinator.sqlite") as state:
+        state.create_run("recorded", "dpfl", {})
+        state.record_round("recorded", 0, [(0, 1, 0.5)], rows, num_clients=2)
+        server, port = serve(state, FakeSigner())
+        try:
+            refused = _admin(f"127.0.0.1:{port}", "payments", "recorded")
+        finally:
+            server.stop(None)
+    assert refused.exit_code == 2, refused.output
+    assert refused.exception is None or isinstance(refused.exception, SystemExit)
+    assert refused.output.strip().count("\n") == 0 and "no market ledger" in refused.output
 
 
 @pytest.fixture

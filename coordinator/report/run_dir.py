@@ -8,6 +8,7 @@ are append-only and flushed after every round.
 """
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -22,6 +23,31 @@ METRICS_FILE = "metrics.jsonl"
 COALITIONS_FILE = "coalitions.jsonl"
 SUMMARY_FILE = "summary.json"
 GRAPHS_DIR = "graphs"
+
+
+OUTPUT_MARKERS = ("partition.npz", "summary.json", "results.md")
+"""Files a ``compare``/``simulate``/``federation up`` output folder holds once it has started."""
+
+
+def claim_output_dir(path: Path, overwrite: bool = False) -> Path:
+    """Make ``path`` ready for a new run, before anything is written into it.
+
+    A missing or empty folder is fine. A folder holding an earlier run is refused unless
+    ``overwrite`` (then the earlier run is removed); a non-empty folder that holds no run is
+    refused either way, so a mistyped ``--out`` never deletes unrelated files.
+    """
+    if not path.exists():
+        return path
+    if not path.is_dir():
+        raise ValueError(f"--out {path} is a file, not a folder")
+    if not any(path.iterdir()):
+        return path
+    if not any((path / marker).exists() for marker in OUTPUT_MARKERS):
+        raise ValueError(f"--out {path} is not empty and holds no collabfl run; choose another")
+    if not overwrite:
+        raise ValueError(f"--out {path} holds an earlier run; choose another or pass --overwrite")
+    shutil.rmtree(path)
+    return path
 
 
 def graph_file_name(round_index: int) -> str:
