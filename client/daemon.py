@@ -1,8 +1,11 @@
 """``collabfl-client``: the long-lived process of one participant.
 
 It runs the peer model server (serving this node's published models to peers holding a
-coordinator-signed grant) and supervises a Flower SuperNode whose ClientApp processes do the
-training, selection and evaluation. Everything that must outlive one message lives here or
+coordinator-signed grant) and supervises a Flower SuperNode whose ClientApp does the
+training, selection and evaluation. With ``--runtime subprocess`` (the default) the SuperNode
+starts one ClientApp process per message; with ``--runtime warm`` it starts none and this
+daemon supervises one long-lived executor (flower/warm_executor.py) that serves every
+message with the node kept in memory. Everything that must outlive one message lives here or
 in the state directory. SIGTERM/SIGINT stop both cleanly; a restarted daemon serves what was
 published before and the node resumes from its saved state.
 """
@@ -19,7 +22,12 @@ from pathlib import Path
 from collabfl.client.data.client_file import load_client_file
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_server import PeerModelServer
-from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.flower.processes import (
+    CLIENT_RUNTIMES,
+    flower_binary,
+    flower_env,
+    warm_executor_command,
+)
 from collabfl.flower.session import NodeState
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.supervisor import Supervisor
@@ -38,6 +46,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-address", required=True, help="address peers use to reach us")
     p.add_argument("--coordinator-key", type=Path, required=True, help="grant public key PEM")
     p.add_argument("--runtime-port", type=int, default=9094, help="SuperNode's local API port")
+    p.add_argument(
+        "--runtime",
+        choices=CLIENT_RUNTIMES,
+        default="subprocess",
+        help="subprocess: a ClientApp process per message; warm: one long-lived executor",
+    )
     p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
     p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept")
     p.add_argument("--cost", type=float, help="iPFL: sharing cost this participant reports")
@@ -77,6 +91,8 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         "--node-config",
         " ".join(f"{k}={v}" for k, v in node_config.items()),
     ]
+    if args.runtime == "warm":
+        command += ["--isolation", "process"]
     if args.insecure:
         command.append("--insecure")
     else:
@@ -91,6 +107,28 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit(f"--coordinator-key {args.coordinator_key} does not exist")
     if not args.insecure and not (args.root_certificates and args.peer_cert and args.peer_key):
         raise SystemExit("without --insecure, give --root-certificates, --peer-cert, --peer-key")
+
+
+def start_flower(args: argparse.Namespace) -> list[Supervisor]:
+    """Start the supervised SuperNode and, in the warm runtime, its one executor.
+
+    Returned in the order to stop them: the executor before the SuperNode it serves.
+    """
+    env = flower_env(args.state_dir / "flwr")
+    supernode = Supervisor(
+        "supernode", supernode_command(args), args.state_dir / "supernode.log", env
+    )
+    supernode.start()
+    if args.runtime != "warm":
+        return [supernode]
+    executor = Supervisor(
+        "executor",
+        warm_executor_command(f"127.0.0.1:{args.runtime_port}"),
+        args.state_dir / "executor.log",
+        env,
+    )
+    executor.start()
+    return [executor, supernode]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,17 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         port,
         args.peer_address,
     )
-    env = flower_env(args.state_dir / "flwr")
-    supernode = Supervisor(
-        "supernode", supernode_command(args), args.state_dir / "supernode.log", env
-    )
-    supernode.start()
+    children = start_flower(args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     log.info("client %s: shutting down", args.client_id)
-    supernode.stop()
+    for child in children:
+        child.stop()
     server.stop(grace=2.0)
     return 0
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
 
@@ -18,6 +19,7 @@ from collabfl.coordinator.interrupts import sigterm_interrupts
 from collabfl.coordinator.methods import MethodSpec, parse_method_spec
 from collabfl.coordinator.registry import REGISTRY
 from collabfl.coordinator.report.run_dir import claim_output_dir
+from collabfl.flower.processes import CLIENT_RUNTIMES
 
 app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
@@ -153,6 +155,13 @@ def federation_up_command(
     out: OutOpt = None,
     overwrite: OverwriteOpt = False,
     timeout: Annotated[float, typer.Option(help="seconds one run may take")] = 3600.0,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            click_type=click.Choice(CLIENT_RUNTIMES),
+            help="how clients run messages: a process per message, or one warm executor",
+        ),
+    ] = "subprocess",
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
@@ -165,7 +174,7 @@ def federation_up_command(
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
         out_dir = _output_dir(out, overwrite, settings, "federation")
-        federation_up(settings, specs, out_dir, console, timeout_s=timeout)
+        federation_up(settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime)
     except (ConfigError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         _fail(error)
 

@@ -68,6 +68,7 @@ def client_command(
     peer_port: int,
     runtime_port: int,
     key: Path,
+    runtime: str = "subprocess",
 ) -> list[str]:
     return [
         sys.executable, "-m", "collabfl.client.daemon",
@@ -75,15 +76,21 @@ def client_command(
         "--superlink", superlink, "--insecure",
         "--peer-listen", f"{HOST}:{peer_port}", "--peer-address", f"{HOST}:{peer_port}",
         "--runtime-port", str(runtime_port), "--coordinator-key", str(key),
+        "--runtime", runtime,
     ]  # fmt: skip
 
 
 @dataclass
 class LocalFederation:
-    """Starts and stops the processes of a loopback federation; a context manager."""
+    """Starts and stops the processes of a loopback federation; a context manager.
+
+    ``runtime``: how the client daemons run ClientApp messages (flower/processes.py's
+    CLIENT_RUNTIMES).
+    """
 
     work_dir: Path
     client_files: list[Path]
+    runtime: str = "subprocess"
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
 
@@ -126,6 +133,7 @@ class LocalFederation:
             self.peer_ports[k],
             self.runtime_ports[k],
             key,
+            self.runtime,
         )
         self._spawn(f"client-{k}", command)
 
@@ -260,13 +268,17 @@ def federation_up(
     out_dir: Path,
     console: Console,
     timeout_s: float = 3600.0,
+    runtime: str = "subprocess",
 ) -> list[dict[str, Any]]:
-    """Prepare each client's data file, start the federation, run every spec, tear down."""
+    """Prepare each client's data file, start the federation, run every spec, tear down.
+
+    ``runtime``: how the client daemons run ClientApp messages (``--runtime`` of
+    ``collabfl-client``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     work_dir = out_dir / "federation"
     files = write_client_files(config, work_dir / "data", partition_path=out_dir / "partition.npz")
     summaries, run_dirs = [], {}
-    with LocalFederation(work_dir, files) as federation:
+    with LocalFederation(work_dir, files, runtime=runtime) as federation:
         console.print(
             f"federation up: {len(files)} clients online, coordinator {federation.service}"
         )

@@ -1,7 +1,10 @@
 """The Flower ClientApp: runs each coordinator instruction on this participant.
 
-Flower starts this in a fresh process per message. Everything durable lives elsewhere: the
-node's state directory (flower/session.py) and the client daemon's peer server, which
+Flower starts this in a fresh process per message, or the client daemon's warm executor
+runs it for every message in one process (flower/warm_executor.py), where the opened node
+stays in memory between messages (flower/session.py's NodeCache). Either way, everything
+durable lives elsewhere: the node's state directory, saved after every message, and the
+client daemon's peer server, which
 serves what this app publishes into ``<state-dir>/published``. Peer models are fetched
 directly from their owners over gRPC with the grants the coordinator attached; the
 coordinator only ever sends indices, sizes, addresses and grants.
@@ -27,7 +30,7 @@ from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peers import PeerModelSource, PeerUnavailable
 from collabfl.flower.codec import decode_instruction, encode_reply
 from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
-from collabfl.flower.session import NodeState, describe, open_node
+from collabfl.flower.session import NodeCache, NodeState, describe
 from collabfl.kernel.tls import ClientTLS
 from collabfl.strategies.verbs import (
     Collaborate,
@@ -46,6 +49,8 @@ HEADER_ALLOWANCE = 1 << 20
 """Bytes allowed beyond the raw weights for the safetensors header."""
 
 app = ClientApp()
+nodes = NodeCache()
+"""This process's opened node, reused by the next message while its files are unchanged."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def handle(message: Message, context: Context) -> Message:
     step = _step_name(instruction.task)
     state.begin(instruction.round, step)
     store = DiskModelStore(state.published, owner=settings.client_id)
-    node = open_node(settings.client_id, settings.data_path, state, store, NoPeers())
+    node = nodes.open(settings.client_id, settings.data_path, state, store, NoPeers())
     if isinstance(instruction.task, Collaborate):
         node.fetcher.source = _peer_source(instruction.task, node.workspace.numel, settings)
     try:
@@ -122,6 +127,7 @@ def handle(message: Message, context: Context) -> Message:
         if close is not None:
             close()
     state.save(node)
+    nodes.keep(node, settings.data_path, state)
     state.done(instruction.round, step)
     return Message(encode_reply(reply), reply_to=message)
 

@@ -1,10 +1,15 @@
-"""Starting Flower's own processes (SuperLink, SuperNode, ``flwr``) from this installation."""
+"""Starting Flower's own processes (SuperLink, SuperNode, ``flwr``) and our warm ClientApp
+executor from this installation."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+
+CLIENT_RUNTIMES = ("subprocess", "warm")
+"""How a client daemon runs ClientApp messages: Flower's fresh process per message
+(``subprocess``), or one long-lived executor that keeps the node in memory (``warm``)."""
 
 
 def flower_env(flwr_home: Path) -> dict[str, str]:
@@ -24,3 +29,12 @@ def flower_binary(name: str) -> str:
     """Flower's console scripts live next to this interpreter."""
     candidate = Path(sys.executable).with_name(name)
     return str(candidate) if candidate.exists() else name
+
+
+def warm_executor_command(runtime_api: str, poll_s: float = 0.1) -> list[str]:
+    """The long-lived executor (flower/warm_executor.py) of the SuperNode whose runtime API
+    (its ``--port``) is at ``runtime_api``; kept here so that starting one imports no flwr."""
+    return [
+        sys.executable, "-m", "collabfl.flower.warm_executor",
+        "--runtime-api", runtime_api, "--poll", str(poll_s),
+    ]  # fmt: skip

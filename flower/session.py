@@ -4,6 +4,10 @@ Flower starts a fresh ClientApp process for every message, so whatever a client 
 remember between messages (its model slots, best-validation trackers, fetch counters, the
 run's settings) is written to the node's state directory after each message and read back
 before the next. Writes are atomic: a client killed mid-write restarts from the last state.
+
+A long-lived executor (flower/warm_executor.py) serves many messages in one process; there
+``NodeCache`` keeps the opened node in memory, but only while the state directory and the
+data file are exactly as the node last left them, so the disk stays the single truth.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import dataclasses
 import json
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +83,11 @@ class NodeState:
         saved = {"best": best, "fetch": dataclasses.asdict(node.fetcher.stats)}
         write_bytes(node_file, json.dumps(saved).encode())
 
+    @property
+    def node_files(self) -> tuple[Path, ...]:
+        """The files a node is rebuilt from: the run's settings and the saved state."""
+        return (self.dir / "run.json", *self._files())
+
     def _files(self) -> tuple[Path, Path, Path]:
         return self.dir / "slots.safetensors", self.dir / "best.safetensors", self.dir / "node.json"
 
@@ -142,6 +152,76 @@ def open_node(
     )
     state.restore(node)
     return node
+
+
+FileStamp = tuple[int, int, int] | None
+"""Inode, size and modification time of a file, or None when it does not exist."""
+
+
+@dataclass(frozen=True)
+class NodeKey:
+    """What a cached node was built from; any difference means it must be reopened.
+
+    Atomic writes replace files (a new inode), so the stamps of the state files change on
+    any write by someone else: a new run's set-up, a replayed round's rewind, a daemon of
+    the other runtime, an operator replacing the data file.
+    """
+
+    client_id: int
+    data_path: Path
+    data: FileStamp
+    state_dir: Path
+    state_files: tuple[FileStamp, ...]
+
+    @classmethod
+    def of(cls, client_id: int, data_path: Path, state: NodeState) -> NodeKey:
+        return cls(
+            client_id=client_id,
+            data_path=data_path.resolve(),
+            data=_stamp(data_path),
+            state_dir=state.dir.resolve(),
+            state_files=tuple(_stamp(path) for path in state.node_files),
+        )
+
+
+class NodeCache:
+    """The node a process opened last, kept between messages while it still matches disk.
+
+    ``open`` hands the node out and forgets it; only ``keep``, called after its state was
+    saved, puts it back. A message that fails half way therefore never leaves a
+    half-updated node behind: the next one reopens from the last saved state.
+    """
+
+    def __init__(self) -> None:
+        self._cached: tuple[NodeKey, ClientNode] | None = None
+
+    def open(
+        self,
+        client_id: int,
+        data_path: Path,
+        state: NodeState,
+        publisher: ModelPublisher,
+        source: PeerModelSource,
+    ) -> ClientNode:
+        """The cached node when nothing changed on disk since ``keep``, else ``open_node``."""
+        cached, self._cached = self._cached, None
+        if cached is None or cached[0] != NodeKey.of(client_id, data_path, state):
+            return open_node(client_id, data_path, state, publisher, source)
+        node = cached[1]
+        node.publisher, node.fetcher.source = publisher, source
+        return node
+
+    def keep(self, node: ClientNode, data_path: Path, state: NodeState) -> None:
+        """Remember ``node``, whose state was just saved to ``state``."""
+        self._cached = NodeKey.of(node.client_id, data_path, state), node
+
+
+def _stamp(path: Path) -> FileStamp:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _copy_or_remove(source: Path, target: Path) -> None:

@@ -48,6 +48,8 @@ class Supervisor:
     def start(self) -> None:
         self._reap_previous()
         self._spawn()
+        self._thread = threading.Thread(target=self._watch, name=f"watch-{self.name}", daemon=True)
+        self._thread.start()
 
     @property
     def pid_file(self) -> Path:
@@ -64,8 +66,6 @@ class Supervisor:
         if any(binary in part for part in cmdline):
             log.warning("killing %s left over from a previous run (pid %s)", self.name, pid)
             _kill_group(pid, signal.SIGKILL)
-        self._thread = threading.Thread(target=self._watch, name=f"watch-{self.name}", daemon=True)
-        self._thread.start()
 
     def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

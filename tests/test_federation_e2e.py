@@ -3,12 +3,14 @@
 ``collabfl federation up`` starts a coordinator daemon and client daemons as real processes
 on loopback and runs DPFL, pFedGraph and iPFL through them; the results must equal the
 in-process runtime's on the same seed and config, every DPFL graph must respect the budget,
-and in DPFL the coordinator must never have carried a model.
+and in DPFL the coordinator must never have carried a model. DPFL runs once more with the
+client daemons' warm runtime (one long-lived executor per client), with the same results.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -41,17 +43,50 @@ def _invoke(*args: str) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("federation")
-    overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
-    flags = [arg for o in overrides for arg in ("--set", o)]
+    flags = _flags(root)
     methods = ["--methods", "dpfl,pfedgraph,ipfl"]
     _invoke("federation", "up", *flags, *methods, "--out", str(root / "real"), "--timeout", "400")
     _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
     return root / "real", root / "inprocess"
 
 
+@pytest.fixture(scope="module")
+def warm_dpfl(runs) -> Path:
+    """DPFL on a federation whose clients run their messages in warm executors."""
+    root = runs[0].parent
+    out = root / "warm"
+    _invoke(
+        "federation", "up", *_flags(root), "--methods", "dpfl", "--runtime", "warm",
+        "--out", str(out), "--timeout", "400",
+    )  # fmt: skip
+    return out
+
+
+def _flags(root: Path) -> list[str]:
+    overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
 @pytest.mark.parametrize("method", ["dpfl", "pfedgraph", "ipfl"])
 def test_real_federation_equals_in_process_runtime(runs, method):
-    real, inprocess = (read_run(path / method).rows for path in runs)
+    _assert_same_rows(runs[0] / method, runs[1] / method, method)
+
+
+def test_warm_runtime_equals_in_process_runtime(runs, warm_dpfl):
+    _assert_same_rows(warm_dpfl / "dpfl", runs[1] / "dpfl", "dpfl")
+
+
+def test_warm_runtime_serves_each_client_from_one_process(warm_dpfl):
+    for k in range(3):
+        log = (warm_dpfl / "federation" / f"client-{k}" / "executor.log").read_text()
+        handled = re.findall(r"task (\w+) by pid (\d+)", log)
+        assert len(handled) > 3, log  # set-up, then several messages per round
+        assert {status for status, _ in handled} == {"completed"}, log
+        assert len({pid for _, pid in handled}) == 1, log
+
+
+def _assert_same_rows(real_dir: Path, inprocess_dir: Path, method: str) -> None:
+    real, inprocess = read_run(real_dir).rows, read_run(inprocess_dir).rows
     assert len(real) == len(inprocess) == 3 * 3
     for a, b in zip(real, inprocess, strict=True):
         assert (a["round"], a["client"]) == (b["round"], b["client"])

@@ -10,7 +10,7 @@ from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import load_client_file, save_client_file
 from collabfl.client.peers import MemoryModelStore
 from collabfl.flower.run_setup import RunSettings
-from collabfl.flower.session import NodeState, open_node
+from collabfl.flower.session import NodeCache, NodeState, open_node
 from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.verbs import Evaluate, Train
@@ -93,3 +93,49 @@ def test_a_new_run_starts_clean(tmp_path):
     state.save(node)
     state.write_settings(_settings("r2"))
     assert _node(tmp_path, state).slots == {}
+
+
+def _cached_step(cache: NodeCache, tmp_path, state: NodeState, round_index: int):
+    """One message as the ClientApp runs it: open (maybe cached), work, save, keep."""
+    store = MemoryModelStore()
+    node = cache.open(3, tmp_path / "c.npz", state, store, store)
+    _train(node, round_index)
+    state.save(node)
+    cache.keep(node, tmp_path / "c.npz", state)
+    return node
+
+
+def test_node_cache_reuses_the_node_only_while_its_files_are_unchanged(tmp_path):
+    _data(tmp_path / "c.npz")
+    state = NodeState(tmp_path / "state")
+    state.write_settings(_settings())
+    cache = NodeCache()
+    first = _cached_step(cache, tmp_path, state, 0)
+    assert _cached_step(cache, tmp_path, state, 1) is first  # warm: same node, same model
+    # The warm node equals one reopened from disk: saving after every message still holds.
+    assert torch.equal(_node(tmp_path, state).slots["model"], first.slots["model"])
+
+    state.write_settings(_settings("r2"))  # a new run
+    second = _cached_step(cache, tmp_path, state, 0)
+    assert second is not first
+    _data(tmp_path / "c.npz", seed=1)  # the participant replaced its data file
+    third = _cached_step(cache, tmp_path, state, 1)
+    assert third is not second
+    other = NodeState(tmp_path / "other")  # another node's state directory
+    other.write_settings(_settings("r2"))
+    assert _cached_step(cache, tmp_path, other, 0) is not third
+
+
+def test_node_cache_reopens_after_a_rewind_or_a_failed_message(tmp_path):
+    _data(tmp_path / "c.npz")
+    state = NodeState(tmp_path / "state")
+    state.write_settings(_settings())
+    cache = NodeCache()
+    state.begin(0, "train:model")
+    first = _cached_step(cache, tmp_path, state, 0)
+    state.done(0, "train:model")
+    state.begin(0, "train:model")  # a replayed step rewinds the files to the round start
+    rewound = cache.open(3, tmp_path / "c.npz", state, MemoryModelStore(), MemoryModelStore())
+    assert rewound is not first and "model" not in rewound.slots
+    # Not kept after a message that did not save: the next message reopens from disk.
+    assert cache.open(3, tmp_path / "c.npz", state, *[MemoryModelStore()] * 2) is not rewound

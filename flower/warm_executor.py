@@ -1,0 +1,298 @@
+"""A long-lived ClientApp executor for a SuperNode started with ``--isolation process``.
+
+In Flower's default ``subprocess`` isolation the SuperNode starts a fresh ``flwr-clientapp``
+process per message, which imports flwr, torch and our ClientApp and re-opens the node from
+disk every time. With ``--isolation process`` the SuperNode starts no executor: this process
+claims its tasks through the SuperNode's runtime API (HTTP on its ``--port``), keeps the
+loaded ClientApp (and the node it caches) in memory, and serves every message of the node.
+
+Exactly one executor serves one SuperNode, with that node's ``FLWR_HOME``; the client daemon
+supervises it, because a node whose executor is gone receives messages nobody answers.
+An exception in one message becomes an error reply for that message; the executor goes on.
+Only public helpers of ``flwr.supernode.runtime.run_clientapp`` are used (not
+``run_clientapp()`` itself, which exits the process); nothing in Flower is patched.
+
+    python -m collabfl.flower.warm_executor --runtime-api 127.0.0.1:9094 [--poll 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+from flwr.app import Context, Error, Message
+from flwr.cli.install import install_from_fab
+from flwr.clientapp.client_app import ClientApp, LoadClientAppError
+from flwr.clientapp.utils import get_load_client_app_fn
+from flwr.common.constant import ErrorCode, SubStatus
+from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
+from flwr.proto.node_pb2 import Node
+from flwr.proto.runtime_pb2 import (
+    AcquireTaskRequest,
+    PullAppMessagesRequest,
+    PullTaskInputRequest,
+    SendTaskHeartbeatRequest,
+)
+from flwr.supercore.constant import TaskType
+from flwr.supercore.fab import Fab
+from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+    make_confirm_message_received_fn_protobuf,
+    make_pull_object_fn_protobuf,
+)
+from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+from flwr.supercore.interceptors import TASK_TOKEN_HEADER, RuntimeVersionHttpInterceptor
+from flwr.supercore.protobuf.client import ProtobufCall, ProtobufRequestContext
+from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.run import Run
+from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supercore.task_identity import TaskIdentity
+from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+
+from collabfl.flower.processes import warm_executor_command
+
+log = logging.getLogger("collabfl.warm_executor")
+
+HEARTBEAT_EVERY_S = 20.0
+"""The SuperNode expires an active task's token after about 60 s without a heartbeat."""
+OBJECT_BACKOFF_S, OBJECT_BACKOFF_CAP_S = 0.01, 0.2
+"""The SuperNode creates a task before its message has arrived from the SuperLink, so the
+message is polled quickly; Flower's own helper starts at 1 s and adds about a second."""
+MESSAGE_WAIT_S = 60.0
+UNREACHABLE_BACKOFF_S = 1.0
+FIRST_TOKEN_ENV = "COLLABFL_WARM_FIRST_TOKEN"
+"""A task claimed before a re-exec, handed to the new image (never on the command line)."""
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    """Everything one ClientApp task needs, pulled from the SuperNode."""
+
+    message: Message
+    context: Context
+    run: Run
+    fab: Fab
+
+
+class TaskToken:
+    """Sets the token of the task being served on every request (none between tasks).
+
+    Flower's token interceptor fixes one token per client, for a process that serves one
+    task; this process serves many, so the token is swapped per task.
+    """
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    def intercept(self, context: ProtobufRequestContext, call_next: ProtobufCall) -> httpx.Response:
+        if self.value:
+            context.request.headers[TASK_TOKEN_HEADER] = self.value
+        return call_next(context)
+
+
+class Heartbeat:
+    """Keeps a long task's token alive while it runs.
+
+    Written here because Flower's heartbeat helper interrupts its own process when the
+    SuperNode refuses a beat, which would stop every later task too.
+    """
+
+    def __init__(self, client: RuntimeHttpClient) -> None:
+        self._client = client
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="task-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_EVERY_S):
+            try:
+                self._client.SendTaskHeartbeat(SendTaskHeartbeatRequest())
+            except httpx.HTTPError as error:  # one missed beat is not fatal
+                log.warning("task heartbeat failed: %s", error)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def connect(address: str, token: TaskToken) -> RuntimeHttpClient:
+    """A runtime API client that presents itself as ``flwr-clientapp``."""
+    return RuntimeHttpClient.from_server_address(
+        server_address=address,
+        insecure=True,
+        root_certificates=None,
+        interceptors=[RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token],
+        retry_invoker=make_simple_http_retry_invoker(),
+    )
+
+
+def pull_task_input(client: RuntimeHttpClient) -> TaskInput:
+    """Activate the claimed task and pull its context, run, FAB and message."""
+    response = client.PullTaskInput(PullTaskInputRequest())
+    # Who "this process" is, for messages the app creates: Flower's helper sets it per task
+    TaskIdentity.task_id = response.task_id
+    TaskIdentity.run_id = response.run.run_id
+    TaskIdentity.node_id = response.context.node_id
+    context = context_from_proto(response.context)
+    deadline = time.monotonic() + MESSAGE_WAIT_S
+    while not (pulled := client.PullMessages(PullAppMessagesRequest())).messages_list:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the SuperNode had no message for this task in {MESSAGE_WAIT_S} s")
+        time.sleep(OBJECT_BACKOFF_S)
+    tree = pulled.message_object_trees[0]
+    node = Node(node_id=context.node_id)
+    message = pull_and_inflate_object_from_tree(
+        tree,
+        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(
+            client.ConfirmMessageReceived, node, context.run_id
+        ),
+        return_type=Message,
+        initial_backoff=OBJECT_BACKOFF_S,
+        backoff_cap=OBJECT_BACKOFF_CAP_S,
+    )
+    message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's helper does
+    return TaskInput(message, context, run_from_proto(response.run), fab_from_proto(response.fab))
+
+
+def error_reply(message: Message, error: Exception) -> Message:
+    """The reply Flower's executor sends when a ClientApp raises."""
+    code = (
+        ErrorCode.LOAD_CLIENT_APP_EXCEPTION
+        if isinstance(error, LoadClientAppError)
+        else ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    )
+    return Message(Error(code=code, reason=f"{type(error).__name__}: {error}"), reply_to=message)
+
+
+class WarmExecutor:
+    """Serves the ClientApp tasks of one SuperNode until stopped."""
+
+    def __init__(self, address: str, poll_s: float) -> None:
+        self.address = address
+        self.poll_s = poll_s
+        self.token = TaskToken()
+        self.client = connect(address, self.token)
+        self.stopping = threading.Event()
+        self._apps: dict[str, ClientApp] = {}
+        self._load = get_load_client_app_fn(default_app_ref="", app_path=None, multi_app=True)
+
+    def serve(self, first_token: str | None = None) -> None:
+        """Claim and serve tasks one at a time; ``first_token``: one claimed before a re-exec."""
+        if first_token:
+            self._serve(first_token)
+        while not self.stopping.is_set():
+            claimed = self._acquire()
+            if claimed is None:
+                self.stopping.wait(self.poll_s)
+                continue
+            token, fab_hash = claimed
+            if self._apps and fab_hash not in self._apps:
+                self._reexec(token)
+            self._serve(token)
+
+    def _acquire(self) -> tuple[str, str] | None:
+        """The token and FAB hash of a newly claimed task, or None when there is none."""
+        try:
+            response = self.client.AcquireTask(
+                AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
+            )
+        except httpx.HTTPError as error:
+            log.warning("runtime API at %s unreachable: %s", self.address, error)
+            self.stopping.wait(UNREACHABLE_BACKOFF_S)
+            return None
+        if not (response.HasField("task") and response.token):
+            return None
+        return response.token, response.task.fab_hash
+
+    def _serve(self, token: str) -> None:
+        started = time.perf_counter()
+        self.token.value = token
+        try:
+            with Heartbeat(self.client):
+                status = self._run_task()
+        finally:
+            self.token.value = None
+        log.info("task %s by pid %d in %.3f s", status, os.getpid(), time.perf_counter() - started)
+
+    def _run_task(self) -> str:
+        """Pull, run the app, push the reply and the task's status; returns that status."""
+        task: TaskInput | None = None
+        reply: Message | None = None
+        status, details = SubStatus.FAILED, "ClientApp task failed"
+        try:
+            task = pull_task_input(self.client)
+            reply = self._app(task.run, task.fab)(message=task.message, context=task.context)
+            status, details = SubStatus.COMPLETED, ""
+        except Exception as error:
+            log.exception("ClientApp task failed")
+            details = f"{type(error).__name__}: {error}"
+            if task is not None:
+                reply = error_reply(task.message, error)
+        context = None if task is None else task.context
+        if reply is not None and context is not None:
+            try:
+                push_message(self.client, reply, context)
+            except Exception as error:
+                log.exception("pushing the reply failed")
+                status, details = SubStatus.FAILED, f"pushing the reply failed: {error}"
+        push_task_output(self.client, context, status, details)  # also stores context.state
+        return status
+
+    def _app(self, run: Run, fab: Fab) -> ClientApp:
+        """The ClientApp of this FAB, installed and imported on its first task only."""
+        app = self._apps.get(fab.hash_str)
+        if app is None:
+            install_from_fab(fab.content, skip_prompt=True)
+            app = self._load(run.fab_id, run.fab_version, fab.hash_str)
+            self._apps[fab.hash_str] = app
+        return app
+
+    def _reexec(self, token: str) -> None:
+        """Serve a task of a different FAB from a fresh interpreter.
+
+        Flower's loader reuses ``sys.modules``, so a long-lived process would run a new FAB
+        with the modules of the old one; replacing the process image is the clean switch.
+        """
+        log.info("new FAB: restarting the executor (pid %d)", os.getpid())
+        self.client.close()
+        env = {**os.environ, FIRST_TOKEN_ENV: token}
+        os.execve(sys.executable, warm_executor_command(self.address, self.poll_s), env)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="collabfl.flower.warm_executor", description=__doc__)
+    p.add_argument("--runtime-api", required=True, help="the SuperNode's HOST:PORT (--port)")
+    p.add_argument("--poll", type=float, default=0.1, help="seconds between empty task polls")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per task poll
+    logging.getLogger("flwr").propagate = False  # it prints through its own handler
+    executor = WarmExecutor(args.runtime_api, args.poll)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: executor.stopping.set())
+    log.info("serving %s as pid %d (poll %.3f s)", args.runtime_api, os.getpid(), args.poll)
+    try:
+        executor.serve(os.environ.pop(FIRST_TOKEN_ENV, None))
+    finally:
+        executor.client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
