@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +142,23 @@ def test_node_cache_reopens_after_a_rewind_or_a_failed_message(tmp_path):
     assert rewound is not first and "model" not in rewound.slots
     # Not kept after a message that did not save: the next message reopens from disk.
     assert cache.open(3, tmp_path / "c.npz", state, *[MemoryModelStore()] * 2) is not rewound
+
+
+def test_a_participants_model_state_is_readable_by_its_owner_only(tmp_path):
+    _data(tmp_path / "c.npz")
+    state = NodeState(tmp_path / "state")
+    state.write_settings(_settings())
+    node = _node(tmp_path, state)
+    _train(node, 0)
+    node.handle(Instruction(0, Evaluate(keep_best=True)))
+    previous = os.umask(0o022)
+    try:
+        state.save(node)
+    finally:
+        os.umask(previous)
+    saved = [p for p in state.dir.iterdir() if p.suffix in (".safetensors", ".json")]
+    models = [p for p in saved if p.suffix == ".safetensors"]
+    assert models, saved
+    for path in saved:
+        if path.name != "run.json":  # the run's settings hold nothing private
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
