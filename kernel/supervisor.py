@@ -89,20 +89,36 @@ class Supervisor:
             if self._stopping.is_set():
                 return
             consecutive = 0 if time.monotonic() - started > 60 else consecutive + 1
+            said = self.last_output()
             if consecutive > self.max_restarts:
                 log.error(
-                    "%s exited with %s too often; giving up (see %s)",
+                    "%s exited with %s %s times in a row; giving up. Its last words: %s (see %s)",
                     self.name,
                     code,
+                    consecutive,
+                    said,
                     self.log_path,
                 )
                 return
             delay = min(2.0**consecutive, 30.0)
-            log.warning("%s exited with %s; restarting in %.0f s", self.name, code, delay)
+            log.warning(
+                "%s exited with %s (%s); restarting in %.0f s", self.name, code, said, delay
+            )
             if self._stopping.wait(delay):
                 return
             self.restarts += 1
             self._spawn()
+
+    def last_output(self, lines: int = 3) -> str:
+        """The end of the child's log, on one line: why it exited, usually."""
+        try:
+            with open(self.log_path, "rb") as log_file:
+                log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - 4096))
+                tail = log_file.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return "no log"
+        said = [line.strip() for line in tail if line.strip()][-lines:]
+        return " | ".join(said) or "nothing"
 
     @property
     def alive(self) -> bool:
