@@ -104,11 +104,6 @@ def setup(message: Message, context: Context) -> Message:
     return Message(encode_description(description), reply_to=message)
 
 
-@app.query(Verb.TRAIN.value)
-@app.query(Verb.COLLABORATE.value)
-@app.query(Verb.EVALUATE.value)
-@app.query(Verb.DISCRIMINATE.value)
-@app.query(Verb.GRADIENT.value)
 def handle(message: Message, context: Context) -> Message:
     """Run one instruction against the node's saved state and save the new state."""
     settings = NodeSettings.from_context(context)
@@ -130,6 +125,10 @@ def handle(message: Message, context: Context) -> Message:
     nodes.keep(node, settings.data_path, state)
     state.done(instruction.round, step)
     return Message(encode_reply(reply), reply_to=message)
+
+
+for _verb in Verb:  # every verb's messages go to the same handler; a new verb needs no edit
+    app.query(_verb.value)(handle)
 
 
 def _step_name(task: Task) -> str:
