@@ -81,20 +81,3 @@ def test_dockerfile_exposes_every_port(compose):
         client.runtime_port,
     }
     assert {str(port) for port in needed} <= exposed
-
-
-def test_make_tls_writes_a_working_chain(tmp_path):
-    import subprocess
-    import sys
-
-    from cryptography import x509
-
-    subprocess.run(
-        [sys.executable, str(DEPLOY / "make_tls.py"), "--out", str(tmp_path), "--host", "h1"],
-        check=True,
-        capture_output=True,
-    )
-    ca = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
-    host = x509.load_pem_x509_certificate((tmp_path / "h1.pem").read_bytes())
-    host.verify_directly_issued_by(ca)
-    assert (tmp_path / "h1.key").stat().st_mode & 0o777 == 0o600
