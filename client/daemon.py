@@ -2,7 +2,9 @@
 
 It runs the peer model server (serving this node's published models to peers holding a
 coordinator-signed grant) and supervises a Flower SuperNode whose ClientApp does the
-training, selection and evaluation. With ``--runtime subprocess`` (the default) the SuperNode
+training, selection and evaluation. With TLS the SuperNode authenticates with a key pair
+kept in the state directory (flower/supernode_key.py) that the operator registers on the
+coordinator. With ``--runtime subprocess`` (the default) the SuperNode
 starts one ClientApp process per message; with ``--runtime warm`` it starts none and this
 daemon supervises one long-lived executor (flower/warm_executor.py) that serves every
 message with the node kept in memory. Everything that must outlive one message lives here or
@@ -29,6 +31,7 @@ from collabfl.flower.processes import (
     warm_executor_command,
 )
 from collabfl.flower.session import NodeState
+from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.supervisor import Supervisor
 from collabfl.kernel.tls import ServerTLS
@@ -73,6 +76,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         "data-path": f'"{args.data.resolve()}"',
         "state-dir": f'"{args.state_dir.resolve()}"',
         "peer-address": f'"{args.peer_address}"',
+        "coordinator-key": f'"{args.coordinator_key.resolve()}"',
     }
     if args.device:
         node_config["device"] = f'"{args.device}"'
@@ -96,7 +100,13 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     if args.insecure:
         command.append("--insecure")
     else:
-        command += ["--root-certificates", str(args.root_certificates)]
+        private_key, _ = ensure_supernode_key(args.state_dir)
+        command += [
+            "--root-certificates",
+            str(args.root_certificates),
+            "--auth-supernode-private-key",
+            str(private_key),
+        ]
     return command
 
 
@@ -155,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         port,
         args.peer_address,
     )
+    if not args.insecure:
+        _, public_key = ensure_supernode_key(args.state_dir)
+        log.info(
+            "client %s: SuperNode key %s; the operator registers it with `collabfl admin "
+            "register-supernode --client-id %s --key %s` on the coordinator machine",
+            args.client_id, public_key, args.client_id, public_key.name,
+        )  # fmt: skip
     children = start_flower(args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -9,16 +9,24 @@ serves what this app publishes into ``<state-dir>/published``. Peer models are f
 directly from their owners over gRPC with the grants the coordinator attached; the
 coordinator only ever sends indices, sizes, addresses and grants.
 
+Only runs the coordinator launched are served: every message's run config must carry a
+``run-ticket`` the coordinator signed for its ``run-id`` (kernel/tickets.py), checked
+against the coordinator's public key before the node's data or state is touched; anything
+else gets an error reply and a line in the log.
+
 Node config (set by the client daemon on the SuperNode): ``client-id`` (int),
 ``data-path`` (this participant's data file), ``state-dir``, ``peer-address`` (where peers
-reach this daemon's peer server), and optionally ``device`` (overrides the run's device,
+reach this daemon's peer server), ``coordinator-key`` (PEM of the coordinator's public
+key, which signs tickets and grants), and optionally ``device`` (overrides the run's device,
 e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the CA of peers' TLS certificates),
 ``cost`` and ``eagerness`` (the iPFL market profile this participant reports).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,6 +39,8 @@ from collabfl.client.peers import PeerModelSource, PeerUnavailable
 from collabfl.flower.codec import decode_instruction, encode_reply
 from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
 from collabfl.flower.session import NodeCache, NodeState, describe
+from collabfl.kernel.grants import load_public_key_bytes
+from collabfl.kernel.tickets import InvalidTicket, TicketVerifier
 from collabfl.kernel.tls import ClientTLS
 from collabfl.strategies.verbs import (
     Collaborate,
@@ -85,6 +95,39 @@ class NodeSettings:
         )
 
 
+class RunNotAuthorized(Exception):
+    """The message belongs to a run the coordinator did not launch (no valid ticket)."""
+
+
+Handler = Callable[[Message, Context], Message]
+
+
+def authorize(context: Context) -> str:
+    """The collabfl run id of a run whose ticket verifies; RunNotAuthorized otherwise."""
+    key = str(context.node_config.get("coordinator-key", ""))
+    run_id = str(context.run_config.get("run-id", ""))
+    try:
+        if not key:
+            raise InvalidTicket("node config lacks coordinator-key: no ticket can be checked")
+        verifier = TicketVerifier(load_public_key_bytes(Path(key)))
+        verifier.verify(str(context.run_config.get("run-ticket", "")), run=run_id)
+    except InvalidTicket as error:
+        log.error("refused a message of Flower run %s: %s", context.run_id, error)
+        raise RunNotAuthorized(f"run not launched by this coordinator: {error}") from None
+    return run_id
+
+
+def ticketed(handler: Handler) -> Handler:
+    """Serve ``handler``'s messages only for runs with a valid coordinator ticket."""
+
+    @functools.wraps(handler)
+    def checked(message: Message, context: Context) -> Message:
+        authorize(context)
+        return handler(message, context)
+
+    return checked
+
+
 class NoPeers:
     """The peer source of messages that fetch nothing."""
 
@@ -93,10 +136,13 @@ class NoPeers:
 
 
 @app.query(SETUP_QUERY)
+@ticketed
 def setup(message: Message, context: Context) -> Message:
     """Join a run: remember its settings and report identity and sample count."""
     node = NodeSettings.from_context(context)
     settings = decode_settings(message.content)
+    if settings.run_id != context.run_config.get("run-id"):
+        raise RunNotAuthorized(f"set-up names run {settings.run_id!r}, not the ticket's run")
     if node.device:
         settings = replace(settings, device=node.device)
     NodeState(node.state_dir).write_settings(settings)
@@ -128,7 +174,7 @@ def handle(message: Message, context: Context) -> Message:
 
 
 for _verb in Verb:  # every verb's messages go to the same handler; a new verb needs no edit
-    app.query(_verb.value)(handle)
+    app.query(_verb.value)(ticketed(handle))
 
 
 def _step_name(task: Task) -> str:

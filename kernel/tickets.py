@@ -1,0 +1,109 @@
+"""Run tickets: "the coordinator launched collabfl run R; valid until T".
+
+Anyone who can reach a SuperLink's Control API can submit a ServerApp, and Flower sends
+that ServerApp's messages to every SuperNode. A client must therefore tell the
+coordinator's runs from anyone else's: the coordinator signs a ticket for each launch with
+the same Ed25519 key that signs fetch grants (clients already hold its public half), puts
+it in the Flower run config, and the ClientApp serves a run's messages only when its
+ticket verifies offline. Tokens have the grants' form (``base64url(payload) "."
+base64url(signature)``) with a ``kind`` field, so a grant never passes as a ticket.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from collabfl.kernel.grants import _b64decode, _b64encode, _canonical
+
+VERSION = 1
+KIND = "run-ticket"
+MAX_TICKET_BYTES = 1024
+"""Far above a real ticket (~250 bytes): refuses junk before any decoding work."""
+
+
+class InvalidTicket(Exception):
+    """The ticket does not authorise this run; the message says why."""
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """What a verified ticket allows: serving collabfl run ``run`` until ``expires_at``."""
+
+    run: str
+    expires_at: float
+
+
+class TicketSigner:
+    """Issues tickets; lives with the coordinator, which holds the private key."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        self._key = private_key
+
+    def issue(self, run: str, ttl_s: float) -> str:
+        """A ticket letting clients serve collabfl run ``run`` for ``ttl_s`` seconds."""
+        if ttl_s <= 0:
+            raise ValueError(f"ttl_s must be positive, got {ttl_s}")
+        if not run:
+            raise ValueError("a ticket names a run")
+        payload = _canonical({"v": VERSION, "kind": KIND, "run": run, "exp": time.time() + ttl_s})
+        return (_b64encode(payload) + b"." + _b64encode(self._key.sign(payload))).decode()
+
+
+class TicketVerifier:
+    """Checks tickets in the ClientApp, offline, with the coordinator's public key."""
+
+    def __init__(self, public_key_bytes: bytes) -> None:
+        self._key = Ed25519PublicKey.from_public_bytes(public_key_bytes)
+
+    def verify(self, token: str, *, run: str, now: float | None = None) -> Ticket:
+        """The ticket in ``token`` if it is genuine, unexpired and for collabfl run ``run``.
+
+        Raises InvalidTicket whose message says which check failed.
+        """
+        ticket = self._decode(token)
+        now = time.time() if now is None else now
+        if now >= ticket.expires_at:
+            raise InvalidTicket(f"ticket expired {now - ticket.expires_at:.1f} s ago")
+        if ticket.run != run:
+            raise InvalidTicket(f"ticket is for run {ticket.run!r}, not {run!r}")
+        return ticket
+
+    def _decode(self, token: str) -> Ticket:
+        if not token:
+            raise InvalidTicket("the run carries no ticket")
+        raw = token.encode("ascii", errors="replace")
+        if len(raw) > MAX_TICKET_BYTES:
+            raise InvalidTicket(f"malformed: ticket of {len(raw)} bytes is too long")
+        parts = raw.split(b".")
+        if len(parts) != 2:
+            raise InvalidTicket("malformed: expected payload.signature")
+        try:
+            payload, signature = (_b64decode(part) for part in parts)
+        except ValueError:
+            raise InvalidTicket("malformed: not base64url") from None
+        try:
+            self._key.verify(signature, payload)
+        except InvalidSignature:
+            raise InvalidTicket("bad signature (not issued by this coordinator)") from None
+        try:
+            fields = json.loads(payload)
+        except ValueError:
+            raise InvalidTicket("malformed: signed payload is not JSON") from None
+        return _ticket_from(fields)
+
+
+def _ticket_from(fields: Any) -> Ticket:
+    """Check the payload's shape strictly: a signed grant or other payload is refused."""
+    if not isinstance(fields, dict) or set(fields) != {"v", "kind", "run", "exp"}:
+        raise InvalidTicket("malformed: not a run ticket")
+    if fields["v"] != VERSION or fields["kind"] != KIND:
+        raise InvalidTicket(f"malformed: unsupported ticket {fields['kind']!r} v{fields['v']!r}")
+    if not isinstance(fields["run"], str) or type(fields["exp"]) not in (int, float):
+        raise InvalidTicket("malformed: payload field of the wrong type")
+    return Ticket(fields["run"], float(fields["exp"]))
