@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from flwr.app import Message, RecordDict
@@ -51,6 +51,7 @@ class FlowerClientPool:
         admit: Admitter,
         timeout_s: float = 600.0,
         poll_s: float = 0.25,
+        refused: Collection[int] = frozenset(),
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -62,6 +63,8 @@ class FlowerClientPool:
         self.on_event = on_event
         self.timeout_s = timeout_s
         self.poll_s = poll_s
+        self.refused = refused
+        """Nodes the run's binding refused (flower/binding.py): never offered set-up again."""
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
@@ -119,7 +122,7 @@ class FlowerClientPool:
         it takes over that member's place. Returns the node ids online now.
         """
         online = set(self.grid.get_node_ids())
-        new = sorted(online - set(self.by_node))
+        new = sorted(online - set(self.by_node) - set(self.refused))
         if new:
             for member in self.admit(new):
                 self._add(member)

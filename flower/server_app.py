@@ -8,8 +8,14 @@ address), then runs the same strategy code as the in-process runtime through
 the same run directory ``collabfl simulate`` writes. A stop requested by an operator is
 honoured between rounds.
 
-Run config keys: ``run-id``, ``coordinator`` (address of the coordinator service) and the
-run's options (``RunOptions``: ``expected-clients``, ``join-timeout``, ...).
+Each client id is bound to one Flower node for the run (flower/binding.py): a node claiming
+an id that another node holds, or that its registered SuperNode key does not carry, is
+refused (no instruction, no grant) and recorded as an ``impostor`` event.
+
+Run config keys: ``run-id``, ``coordinator`` (address of the coordinator service),
+``run-ticket`` (the coordinator's signed pass, checked by every ClientApp),
+``node-bindings`` (registered ``node:client`` pairs; empty: first come) and the run's
+options (``RunOptions``: ``expected-clients``, ``join-timeout``, ...).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,7 @@ from collabfl.coordinator.report.comparison import write_comparison
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
+from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.pool import FlowerClientPool, exchange
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
@@ -61,7 +69,8 @@ def main(grid: Grid, context: Context) -> None:
             coordinator.finish_run(run_id, "failed", f"invalid run config: {error}")
             raise
         try:
-            status = run_federated(grid, coordinator, run_id, spec, options)
+            binder = NodeBinder(parse_bindings(str(context.run_config.get("node-bindings", ""))))
+            status = run_federated(grid, coordinator, run_id, spec, options, binder)
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
@@ -86,11 +95,18 @@ def run_federated(
     run_id: str,
     spec: MethodSpec,
     options: RunOptions,
+    binder: NodeBinder,
 ) -> str:
     """Join the clients, run every round, record it, and write the run directory; return how
     the run ended ("finished" or "stopped")."""
     setup = setup_record(run_id, spec)
-    members, num_classes, reports = join(grid, setup, options)
+
+    def refuse(node: int, client_id: int, reason: str) -> None:
+        log.warning("refused node %s: %s", node, reason)
+        coordinator.record_event(run_id, "impostor", reason, "warning", client_id=client_id)
+
+    gate = Gate(binder, refuse)
+    members, num_classes, reports = join(grid, setup, options, gate)
     coordinator.register_members(members)
 
     def issue(fetcher: int, owners, round_index: int):
@@ -101,13 +117,19 @@ def run_federated(
         coordinator.record_event(run_id, kind, message, round=round_index, client_id=client_id)
 
     def admit_new(nodes: Sequence[int]) -> list[Member]:
-        joined, _, _ = admit(grid, nodes, setup, timeout_s=60.0)
+        joined, _, _ = admit(grid, nodes, setup, gate, timeout_s=60.0)
         if joined:
             coordinator.register_members(joined)
         return joined
 
     pool = FlowerClientPool(
-        grid, members, issue, on_event, admit_new, timeout_s=options.message_timeout_s
+        grid,
+        members,
+        issue,
+        on_event,
+        admit_new,
+        timeout_s=options.message_timeout_s,
+        refused=binder.refused,
     )
     model = model_name(spec.config)
     workspace = FlatModel(build_model(model, num_classes, spec.config.seed))
@@ -153,17 +175,28 @@ def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:
     )
 
 
+@dataclass(frozen=True)
+class Gate:
+    """The run's node binding and where its refusals go: (node, claimed client, reason)."""
+
+    binder: NodeBinder
+    refuse: Callable[[int, int, str], None]
+
+
 def admit(
-    grid: Grid, nodes: Sequence[int], setup: RunSettings, timeout_s: float
+    grid: Grid, nodes: Sequence[int], setup: RunSettings, gate: Gate, timeout_s: float
 ) -> tuple[list[Member], set[int], dict[int, dict[str, float]]]:
-    """Send the set-up to ``nodes``; return the members that answered, their class counts
-    and what they reported about themselves for markets (iPFL cost and eagerness)."""
+    """Send the set-up to ``nodes``; return the members that answered and may speak for the
+    client id they claim, their class counts and what they reported about themselves for
+    markets (iPFL cost and eagerness)."""
     messages = [
         Message(encode_settings(setup), dst_node_id=node, message_type=SETUP_MESSAGE)
         for node in nodes
     ]
     members, classes, reports = [], set(), {}
-    for node, content in exchange(grid, messages, timeout_s, 0.25).items():
+    answers = exchange(grid, messages, timeout_s, 0.25)
+    online = set(grid.get_node_ids())
+    for node, content in answers.items():
         if isinstance(content, str):
             log.warning("node %s failed to join: %s", node, content)
             continue
@@ -171,6 +204,10 @@ def admit(
             described = decode_description(content)
         except ValueError as error:
             log.warning("node %s sent an unusable description: %s", node, error)
+            continue
+        refusal = gate.binder.claim(node, described.client_id, online)
+        if refusal is not None:
+            gate.refuse(node, described.client_id, refusal)
             continue
         members.append(
             Member(
@@ -187,7 +224,7 @@ def admit(
 
 
 def join(
-    grid: Grid, setup: RunSettings, options: RunOptions
+    grid: Grid, setup: RunSettings, options: RunOptions, gate: Gate
 ) -> tuple[list[Member], int, dict[int, dict[str, float]]]:
     """Wait for the expected clients, send them the run's settings, collect who they are."""
     deadline = time.monotonic() + options.join_timeout_s
@@ -195,12 +232,10 @@ def join(
     while len(nodes) < options.expected_clients and time.monotonic() < deadline:
         time.sleep(0.5)
         nodes = list(grid.get_node_ids())
-    members, classes, reports = admit(grid, nodes, setup, max(deadline - time.monotonic(), 30.0))
+    timeout_s = max(deadline - time.monotonic(), 30.0)
+    members, classes, reports = admit(grid, nodes, setup, gate, timeout_s)
     if not members:
         raise RuntimeError(f"no client joined within the join timeout ({len(nodes)} nodes seen)")
     if len(classes) != 1:
         raise RuntimeError(f"clients disagree on the number of classes: {sorted(classes)}")
-    ids = [m.client_id for m in members]
-    if len(set(ids)) != len(ids):
-        raise RuntimeError(f"two nodes claim the same client id: {sorted(ids)}")
     return sorted(members, key=lambda m: m.client_id), classes.pop(), reports

@@ -1,0 +1,103 @@
+"""A second node claiming a bound client id is refused (no instruction, no grant) and
+recorded; a registered SuperNode key decides which node may be which client."""
+
+from __future__ import annotations
+
+import pytest
+from flwr.supercore.task_identity import TaskIdentity
+
+from collabfl.flower import server_app
+from collabfl.flower.binding import NodeBinder, format_bindings, parse_bindings
+from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.run_setup import Description, encode_description
+from tests.test_session import _settings
+
+
+@pytest.fixture(autouse=True)
+def flower_task(monkeypatch):
+    """The identity Flower's ServerApp process sets before it builds any Message."""
+    for name, value in (("_task_id", 1), ("_run_id", 7), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+
+
+class Grid:
+    """The part of Flower's Grid that admission reads: which nodes are online."""
+
+    def __init__(self, online: set[int]) -> None:
+        self.online = online
+
+    def get_node_ids(self) -> list[int]:
+        return sorted(self.online)
+
+
+def _answers(claims: dict[int, int]):
+    """Fake set-up replies: node -> the client id it claims."""
+
+    def exchange(grid, messages, timeout_s, poll_s):
+        return {
+            m.metadata.dst_node_id: encode_description(
+                Description(
+                    claims[m.metadata.dst_node_id], 10, 10, f"h:{claims[m.metadata.dst_node_id]}"
+                )
+            )
+            for m in messages
+        }
+
+    return exchange
+
+
+def _gate(binder: NodeBinder, events: list):
+    return server_app.Gate(
+        binder, lambda node, client, reason: events.append((node, client, reason))
+    )
+
+
+def test_impostor_claiming_a_bound_client_id_is_refused_and_recorded(monkeypatch):
+    events: list = []
+    binder = NodeBinder({})
+    gate = _gate(binder, events)
+    grid = Grid({11, 12})
+    monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 1, 99: 1}))
+    members, _, _ = server_app.admit(grid, [11, 12], _settings(), gate, 1.0)
+    assert {m.client_id: m.flower_node_id for m in members} == {0: 11, 1: 12}
+
+    grid.online.add(99)  # a second daemon started with --client-id 1 mid-run
+    pool = FlowerClientPool(
+        grid,
+        members,
+        None,
+        None,
+        lambda nodes: server_app.admit(grid, nodes, _settings(), gate, 1.0)[0],
+        refused=binder.refused,
+    )
+    assert pool.refresh() == {11, 12, 99}
+    assert pool.members[1].flower_node_id == 12 and 99 not in pool.by_node
+    assert events == [(99, 1, "node 99 claims client 1, which node 12 holds")]
+    pool.refresh()  # refused for good: not offered set-up (nor recorded) again
+    assert len(events) == 1
+
+
+def test_restarted_daemon_takes_over_once_its_old_node_is_offline(monkeypatch):
+    binder = NodeBinder({})
+    gate = _gate(binder, events := [])
+    monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 13: 0}))
+    server_app.admit(Grid({11}), [11], _settings(), gate, 1.0)
+    members, _, _ = server_app.admit(Grid({13}), [13], _settings(), gate, 1.0)
+    assert [m.flower_node_id for m in members] == [13] and events == []
+
+
+def test_registered_key_decides_which_node_is_which_client(monkeypatch):
+    binder = NodeBinder({11: 0, 12: 1})
+    gate = _gate(binder, events := [])
+    monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 0, 13: 1}))
+    members, _, _ = server_app.admit(Grid({11, 12, 13}), [11, 12, 13], _settings(), gate, 1.0)
+    assert [(m.client_id, m.flower_node_id) for m in members] == [(0, 11)]
+    assert [(node, client) for node, client, _ in events] == [(12, 0), (13, 1)]
+    assert "registered as 1" in events[0][2] and "no registered key" in events[1][2]
+
+
+def test_bindings_round_trip_and_reject_junk():
+    assert parse_bindings(format_bindings({11: 0, 12: 1})) == {11: 0, 12: 1}
+    assert parse_bindings("") == {}
+    with pytest.raises(ValueError):
+        parse_bindings("11=0")
