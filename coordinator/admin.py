@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from collabfl.coordinator import flower_runs
 from collabfl.coordinator.config import ConfigError, load_config
+from collabfl.coordinator.daemon import CONNECTION, flower_home
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.coalition_moves import (
@@ -47,7 +50,8 @@ from collabfl.coordinator.service_client import (
     CoordinatorError,
     CoordinatorUnreachable,
 )
-from collabfl.coordinator.state import Run
+from collabfl.coordinator.state import CoordinatorState, Run
+from collabfl.flower.processes import flower_env
 from collabfl.kernel.tls import ClientTLS
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
@@ -168,6 +172,33 @@ def members(ctx: typer.Context) -> None:
             _time(member.updated_at),
         )
     console.print(table)
+
+
+@admin_app.command("register-supernode")
+def register_supernode(
+    client_id: Annotated[int, typer.Option("--client-id", min=0, help="the member's client id")],
+    key: Annotated[
+        Path,
+        typer.Option(exists=True, dir_okay=False, help="the member's supernode_key.pub"),
+    ],
+    state_dir: Annotated[
+        Path,
+        typer.Option(
+            exists=True, file_okay=False, help="the coordinator's --state-dir (this machine)"
+        ),
+    ],
+) -> None:
+    """Let a member's SuperNode join: register its key with the SuperLink and bind the Flower
+    node id it gets to the client id. Runs on the coordinator machine, whose loopback alone
+    reaches the SuperLink's Control API; runs launched afterwards use the binding."""
+    env = {**os.environ, **flower_env(flower_home(state_dir))}
+    try:
+        node_id = flower_runs.register_supernode(key.resolve(), CONNECTION, env)
+    except flower_runs.FlowerCliError as error:
+        _fail(error, EXIT_REFUSED)
+    with CoordinatorState(state_dir / "coordinator.db") as state:
+        state.bind_supernode(client_id, node_id, key.read_text().strip())
+    console.print(f"client {client_id}: SuperNode key registered as Flower node {node_id}")
 
 
 @admin_app.command()

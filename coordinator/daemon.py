@@ -1,9 +1,14 @@
 """``collabfl-coordinator``: the federation's coordinator process.
 
-It supervises a Flower SuperLink (persistent state, no runtime dependency installation),
+It supervises a Flower SuperLink (persistent state, no runtime dependency installation)
+listening on loopback only, faces the network with a Fleet-only gateway in front of it
+(coordinator/fleet_gateway.py: SuperNodes get in, ``flwr run`` and the Control API do not),
 serves the coordinator gRPC service (members, runs, rounds, graphs, metrics, events,
 grants; SQLite under ``--state-dir``) and launches the Flower ServerApp of every active run
-with ``flwr run``. A run whose ServerApp dies while the run is still active (a SuperLink or
+with ``flwr run``, each with a run ticket the clients check (kernel/tickets.py) and the
+registered SuperNode node ids of its members. With TLS the SuperLink requires SuperNode
+authentication: only SuperNodes whose key an operator registered (``collabfl admin
+register-supernode``) join. A run whose ServerApp dies while the run is still active (a SuperLink or
 coordinator restart) is launched again and resumes after its last completed round.
 """
 
@@ -20,6 +25,14 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from collabfl.coordinator.fleet_gateway import (
+    FleetGateway,
+    GatewayTLS,
+    LoopbackTLS,
+    free_loopback_port,
+)
 from collabfl.coordinator.flower_runs import (
     FlowerCliError,
     follow_command,
@@ -30,6 +43,7 @@ from collabfl.coordinator.flower_runs import (
 from collabfl.coordinator.run_options import RunOptions, flower_app_config
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, Run
+from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.grants import (
@@ -40,10 +54,12 @@ from collabfl.kernel.grants import (
     save_public_key,
 )
 from collabfl.kernel.supervisor import Supervisor, stop_group
+from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ServerTLS
 
 log = logging.getLogger("collabfl.coordinator")
 
+LOOPBACK = "127.0.0.1"
 APP_NAME = "collabfl-federation"
 CONNECTION = "collabfl"
 MAX_LAUNCHES = 4
@@ -55,7 +71,19 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collabfl-coordinator", description=__doc__)
     p.add_argument("--state-dir", type=Path, required=True, help="databases, keys, logs, runs")
     p.add_argument("--host", default="127.0.0.1", help="interface for SuperLink and service")
-    p.add_argument("--superlink-port", type=int, default=9093, help="SuperLink (Flower) port")
+    p.add_argument("--superlink-port", type=int, default=9093, help="Fleet gateway port")
+    p.add_argument(
+        "--superlink-internal-port",
+        type=int,
+        default=0,
+        help="loopback port of the SuperLink behind the gateway (0: a free one)",
+    )
+    p.add_argument(
+        "--run-ticket-ttl",
+        type=float,
+        default=7 * 24 * 3600.0,
+        help="seconds a launch's run ticket stays valid (a relaunch issues a new one)",
+    )
     p.add_argument("--service-port", type=int, default=9300, help="coordinator service port")
     p.add_argument("--advertise", default="", help="service address the ServerApp dials")
     tls = p.add_argument_group("TLS (omit all with --insecure)")
@@ -67,38 +95,66 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def grant_signer(state_dir: Path) -> GrantSigner:
-    """Load the grant signing key, creating it (and its public half) on first start."""
+def signing_key(state_dir: Path) -> Ed25519PrivateKey:
+    """Load the key that signs grants and run tickets, creating it (and its public half,
+    which clients get as ``--coordinator-key``) on first start."""
     private_path, public_path = state_dir / "grant_key.pem", state_dir / "grant_key.pub.pem"
     if not private_path.exists():
         save_private_key(generate_private_key(), private_path)
-    signer = GrantSigner(load_private_key(private_path))
-    save_public_key(signer.public_key_bytes(), public_path)
-    return signer
+    key = load_private_key(private_path)
+    save_public_key(GrantSigner(key).public_key_bytes(), public_path)
+    return key
+
+
+def flower_home(state_dir: Path) -> Path:
+    """FLWR_HOME of the coordinator's own ``flwr`` commands (run, log, stop, register)."""
+    return (state_dir / "flwr").resolve()
+
+
+def loopback_tls(args: argparse.Namespace) -> LoopbackTLS | None:
+    """TLS of the SuperLink behind the gateway; None in insecure mode."""
+    return None if args.insecure else LoopbackTLS.ensure(args.state_dir / "superlink_tls")
 
 
 def superlink_command(args: argparse.Namespace) -> list[str]:
+    """The SuperLink on loopback: reachable from other hosts only through the gateway."""
     command = [
         flower_binary("flower-superlink"),
         "--database",
         str((args.state_dir / "superlink.db").resolve()),
         "--disable-runtime-dependency-installation",
         "--host",
-        args.host,
+        LOOPBACK,
         "--port",
-        str(args.superlink_port),
+        str(args.superlink_internal_port),
     ]
-    if args.insecure:
+    tls = loopback_tls(args)
+    if tls is None:
         return [*command, "--insecure"]
     return [
         *command,
         "--ssl-ca-certfile",
-        str(args.ssl_ca_certfile),
+        str(tls.ca),
         "--ssl-certfile",
-        str(args.ssl_certfile),
+        str(tls.cert),
         "--ssl-keyfile",
-        str(args.ssl_keyfile),
+        str(tls.key),
+        "--enable-supernode-auth",
     ]
+
+
+def fleet_gateway(args: argparse.Namespace) -> FleetGateway:
+    """The public Fleet endpoint on ``--host:--superlink-port`` (TLS unless insecure)."""
+    tls = loopback_tls(args)
+    scheme = "http" if tls is None else "https"
+    public = None if args.insecure else GatewayTLS(args.ssl_certfile, args.ssl_keyfile)
+    return FleetGateway(
+        args.host,
+        args.superlink_port,
+        f"{scheme}://{LOOPBACK}:{args.superlink_internal_port}",
+        None if tls is None else tls.ca,
+        public,
+    )
 
 
 def write_app(state_dir: Path) -> Path:
@@ -130,6 +186,8 @@ clientapp = "collabfl.flower.client_app:app"
 [tool.flwr.app.config]
 run-id = ""
 coordinator = ""
+run-ticket = ""
+node-bindings = ""
 {flower_app_config()}
 """
     )
@@ -137,15 +195,16 @@ coordinator = ""
 
 
 def write_flower_home(args: argparse.Namespace) -> Path:
-    """FLWR_HOME with one connection to our SuperLink, for ``flwr run``/``flwr ls``."""
-    home = (args.state_dir / "flwr").resolve()
+    """FLWR_HOME with one connection to our SuperLink on loopback, for ``flwr run``/``ls``."""
+    home = flower_home(args.state_dir)
     home.mkdir(parents=True, exist_ok=True)
     lines = ["[superlink]", f'default = "{CONNECTION}"', f"[superlink.{CONNECTION}]"]
-    lines.append(f'address = "{args.host}:{args.superlink_port}"')
-    if args.insecure:
+    lines.append(f'address = "{LOOPBACK}:{args.superlink_internal_port}"')
+    tls = loopback_tls(args)
+    if tls is None:
         lines.append("insecure = true")
     else:
-        lines.append(f'root-certificates = "{args.ssl_ca_certfile.resolve()}"')
+        lines.append(f'root-certificates = "{tls.ca.resolve()}"')
     (home / "config.toml").write_text("\n".join(lines) + "\n")
     return home
 
@@ -159,9 +218,18 @@ class RunLauncher:
     """
 
     def __init__(
-        self, state: CoordinatorState, state_dir: Path, app_dir: Path, env: dict, service: str
+        self,
+        state: CoordinatorState,
+        state_dir: Path,
+        app_dir: Path,
+        env: dict,
+        service: str,
+        tickets: TicketSigner,
+        ticket_ttl_s: float,
     ) -> None:
         self.state = state
+        self.tickets = tickets
+        self.ticket_ttl_s = ticket_ttl_s
         self.state_dir = state_dir
         self.app_dir = app_dir
         self.env = env
@@ -193,7 +261,13 @@ class RunLauncher:
         out_dir = Path(options.out_dir or self.state_dir / "runs" / run.run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
         options = replace(options, out_dir=str(out_dir.resolve()))
-        settings = {"run-id": run.run_id, "coordinator": self.service, **options.to_run_config()}
+        settings = {
+            "run-id": run.run_id,
+            "coordinator": self.service,
+            "run-ticket": self.tickets.issue(run.run_id, self.ticket_ttl_s),
+            "node-bindings": format_bindings(self.state.supernode_bindings()),
+            **options.to_run_config(),
+        }
         self.stop_previous(run.run_id, out_dir / FLOWER_RUN_FILE)
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
         count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
@@ -254,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         log.error("without --insecure, give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
         return 2
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    signer = grant_signer(args.state_dir)
+    if not args.superlink_internal_port:
+        args.superlink_internal_port = free_loopback_port()
+    key = signing_key(args.state_dir)
+    signer = GrantSigner(key)
     state = CoordinatorState(args.state_dir / "coordinator.db")
     tls = None
     if not args.insecure:
@@ -267,8 +344,20 @@ def main(argv: list[str] | None = None) -> int:
         "superlink", superlink_command(args), args.state_dir / "superlink.log", env
     )
     superlink.start()
+    gateway = fleet_gateway(args)
+    gateway.start()
+    log.info(
+        "Fleet gateway on %s:%s, SuperLink on %s:%s",
+        args.host, args.superlink_port, LOOPBACK, args.superlink_internal_port,
+    )  # fmt: skip
     launcher = RunLauncher(
-        state, args.state_dir, write_app(args.state_dir), {**os.environ, **env}, service
+        state,
+        args.state_dir,
+        write_app(args.state_dir),
+        {**os.environ, **env},
+        service,
+        TicketSigner(key),
+        args.run_ticket_ttl,
     )
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)
     thread.start()
@@ -278,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     log.info("coordinator: shutting down")
     launcher.stop()
+    gateway.stop()
     superlink.stop()
     server.stop(grace=2.0)
     state.close()

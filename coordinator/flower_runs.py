@@ -1,4 +1,5 @@
-"""Flower runs driven through the ``flwr`` CLI and read back from its JSON output.
+"""Flower runs and SuperNode registrations, driven through the ``flwr`` CLI and read back
+from its JSON output.
 
 ``flwr run --format json`` submits the app and prints one JSON object::
 
@@ -51,6 +52,22 @@ def submit_run(app_dir: Path, connection: str, overrides: str, env: Mapping[str,
 def stop_run(run_id: int, connection: str, env: Mapping[str, str]) -> None:
     """Ask the SuperLink to stop Flower run ``run_id`` (refused once it has ended)."""
     _reply("flwr stop", _flwr(["stop", str(run_id), connection], env))
+
+
+def register_supernode(public_key: Path, connection: str, env: Mapping[str, str]) -> int:
+    """Register a SuperNode's public key with the SuperLink; the Flower node id it gets."""
+    reply = _reply(
+        "flwr supernode register",
+        _flwr(["supernode", "register", str(public_key), connection], env),
+    )
+    node_id = reply.get("node-id")
+    if (
+        isinstance(node_id, bool)
+        or not isinstance(node_id, int | str)
+        or not str(node_id).isdigit()
+    ):
+        raise FlowerCliError(f"flwr supernode register gave no node id: {reply}")
+    return int(node_id)
 
 
 def follow_command(run_id: int, connection: str) -> list[str]:

@@ -104,6 +104,16 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, event_id);
 """
 
+_SUPERNODE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS supernode_keys (  -- registered SuperNode keys (TLS federations)
+    client_id INTEGER PRIMARY KEY,
+    flower_node_id TEXT NOT NULL UNIQUE,  -- a uint64, the id Flower gave the key
+    public_key TEXT NOT NULL,  -- OpenSSH form, as registered
+    registered_at REAL NOT NULL
+);
+"""
+"""Created when missing: older databases gain it on open, no version change needed."""
+
 
 class NotFound(KeyError):
     """Something named in a request does not exist; the message says what."""
@@ -220,7 +230,7 @@ class CoordinatorState:
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute("PRAGMA journal_mode = WAL")
             with self._conn:
-                self._conn.executescript(_SCHEMA)
+                self._conn.executescript(_SCHEMA + _SUPERNODE_SCHEMA)
                 self._check_schema_version()
         except BaseException:
             self._conn.close()
@@ -304,6 +314,36 @@ class CoordinatorState:
         if row is None:
             raise UnknownMember(f"client {client_id} is not a registered member")
         return _member(row)
+
+    def bind_supernode(self, client_id: int, flower_node_id: int, public_key: str) -> None:
+        """Record that the SuperNode with ``public_key`` (Flower node ``flower_node_id``) is
+        client ``client_id``; a client's new key replaces its old one."""
+        if not 0 <= flower_node_id < 2**64:
+            raise InvalidRecord(f"flower_node_id {flower_node_id} is not a uint64")
+        with self._transaction() as conn:
+            taken = conn.execute(
+                "SELECT client_id FROM supernode_keys WHERE flower_node_id = ? AND client_id != ?",
+                (str(flower_node_id), client_id),
+            ).fetchone()
+            if taken is not None:
+                raise InvalidRecord(
+                    f"Flower node {flower_node_id} is already client {taken['client_id']}"
+                )
+            conn.execute(
+                """INSERT OR REPLACE INTO supernode_keys VALUES (?, ?, ?, ?)""",
+                (
+                    _non_negative("client_id", client_id),
+                    str(flower_node_id),
+                    public_key,
+                    time.time(),
+                ),
+            )
+
+    def supernode_bindings(self) -> dict[int, int]:
+        """Flower node id -> client id of every registered SuperNode key."""
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT client_id, flower_node_id FROM supernode_keys").fetchall()
+        return {int(row["flower_node_id"]): row["client_id"] for row in rows}
 
     # Runs
 

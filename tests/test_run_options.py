@@ -41,5 +41,6 @@ def test_stored_request_round_trip():
 def test_the_flower_app_declares_the_defaults(tmp_path):
     pyproject = tomllib.loads((write_app(tmp_path) / "pyproject.toml").read_text())
     declared = pyproject["tool"]["flwr"]["app"]["config"]
-    assert declared == {"run-id": "", "coordinator": "", **RunOptions().to_run_config()}
+    launch_keys = {"run-id": "", "coordinator": "", "run-ticket": "", "node-bindings": ""}
+    assert declared == {**launch_keys, **RunOptions().to_run_config()}
     assert RunOptions.from_run_config(declared) == RunOptions()

@@ -1,0 +1,188 @@
+"""The coordinator's public Flower endpoint: the Fleet API, and nothing else.
+
+A Flower 1.41 SuperLink serves the Fleet API (SuperNodes), the Control API (``flwr run``,
+``flwr stop``, SuperNode registration) and the Runtime API (ServerApps) on one HTTP port,
+and the open-source Control API has no account authentication. So the SuperLink listens on
+loopback only, where the coordinator daemon alone uses the Control and Runtime APIs, and
+this gateway faces the network: it terminates TLS with the coordinator's certificate and
+forwards ``POST /v1/fleet/<call>`` and ``GET /health`` to the SuperLink; every other
+request gets 403 without reaching it. A stolen CA certificate, or a member's key, still
+cannot submit a ServerApp or read a run from another host.
+
+The SuperLink behind it speaks TLS too (Flower requires TLS for SuperNode authentication),
+with a loopback-only certificate from a throwaway CA of its own (``LoopbackTLS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import uvicorn
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from collabfl.kernel.identity import Identity, Role
+from collabfl.kernel.pki import issue, make_ca, write_certificate, write_private_key
+
+log = logging.getLogger(__name__)
+
+FLEET_PATH = re.compile(r"/v1/fleet/[a-z][a-z-]{0,63}")
+"""A Fleet call, spelled plainly: no dots, slashes or escapes that could be normalised
+into another API on the way to the SuperLink."""
+HEALTH_PATH = "/health"
+UPSTREAM_TIMEOUT_S = 300.0
+"""A Fleet call carries at most one message chunk; far longer means the SuperLink hangs."""
+
+_HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+    }
+)
+"""Headers that describe one hop, not the call: each side sets its own."""
+
+
+def forwarded(method: str, path: str) -> bool:
+    """Whether a request reaches the SuperLink: Fleet calls and the health check only."""
+    if method == "POST":
+        return FLEET_PATH.fullmatch(path) is not None
+    return method == "GET" and path == HEALTH_PATH
+
+
+class FleetOnlyProxy:
+    """ASGI app forwarding allowed requests to the loopback SuperLink; 403 for the rest."""
+
+    def __init__(self, upstream: str, verify: ssl.SSLContext | bool) -> None:
+        self.upstream = upstream
+        self.verify = verify
+        self.client: httpx.AsyncClient | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no lifespan, no websockets: the client is made on first use
+        request = Request(scope, receive)
+        if not forwarded(request.method, request.url.path):
+            log.warning(
+                "fleet gateway: refused %s %s from %s",
+                request.method, request.url.path, request.client,
+            )  # fmt: skip
+            refusal = PlainTextResponse("only the Flower Fleet API is served here", 403)
+            await refusal(scope, receive, send)
+            return
+        response = await self._forward(request)
+        await response(scope, receive, send)
+
+    async def _forward(self, request: Request) -> Response:
+        if self.client is None:
+            self.client = httpx.AsyncClient(
+                base_url=self.upstream, verify=self.verify, timeout=UPSTREAM_TIMEOUT_S
+            )
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
+        try:
+            upstream = await self.client.request(
+                request.method, request.url.path, content=await request.body(), headers=headers
+            )
+        except httpx.TransportError as error:
+            log.warning("fleet gateway: SuperLink unreachable: %s", error)
+            return PlainTextResponse("the SuperLink is not answering", 503)
+        kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
+        return Response(upstream.content, upstream.status_code, headers=kept)
+
+
+@dataclass(frozen=True)
+class GatewayTLS:
+    """The certificate the gateway shows the network (the coordinator's own)."""
+
+    certfile: Path
+    keyfile: Path
+
+
+class FleetGateway:
+    """Serves ``FleetOnlyProxy`` with uvicorn on a thread of the coordinator daemon."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        upstream: str,
+        upstream_ca: Path | None,
+        tls: GatewayTLS | None,
+    ) -> None:
+        verify: ssl.SSLContext | bool = False
+        if upstream_ca is not None:
+            verify = ssl.create_default_context(cafile=str(upstream_ca))
+        config = uvicorn.Config(
+            FleetOnlyProxy(upstream, verify),
+            host=host,
+            port=port,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=str(tls.certfile) if tls else None,
+            ssl_keyfile=str(tls.keyfile) if tls else None,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="fleet-gateway", daemon=True)
+
+    def start(self, timeout_s: float = 30.0) -> int:
+        """Start serving; returns the bound port (useful when asked for port 0)."""
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the Fleet gateway did not start (is the port in use?)")
+            time.sleep(0.05)
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@dataclass(frozen=True)
+class LoopbackTLS:
+    """TLS files of the loopback SuperLink: a CA that signs nothing else, and its cert."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def ensure(cls, folder: Path) -> LoopbackTLS:
+        """The files in ``folder``, made on first use; the CA key is never kept."""
+        files = cls(folder / "ca.pem", folder / "superlink.pem", folder / "superlink.key")
+        if all(path.exists() for path in (files.ca, files.cert, files.key)):
+            return files
+        folder.mkdir(parents=True, exist_ok=True)
+        ca_key, ca_cert = make_ca(days=3650)
+        identity = Identity(Role.COORDINATOR, "loopback-superlink")
+        key, cert = issue(identity, ["127.0.0.1", "localhost"], ca_key, ca_cert, days=3650)
+        write_private_key(key, files.key)
+        write_certificate(cert, files.cert)
+        write_certificate(ca_cert, files.ca)
+        return files
+
+
+def free_loopback_port() -> int:
+    """A port free on 127.0.0.1 now, for the SuperLink behind the gateway."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
