@@ -1,0 +1,174 @@
+"""The coordinator's SuperLink from the network: the Fleet API only, for registered keys.
+
+A real coordinator daemon in TLS mode (a real SuperLink behind its Fleet gateway) is
+attacked from the network side with the federation's CA certificate in hand: the Control
+and Runtime APIs answer 403 (so nobody can ``flwr run`` a rogue ServerApp or read runs),
+even through path tricks, while SuperNodes reach the Fleet API; a SuperNode whose key no
+operator registered cannot join, a registered one joins as the node id bound to its client.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from collabfl.coordinator.cli import app as cli_app
+from collabfl.coordinator.daemon import flower_home
+from collabfl.coordinator.federation import free_ports
+from collabfl.coordinator.state import CoordinatorState
+from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.flower.supernode_key import ensure_supernode_key
+from collabfl.kernel.supervisor import stop_group
+from tests.support.pki import TestCA
+
+
+class Coordinator:
+    def __init__(self, tmp_path: Path) -> None:
+        ca = TestCA()
+        self.ca = ca.write_ca(tmp_path)
+        cert, key = ca.coordinator().write(tmp_path, "coordinator")
+        self.state_dir = tmp_path / "coordinator"
+        self.gateway, service = free_ports(2)
+        command = [
+            sys.executable, "-m", "collabfl.coordinator.daemon",
+            "--state-dir", str(self.state_dir), "--host", "127.0.0.1",
+            "--superlink-port", str(self.gateway), "--service-port", str(service),
+            "--ssl-ca-certfile", str(self.ca), "--ssl-certfile", str(cert),
+            "--ssl-keyfile", str(key),
+        ]  # fmt: skip
+        self.process = _spawn(command, tmp_path / "coordinator.log", os.environ)
+        self.tls = ssl.create_default_context(cafile=str(self.ca))
+
+    def request(self, method: str, path: str) -> int:
+        """Status of a raw request to the public port, path sent exactly as given."""
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", self.gateway, context=self.tls, timeout=10
+        )
+        try:
+            connection.request(method, path, body=b"" if method == "POST" else None)
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    def wait_healthy(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, "the coordinator daemon exited"
+            try:
+                if self.request("GET", "/health") == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError("the SuperLink behind the gateway never got healthy")
+
+    def flwr(self, *args: str) -> dict:
+        env = {**os.environ, **flower_env(flower_home(self.state_dir))}
+        done = subprocess.run(
+            [flower_binary("flwr"), *args, "collabfl", "--format", "json"],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory) -> Iterator[Coordinator]:
+    coordinator = Coordinator(tmp_path_factory.mktemp("gateway"))
+    try:
+        coordinator.wait_healthy()
+        yield coordinator
+    finally:
+        stop_group(coordinator.process, grace_s=10.0)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/control/list-runs",
+        "/v1/control/start-run",
+        "/v1/control/register-node",
+        "/v1/runtime/get-nodes",
+        "/v1/runtime/pull-messages",
+        "/v1/fleet/../control/list-runs",
+        "/v1/fleet/%2e%2e/control/list-runs",
+        "/v1/fleet//control/list-runs",
+        "/docs",
+        "/openapi.json",
+    ],
+)
+def test_network_cannot_reach_control_or_runtime_api(coordinator, path):
+    assert coordinator.request("POST", path) == 403
+    assert coordinator.request("GET", path) == 403
+
+
+def test_fleet_calls_are_forwarded(coordinator):
+    # An empty Fleet call reaches the SuperLink, which refuses it itself (not the gateway).
+    assert coordinator.request("POST", "/v1/fleet/pull-messages") not in (403, 404, 503)
+
+
+def test_the_coordinator_itself_still_uses_the_control_api_on_loopback(coordinator):
+    assert coordinator.flwr("ls")["success"] is True
+
+
+def _spawn(command: list[str], log_path: Path, env: Mapping[str, str]) -> subprocess.Popen:
+    with open(log_path, "wb") as log_file:
+        return subprocess.Popen(
+            command, env=dict(env), stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _supernode(coordinator: Coordinator, state_dir: Path, port: int) -> subprocess.Popen:
+    private_key, _ = ensure_supernode_key(state_dir)
+    command = [
+        flower_binary("flower-supernode"), "--superlink", f"127.0.0.1:{coordinator.gateway}",
+        "--root-certificates", str(coordinator.ca), "--port", str(port),
+        "--auth-supernode-private-key", str(private_key),
+    ]  # fmt: skip
+    env = {**os.environ, **flower_env(state_dir / "flwr")}
+    return _spawn(command, state_dir / "supernode.log", env)
+
+
+def test_only_a_registered_supernode_key_joins(coordinator, tmp_path):
+    member, rogue = tmp_path / "member", tmp_path / "rogue"
+    for folder in (member, rogue):
+        folder.mkdir()
+    _, public_key = ensure_supernode_key(member)
+    register = [
+        "admin", "register-supernode", "--client-id", "4", "--key", str(public_key),
+        "--state-dir", str(coordinator.state_dir),
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli_app, register)
+    assert result.exit_code == 0, result.output
+    with CoordinatorState(coordinator.state_dir / "coordinator.db") as state:
+        bindings = state.supernode_bindings()
+    assert list(bindings.values()) == [4]
+
+    ports = free_ports(2)
+    pairs = zip((member, rogue), ports, strict=True)
+    processes = [_supernode(coordinator, folder, port) for folder, port in pairs]
+    try:
+        deadline = time.monotonic() + 60
+        online: list[int] = []
+        while time.monotonic() < deadline and not online:
+            nodes = coordinator.flwr("supernode", "list").get("nodes", [])
+            online = [int(n["node-id"]) for n in nodes if n.get("status") == "online"]
+            time.sleep(1.0)
+        assert online == list(bindings)
+        time.sleep(3.0)  # the rogue has had as long as the member needed, and more
+        nodes = coordinator.flwr("supernode", "list").get("nodes", [])
+        assert [int(n["node-id"]) for n in nodes if n.get("status") == "online"] == online
+        assert "Failed to activate SuperNode" in (rogue / "supernode.log").read_text()
+    finally:
+        for process in processes:
+            stop_group(process, grace_s=5.0)
