@@ -12,7 +12,7 @@ from functools import partial
 
 import numpy as np
 
-from collabfl.coordinator.config import ConfigError, FedCollabConfig, resolve_budget
+from collabfl.coordinator.config import ConfigError, FedCollabConfig, resolve_budget, scores_local
 from collabfl.coordinator.methods import MethodSpec, build_method
 from collabfl.coordinator.registry import REGISTRY, FederationContext
 from collabfl.kernel.models import head_parameters
@@ -71,6 +71,7 @@ def _dpfl(spec: MethodSpec, federation: FederationContext, *, graph: GraphRule) 
         budget=resolve_budget(options.budget, len(federation.sample_counts)),
         select_every=options.select_every,
         graph=graph,
+        score_local=scores_local(spec.config, "dpfl" if graph == "ggc" else "dpfl_random"),
         name=spec.label,
     )
 
@@ -90,6 +91,7 @@ def _pfedgraph(spec: MethodSpec, federation: FederationContext) -> PFedGraph:
         regularizer=options.regularizer,
         compare=compare,
         attackers=_attackers(spec, num_clients),
+        score_local=scores_local(spec.config, "pfedgraph"),
         name=spec.label,
     )
 

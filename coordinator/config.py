@@ -213,6 +213,26 @@ class EquilibriumConfig(_Section):
     )
 
 
+Candidates = Literal["auto", "aggregate", "both"]
+
+SCORES_LOCAL_BY_DEFAULT = frozenset({"dpfl", "dpfl_random", "pfedgraph"})
+"""Methods whose official code also checkpoints the post-training model ("auto")."""
+
+
+class EvaluationConfig(_Section):
+    """Which models compete for a client's reported (best-validation) model each round:
+    the post-collaboration model only ("aggregate"), or the post-training local model too
+    ("both"); "auto" does what each method's official code does."""
+
+    candidates: Candidates = "auto"
+
+
+def scores_local(config: ExperimentConfig, method: str) -> bool:
+    """Whether ``method`` lets the post-training model compete, under ``config``."""
+    candidates = config.evaluation.candidates
+    return method in SCORES_LOCAL_BY_DEFAULT if candidates == "auto" else candidates == "both"
+
+
 class FinetuneConfig(_Section):
     epochs: float | None = Field(None, gt=0, le=1000, description="default: 2 × epochs")
 
@@ -246,6 +266,7 @@ class ExperimentConfig(_Section):
     equilibrium: EquilibriumConfig = Field(default_factory=EquilibriumConfig)
     attack: AttackConfig = Field(default_factory=AttackConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
 
 
 def model_name(config: ExperimentConfig) -> str:

@@ -35,7 +35,8 @@ class DPFL:
     between), and averaging with the chosen collaborators.
 
     ``graph="random"`` is the paper's ablation: each client draws Ω_k uniformly at random
-    (same budget) and always averages with all of it.
+    (same budget) and always averages with all of it. ``score_local``: the post-training
+    model also competes for the reported best-validation model (the official code does).
     """
 
     epochs: float
@@ -43,6 +44,7 @@ class DPFL:
     budget: int | None
     select_every: int = 1
     graph: GraphRule = "ggc"
+    score_local: bool = False
     name: str = "dpfl"
 
     def __post_init__(self) -> None:
@@ -81,7 +83,7 @@ class DPFL:
             yield self._outcome(pool, t, trained, collaborated, candidates, chosen)
 
     def _train_and_publish(self, pool: ClientPool, t: int, epochs: float) -> dict[int, Reply]:
-        return broadcast(pool, t, Train(epochs, publish=True))
+        return broadcast(pool, t, Train(epochs, publish=True, score_local=self.score_local))
 
     def _collaborate(
         self, pool: ClientPool, t: int, candidates: Mapping[int, list[int]], search: Search

@@ -57,6 +57,9 @@ class Train:
     and/or upload it in the reply.
 
     ``from_best``: start from the best-validation model kept for that slot (FedAvg+FT).
+    ``score_local``: after training, also evaluate the trained model as the "local"
+    candidate of ``slot``'s best-validation record, so a client whose collaborators hurt it
+    can end with its own model (what DPFL's and pFedGraph's official code report).
     ``prox_mu``: proximal weight towards ``prox_slot`` (default: the starting model).
     ``align_lam``: pFedGraph's alignment weight towards ``align_slot``. ``attack``: poison the
     upload (simulated model-poisoning client).
@@ -76,6 +79,7 @@ class Train:
     publish: bool = False
     upload: bool = False
     attack: Attack | None = None
+    score_local: bool = False
 
     def __post_init__(self) -> None:
         _finite_at_least_zero("epochs", self.epochs)
