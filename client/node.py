@@ -168,6 +168,7 @@ class ClientNode:
             prox_ref=prox_ref if task.prox_mu > 0 else None,
             align_lam=task.align_lam,
             align_to=align_to,
+            steps=task.steps or None,
         )
         self.slots[slot] = self.workspace.get()
         if task.publish:
@@ -200,7 +201,16 @@ class ClientNode:
         evaluations = 0
         if task.search == "greedy":
             selection = bggc(
-                own, own_weight, candidates, weights, load, self._val_loss, budget, budget, rng
+                own,
+                own_weight,
+                candidates,
+                weights,
+                load,
+                self._val_loss,
+                budget,
+                budget,
+                rng,
+                task.tie,
             )
             aggregate, chosen = selection.aggregate, selection.chosen
             evaluations = selection.reward_evaluations

@@ -100,3 +100,32 @@ def test_the_candidates_setting_reaches_the_method(method, candidates, expected)
 def test_an_unknown_candidates_value_is_refused():
     with pytest.raises(ValueError, match="candidates"):
         validate_config({"evaluation": {"candidates": "local"}})
+
+
+def test_the_paper_preset_sets_the_official_values_and_keeps_what_is_given():
+    config = validate_config({"preset": "paper", "ipfl": {"lam": 3.0}})
+    assert (config.dpfl.collaborate_every, config.dpfl.budget_counts_owner) == (2, True)
+    assert config.pfedgraph.local_steps == 200
+    assert (config.ipfl.lam, config.ipfl.eta) == (3.0, 5.0)  # λ given, η from the preset
+    assert (config.fedcollab.distance_local_steps, config.fedcollab.distance_patience) == (1, 100)
+    again = validate_config(config.model_dump(mode="json"))
+    assert again == config
+    plain = validate_config({})
+    assert (plain.dpfl.collaborate_every, plain.pfedgraph.local_steps, plain.ipfl.lam) == (
+        1,
+        0,
+        0.1,
+    )
+
+
+def test_a_bad_section_under_the_paper_preset_is_still_reported():
+    with pytest.raises(ValueError, match="dpfl"):
+        validate_config({"preset": "paper", "dpfl": "fast"})
+
+
+def test_budget_counting_the_owner_leaves_one_peer_fewer():
+    workspace = FlatModel(build_model("mnist1d_cnn", num_classes=10, seed=0))
+    counts = dict.fromkeys(range(10), 10)
+    for counts_owner, expected in ((False, 2), (True, 1)):
+        config = validate_config({"dpfl": {"budget": 2, "budget_counts_owner": counts_owner}})
+        assert build_method(parse_method_spec("dpfl", config), counts, workspace).budget == expected
