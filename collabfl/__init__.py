@@ -5,3 +5,10 @@ The source folders stay at the repository's top level (client/, coordinator/, st
 installed names never collide (``import client``) and editors and type checkers resolve
 ``collabfl.`` imports straight from the source tree.
 """
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("collabfl")
+except PackageNotFoundError:  # a source tree used without installing it
+    __version__ = "0+unknown"

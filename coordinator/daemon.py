@@ -20,6 +20,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from collabfl import __version__
 from collabfl.coordinator.flower_runs import (
     FlowerCliError,
     follow_command,
@@ -55,6 +56,7 @@ PUBLIC_KEY_FILE = "grant_key.pub.pem"
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collabfl-coordinator", description=__doc__)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--state-dir", type=Path, required=True, help="databases, keys, logs, runs")
     p.add_argument("--host", default="127.0.0.1", help="interface for SuperLink and service")
     p.add_argument("--superlink-port", type=int, default=9093, help="SuperLink (Flower) port")
