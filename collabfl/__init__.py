@@ -6,9 +6,15 @@ installed names never collide (``import client``) and editors and type checkers 
 ``collabfl.`` imports straight from the source tree.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("collabfl")
-except PackageNotFoundError:  # a source tree used without installing it
-    __version__ = "0+unknown"
+def __getattr__(name: str) -> str:
+    """``collabfl.__version__``, read from the installed package's metadata when first asked
+    for: importlib.metadata costs tens of milliseconds that most imports do not need."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("collabfl")
+    except PackageNotFoundError:  # a source tree used without installing it
+        return "0+unknown"

@@ -16,7 +16,6 @@ import click
 import typer
 from rich.console import Console
 
-from collabfl import __version__
 from collabfl.coordinator.admin import admin_app
 from collabfl.flower.processes import CLIENT_RUNTIMES
 
@@ -50,6 +49,8 @@ METHODS_HELP = "`collabfl methods` lists the methods."
 
 def _print_version(wanted: bool) -> None:
     if wanted:
+        from collabfl import __version__
+
         typer.echo(f"collabfl {__version__}")
         raise typer.Exit()
 
