@@ -20,6 +20,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from collabfl import __version__
 from collabfl.coordinator.flower_runs import (
     FlowerCliError,
     follow_command,
@@ -49,15 +50,23 @@ CONNECTION = "collabfl"
 MAX_LAUNCHES = 4
 FLOWER_RUN_FILE = "flower_run.json"
 """In a run's directory: flwr's reply to the latest launch, naming its Flower run."""
+PUBLIC_KEY_FILE = "grant_key.pub.pem"
+"""The grant verification key members load with ``collabfl-client --coordinator-key``."""
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collabfl-coordinator", description=__doc__)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--state-dir", type=Path, required=True, help="databases, keys, logs, runs")
     p.add_argument("--host", default="127.0.0.1", help="interface for SuperLink and service")
     p.add_argument("--superlink-port", type=int, default=9093, help="SuperLink (Flower) port")
     p.add_argument("--service-port", type=int, default=9300, help="coordinator service port")
     p.add_argument("--advertise", default="", help="service address the ServerApp dials")
+    p.add_argument(
+        "--public-dir",
+        type=Path,
+        help=f"also write {PUBLIC_KEY_FILE} here: a folder members may read, apart from the state",
+    )
     tls = p.add_argument_group("TLS (omit all with --insecure)")
     tls.add_argument("--insecure", action="store_true", help="no TLS (loopback/tests only)")
     tls.add_argument("--ssl-ca-certfile", type=Path)
@@ -67,13 +76,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def grant_signer(state_dir: Path) -> GrantSigner:
-    """Load the grant signing key, creating it (and its public half) on first start."""
-    private_path, public_path = state_dir / "grant_key.pem", state_dir / "grant_key.pub.pem"
+def grant_signer(state_dir: Path, public_dir: Path | None = None) -> GrantSigner:
+    """Load the grant signing key, creating it on first start, and write its public half.
+
+    The public half goes to the state dir and to ``public_dir`` when given: members mount
+    only that folder, so no member can read the private key and forge grants.
+    """
+    private_path = state_dir / "grant_key.pem"
     if not private_path.exists():
         save_private_key(generate_private_key(), private_path)
     signer = GrantSigner(load_private_key(private_path))
-    save_public_key(signer.public_key_bytes(), public_path)
+    for folder in {state_dir, public_dir or state_dir}:
+        folder.mkdir(parents=True, exist_ok=True)
+        save_public_key(signer.public_key_bytes(), folder / PUBLIC_KEY_FILE)
     return signer
 
 
@@ -254,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("without --insecure, give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
         return 2
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    signer = grant_signer(args.state_dir)
+    signer = grant_signer(args.state_dir, args.public_dir)
     state = CoordinatorState(args.state_dir / "coordinator.db")
     tls = None
     if not args.insecure:
