@@ -176,6 +176,10 @@ class NetworkBed:
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
 
+    def address(self, host: str) -> str:
+        """``host``'s address on the bridge (with ``command``: a federation's ``Hosts``)."""
+        return self.addresses[host]
+
     def command(self, host: str, argv: Sequence[str]) -> list[str]:
         """``argv`` run inside ``host``'s namespace."""
         return ["ip", "netns", "exec", self.namespace(host), *argv]
