@@ -157,9 +157,7 @@ def test_stolen_member_cert_with_replayed_grant_fetches_nothing(bed):
 
 
 def test_anonymous_health_reveals_nothing(bed):
-    assert _attack(bed, "peer_health", False, address=_peer(bed, 0)) == {
-        "Health": NO_CERT_AT_MTLS
-    }
+    assert _attack(bed, "peer_health", False, address=_peer(bed, 0)) == {"Health": NO_CERT_AT_MTLS}
 
 
 @pytest.mark.parametrize("stolen", [False, True], ids=["no_cert", "stolen_member_cert"])
