@@ -48,7 +48,6 @@ LINK = Link(rate="50mbit", burst="128kb")
 NO_CERT_AT_MTLS = "UNAVAILABLE"  # a server that requires a client certificate: no handshake
 WRONG_ROLE = "PERMISSION_DENIED"  # a genuine member certificate used for what it may not do
 CONTROL_API_REFUSALS = {"connection refused", "http 403", "http 404"}  # not on the network
-ROGUE_REGISTRATION = "http 412"  # SuperNode auth on: keys are registered by the operator
 
 
 @dataclass
@@ -186,17 +185,20 @@ def test_attacker_cannot_flwr_run_an_app(bed, tmp_path):
     assert _flower_runs(bed) == before
 
 
-def test_rogue_supernode_cannot_join_the_fleet(bed):
-    """Register a SuperNode key over the Fleet API, holding member 0's certificate."""
-    from flwr.proto.fleet_pb2 import RegisterNodeFleetRequest
-
-    from collabfl.kernel.grants import generate_private_key
-
-    public = generate_private_key().public_key().public_bytes_raw()
-    body = RegisterNodeFleetRequest(public_key=public).SerializeToString().hex()
-    url = f"https://{bed.federation.superlink}/v1/fleet/register-node"
-    assert _attack(bed, "http", True, url=url, body_hex=body) == {"outcome": ROGUE_REGISTRATION}
-    time.sleep(1.0)
+def test_rogue_supernode_cannot_join_the_fleet(bed, tmp_path):
+    """A SuperNode of the attacker's own, trusting the public CA, dials the Fleet API; with
+    SuperNode authentication on, its unregistered key is refused and it never comes online."""
+    command = [
+        flower_binary("flower-supernode"), "--superlink", bed.federation.superlink,
+        "--root-certificates", str(bed.federation.credentials.ca), "--max-retries", "2",
+    ]  # fmt: skip
+    rogue = bed.net.popen(
+        "attacker", command, tmp_path / "rogue.log", env=flower_env(tmp_path / "flwr")
+    )
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline and rogue.poll() is None:
+        assert len(bed.federation.online_nodes()) == CLIENTS, (tmp_path / "rogue.log").read_text()
+        time.sleep(1.0)
     assert len(bed.federation.online_nodes()) == CLIENTS
 
 

@@ -24,7 +24,7 @@ import secrets
 import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,14 +199,16 @@ class NetworkBed:
             env=self.env(), timeout=timeout_s, check=False,
         )  # fmt: skip
 
-    def popen(self, host: str, argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
-        """Start ``argv`` in ``host`` (its own process group), output to ``log``; the bed
-        stops it on exit."""
+    def popen(
+        self, host: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in ``host`` (its own process group), output to ``log``, with ``env``
+        added to the bed's; the bed stops it on exit."""
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as handle:
             process = subprocess.Popen(
                 self.command(host, argv), stdout=handle, stderr=subprocess.STDOUT,
-                env=self.env(), start_new_session=True,
+                env={**self.env(), **(env or {})}, start_new_session=True,
             )  # fmt: skip
         self.processes.append(process)
         return process
