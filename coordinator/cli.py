@@ -204,6 +204,14 @@ def federation_up_command(
             help="how clients run messages: a process per message, or one warm executor",
         ),
     ] = "subprocess",
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls/--insecure",
+            help="issue a CA and role certificates into the run's federation/tls folder and "
+            "run every daemon with TLS (default: insecure, loopback only)",
+        ),
+    ] = False,
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
@@ -218,7 +226,9 @@ def federation_up_command(
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
         out_dir = _output_dir(out, overwrite, settings, "federation")
-        federation_up(settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime)
+        federation_up(
+            settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime, tls=tls
+        )
     except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         _fail(error)
 
