@@ -82,20 +82,20 @@ SETTINGS: dict[str, Setting] = {
         ("local", "fedavg", "dpfl:budget=0.1", "dpfl_random:budget=0.1", "pfedgraph"),
     ),
     "label_groups": Setting(
-        "MNIST-1D, FedCollab label-shift groups",
-        ("data.partition=label_groups",),
+        "MNIST-1D, FedCollab label-shift groups, N = 20",
+        ("data.partition=label_groups", "data.num_clients=20"),
         COALITION_METHODS,
         coalitions=True,
     ),
     "feature_groups": Setting(
-        "MNIST-1D, FedCollab feature-shift groups",
-        ("data.partition=feature_groups",),
+        "MNIST-1D, FedCollab feature-shift groups, N = 20",
+        ("data.partition=feature_groups", "data.num_clients=20"),
         COALITION_METHODS,
         coalitions=True,
     ),
     "concept_groups": Setting(
-        "MNIST-1D, FedCollab concept-shift groups",
-        ("data.partition=concept_groups",),
+        "MNIST-1D, FedCollab concept-shift groups, N = 20",
+        ("data.partition=concept_groups", "data.num_clients=20"),
         COALITION_METHODS,
         coalitions=True,
     ),
@@ -144,6 +144,8 @@ def run_unit(unit: Unit) -> dict[str, Any]:
     except Exception:
         result |= {"summary": None, "error": traceback.format_exc()}
     result["wall_s"] = time.perf_counter() - started
+    env = environment()
+    result["machine"] = f"Python {env['python']}, torch {env['torch']}, {env['cpu_count']} CPUs"
     if result["error"] is None:
         unit.done_file.write_text(json.dumps(result))
     return result
@@ -329,7 +331,6 @@ def write_report(
     seeds: list[int],
     args: argparse.Namespace,
     total_units: int,
-    wall_s: float,
 ) -> Path:
     finished = len(results)
     status = (
@@ -337,18 +338,19 @@ def write_report(
         if finished == total_units
         else f"**partial: {finished} of {total_units} runs finished**"
     )
-    env = environment()
+    machines = sorted({r.get("machine", "not recorded") for r in results})
+    run_minutes = sum(r["wall_s"] for r in results) / 60
     lines = [
         "# Reproduction report",
         "",
-        f"Status: {status}. Regenerate (resumable) with `{command_line()}`.",
+        f"Status: {status}. Regenerate (resumable) with "
+        f"`{command_line().replace(' --report-only', '')}`.",
         "",
         f"N = {args.clients} clients, seeds {', '.join(map(str, seeds))}, {args.rounds} rounds, "
         f"τ_train = {args.epochs:g} epoch(s), in-process runtime, defaults otherwise "
         f"(evaluation.candidates = auto; see docs/fidelity.md for every difference from the "
-        f"papers' code). Environment: Python {env['python']}, torch {env['torch']}, "
-        f"{env['cpu_count']} CPUs, {args.jobs} worker processes with one torch thread each; "
-        f"wall time of this invocation {wall_s / 60:.1f} min.",
+        f"papers' code). Each run in its own process with one torch thread, on: "
+        f"{'; '.join(machines) or 'no run finished'}; {run_minutes:.0f} process-minutes in all.",
         "",
         "Cells are mean ± sample std over the seeds that finished. Acc: mean over benign "
         "clients of the test accuracy of each client's best-validation model. Var: its "
@@ -364,7 +366,12 @@ def write_report(
         lines += setting_table(name, cells, seeds)
     DOCS.mkdir(exist_ok=True)
     (DOCS / "results.md").write_text("\n".join(lines))
-    payload = {"settings": figures, "environment": env, "command": command_line(), "status": status}
+    payload = {
+        "settings": figures,
+        "machines": machines,
+        "command": command_line(),
+        "status": status,
+    }
     (DOCS / "results.json").write_text(json.dumps(payload, indent=1, default=str))
     return DOCS / "results.md"
 
@@ -380,6 +387,7 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "reproduce"
     )
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="override")
     parser.add_argument(
         "--deadline-s", type=float, default=0.0, help="stop starting units after this"
     )
@@ -392,7 +400,12 @@ def main() -> None:
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise SystemExit(f"unknown settings {sorted(unknown)}; choose from {list(SETTINGS)}")
-    base = (f"data.num_clients={args.clients}", f"rounds={args.rounds}", f"epochs={args.epochs}")
+    base = (
+        f"data.num_clients={args.clients}",
+        f"rounds={args.rounds}",
+        f"epochs={args.epochs}",
+        *args.overrides,
+    )
     units = [
         Unit(name, seed, method, (*base, *SETTINGS[name].overrides),
              str(args.out / name / f"s{seed}" / method.replace(":", "_").replace("=", "-")))
@@ -400,6 +413,8 @@ def main() -> None:
         for name in settings
         for method in SETTINGS[name].methods
     ]  # fmt: skip
+    # Seeds first, so that a partial report has whole seeds; SPO, by far the slowest, last.
+    units.sort(key=lambda u: (u.method == "equilibrium:ocs=spo", u.seed))
     results = [json.loads(u.done_file.read_text()) for u in units if u.done_file.exists()]
     todo = [] if args.report_only else [u for u in units if not u.done_file.exists()]
     print(
@@ -413,6 +428,8 @@ def main() -> None:
             Path(unit.folder).mkdir(parents=True, exist_ok=True)
             futures[pool.submit(run_unit, unit)] = unit
         for future in as_completed(futures):
+            if future.cancelled():  # not started before --deadline-s: left for the next call
+                continue
             result = future.result()
             unit = futures[future]
             status = "done" if result["error"] is None else "FAILED"
@@ -429,7 +446,7 @@ def main() -> None:
             if args.deadline_s and time.perf_counter() - started > args.deadline_s:
                 for pending in futures:
                     pending.cancel()
-    path = write_report(results, settings, seeds, args, len(units), time.perf_counter() - started)
+    path = write_report(results, settings, seeds, args, len(units))
     print(f"wrote {path}")
 
 
