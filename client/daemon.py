@@ -21,6 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
+from collabfl import __version__
 from collabfl.client.data.client_file import load_client_file
 from collabfl.client.model_store import DiskModelStore
 from collabfl.client.peer_server import PeerModelServer
@@ -41,6 +42,7 @@ log = logging.getLogger("collabfl.client")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collabfl-client", description=__doc__)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--client-id", type=int, required=True, help="this participant's index")
     p.add_argument("--data", type=Path, required=True, help="this participant's data file")
     p.add_argument("--state-dir", type=Path, required=True, help="models, state, logs")

@@ -64,6 +64,10 @@ class BestModel:
     test_acc: float = float("nan")
     round: int = -1
     vector: torch.Tensor | None = None
+    candidate: str = "aggregate"
+    """Which candidate holds the record: "local" (post-training) or "aggregate"."""
+    scores_local: bool = False
+    """Whether post-training models compete for this record (then the winner is reported)."""
 
 
 class ClientNode:
@@ -164,6 +168,7 @@ class ClientNode:
             prox_ref=prox_ref if task.prox_mu > 0 else None,
             align_lam=task.align_lam,
             align_to=align_to,
+            steps=task.steps or None,
         )
         self.slots[slot] = self.workspace.get()
         if task.publish:
@@ -171,7 +176,11 @@ class ClientNode:
         upload = self.slots[slot] if task.upload else None
         if upload is not None and task.attack is not None:
             upload = self._poisoned(upload, task.attack, round_index)
-        return Reply(ClientMetrics(train_loss=loss, num_samples=self.num_samples), upload)
+        metrics = ClientMetrics(train_loss=loss, num_samples=self.num_samples)
+        if task.score_local:
+            _, local_val_acc, _, local_test_acc = self._score(round_index, slot, "local", False)
+            metrics = replace(metrics, local_val_acc=local_val_acc, local_test_acc=local_test_acc)
+        return Reply(metrics, upload)
 
     def _poisoned(self, vector: torch.Tensor, attack: Attack, round_index: int) -> torch.Tensor:
         """A model-poisoning client's upload (simulated attacks of the pFedGraph paper)."""
@@ -192,7 +201,16 @@ class ClientNode:
         evaluations = 0
         if task.search == "greedy":
             selection = bggc(
-                own, own_weight, candidates, weights, load, self._val_loss, budget, budget, rng
+                own,
+                own_weight,
+                candidates,
+                weights,
+                load,
+                self._val_loss,
+                budget,
+                budget,
+                rng,
+                task.tie,
             )
             aggregate, chosen = selection.aggregate, selection.chosen
             evaluations = selection.reward_evaluations
@@ -216,15 +234,10 @@ class ClientNode:
     def _evaluate(self, round_index: int, task: Evaluate, model: FlatVector | None) -> Reply:
         slot = task.slot
         self._receive(model, slot)
-        self.workspace.load(self.slot(slot))
-        batch = self.training.eval_batch_size
-        val_loss, val_acc = evaluate(self.workspace, self.data.val, batch)
-        test_loss, test_acc = evaluate(self.workspace, self.data.test, batch)
-        best = self.best.setdefault(slot, BestModel())
-        if (val_acc, -val_loss) > (best.val_acc, -best.val_loss):
-            best.val_acc, best.val_loss, best.test_acc = val_acc, val_loss, test_acc
-            best.round = round_index
-            best.vector = self.slots[slot] if task.keep_best else None
+        val_loss, val_acc, test_loss, test_acc = self._score(
+            round_index, slot, "aggregate", task.keep_best
+        )
+        best = self.best[slot]
         stats = self.fetcher.take_stats()
         metrics = ClientMetrics(
             val_loss=val_loss,
@@ -233,12 +246,30 @@ class ClientNode:
             test_acc=test_acc,
             best_val_acc=best.val_acc,
             best_test_acc=best.test_acc,
+            best_candidate=best.candidate if best.scores_local else None,
             bytes_fetched=stats.bytes_fetched,
             peak_peer_models=stats.peak_resident,
             fetch_failures=stats.failures,
             malicious=self.data.malicious,
         )
         return Reply(metrics)
+
+    def _score(
+        self, round_index: int, slot: str, candidate: str, keep: bool
+    ) -> tuple[float, float, float, float]:
+        """Validation and test loss/accuracy of ``slot``'s model, which then competes as
+        ``candidate`` for the slot's best-validation record (ties keep the earlier model)."""
+        self.workspace.load(self.slot(slot))
+        batch = self.training.eval_batch_size
+        val_loss, val_acc = evaluate(self.workspace, self.data.val, batch)
+        test_loss, test_acc = evaluate(self.workspace, self.data.test, batch)
+        best = self.best.setdefault(slot, BestModel())
+        best.scores_local |= candidate == "local"
+        if (val_acc, -val_loss) > (best.val_acc, -best.val_loss):
+            best.val_acc, best.val_loss, best.test_acc = val_acc, val_loss, test_acc
+            best.round, best.candidate = round_index, candidate
+            best.vector = self.slots[slot] if keep else None
+        return val_loss, val_acc, test_loss, test_acc
 
     def _val_loss(self, vector: torch.Tensor) -> float:
         """F_k^V: the reward GGC maximises is minus this."""

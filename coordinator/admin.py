@@ -6,6 +6,9 @@ ended, ...), 3 no coordinator answered. Either failure is one line on stderr.
 The documents it prints or writes come from ``coordinator.report``: ``export`` from
 ``graph_history`` (JSON, or GraphML as one multigraph with edges by round) and the coalition
 changes from ``coalition_moves``.
+
+Start-up stays fast (no torch, matplotlib, networkx): a command imports what only it needs
+in its own body, and ``tests/test_cli_startup.py`` keeps it so.
 """
 
 from __future__ import annotations
@@ -14,35 +17,25 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from statistics import fmean
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import networkx as nx
-import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from collabfl.coordinator import flower_runs
-from collabfl.coordinator.config import ConfigError, load_config
-from collabfl.coordinator.daemon import CONNECTION, flower_home
-from collabfl.coordinator.methods import parse_method_spec, run_request
-from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.coalition_moves import (
     coalition_moves,
     coalitions_document,
     describe_moves,
     join_clients,
 )
-from collabfl.coordinator.report.graph_history import history_document, history_multigraph
-from collabfl.coordinator.report.graph_stats import adjacency, mean_out_degree, sparsity, symmetry
-from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
-from collabfl.coordinator.report.run_dir import RunRecords
 from collabfl.coordinator.report.table import human_bytes
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import (
@@ -53,6 +46,9 @@ from collabfl.coordinator.service_client import (
 from collabfl.coordinator.state import CoordinatorState, Run
 from collabfl.flower.processes import flower_env
 from collabfl.kernel.tls import ClientTLS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
 EXIT_REFUSED = 2
@@ -69,6 +65,8 @@ admin_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
 class ExportFormat(StrEnum):
@@ -120,6 +118,17 @@ def connect(
     ctx.obj = _Connection(coordinator, timeout, tls)
 
 
+def _print_json(document: object) -> None:
+    """One JSON document on stdout; members, runs and events as objects of their fields."""
+    typer.echo(json.dumps(document, default=_fields))
+
+
+def _fields(value: object) -> dict[str, Any]:
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 def _fail(message: object, code: int) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
@@ -139,10 +148,33 @@ def _client(ctx: typer.Context) -> Iterator[CoordinatorClient]:
 
 
 @admin_app.command()
-def status(ctx: typer.Context) -> None:
+def status(
+    ctx: typer.Context,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            envvar="COLLABFL_STATE_DIR",
+            exists=True,
+            file_okay=False,
+            help="the coordinator's --state-dir, on its machine: also list the SuperNodes "
+            "and each active run's Flower run id",
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
     """Uptime, database, members and the active runs with their last round."""
     with _client(ctx) as client:
         state = client.status()
+    flower = None
+    if state_dir is not None:
+        from collabfl.coordinator.flower_status import flower_status
+
+        flower = flower_status(state_dir, state.active_runs)
+    if as_json:
+        flower_fields = {} if flower is None else asdict(flower)
+        _print_json({"coordinator": ctx.obj.address, **asdict(state), **flower_fields})
+        return
     console.print(
         f"coordinator {ctx.obj.address}: up {_duration(state.uptime_s)}, database {state.db_path}",
         highlight=False,
@@ -150,15 +182,22 @@ def status(ctx: typer.Context) -> None:
     console.print(
         f"{state.num_members} members, {state.num_runs} runs, {len(state.active_runs)} active"
     )
+    if flower is not None:
+        console.print(_supernodes_line(flower.supernodes, flower.supernodes_error))
     if state.active_runs:
-        console.print(_runs_table(state.active_runs))
+        console.print(
+            _runs_table(state.active_runs, None if flower is None else flower.flower_runs)
+        )
 
 
 @admin_app.command()
-def members(ctx: typer.Context) -> None:
+def members(ctx: typer.Context, as_json: AsJson = False) -> None:
     """The registered federation members."""
     with _client(ctx) as client:
         registered = client.list_members()
+    if as_json:
+        _print_json(registered)
+        return
     if not registered:
         console.print("no members registered")
         return
@@ -191,6 +230,9 @@ def register_supernode(
     """Let a member's SuperNode join: register its key with the SuperLink and bind the Flower
     node id it gets to the client id. Runs on the coordinator machine, whose loopback alone
     reaches the SuperLink's Control API; runs launched afterwards use the binding."""
+    from collabfl.coordinator import flower_runs
+    from collabfl.coordinator.daemon import CONNECTION, flower_home
+
     env = {**os.environ, **flower_env(flower_home(state_dir))}
     try:
         node_id = flower_runs.register_supernode(key.resolve(), CONNECTION, env)
@@ -202,10 +244,13 @@ def register_supernode(
 
 
 @admin_app.command()
-def runs(ctx: typer.Context) -> None:
+def runs(ctx: typer.Context, as_json: AsJson = False) -> None:
     """Every run, oldest first."""
     with _client(ctx) as client:
         all_runs = client.list_runs()
+    if as_json:
+        _print_json(all_runs)
+        return
     console.print(_runs_table(all_runs) if all_runs else "no runs")
 
 
@@ -225,6 +270,10 @@ def start(
     ] = RunOptions.message_timeout_s,
 ) -> None:
     """Start a run: the coordinator launches its ServerApp and the clients join."""
+    from collabfl.coordinator.config import ConfigError, load_config
+    from collabfl.coordinator.methods import parse_method_spec, run_request
+    from collabfl.coordinator.recording import safe_name
+
     try:
         settings = load_config(config, overrides)
         spec = parse_method_spec(method or settings.method, settings)
@@ -254,8 +303,16 @@ def graph(
         int | None, typer.Argument(metavar="[ROUND]", help="default: the last completed round")
     ] = None,
     png: Annotated[Path | None, typer.Option(help="also write an adjacency heatmap here")] = None,
+    as_json: AsJson = False,
 ) -> None:
     """One round's collaboration graph: row i lists the weights client i puts on peers."""
+    from collabfl.coordinator.report.graph_stats import (
+        adjacency,
+        mean_out_degree,
+        sparsity,
+        symmetry,
+    )
+
     with _client(ctx) as client:
         if round_index is None:
             round_index = client.get_run(run_id).last_completed_round
@@ -263,19 +320,35 @@ def graph(
                 _fail(f"run {run_id} has no recorded round yet", EXIT_REFUSED)
         record = client.get_round(run_id, round_index)
     matrix = adjacency(record.num_clients, record.edges)
+    heatmap = None
+    if png is not None:
+        from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
+        from collabfl.coordinator.report.run_dir import RunRecords
+
+        records = RunRecords(config={}, rows=[], graphs={round_index: matrix}, summary=None)
+        heatmap = plot_adjacency_heatmaps(records, png)
+    stats = {
+        "sparsity": sparsity(matrix),
+        "symmetry": symmetry(matrix),
+        "mean_out_degree": mean_out_degree(matrix),
+    }
+    if as_json:  # edges as [i, j, weight]: client i puts weight on peer j
+        document = {"run_id": run_id, "round": round_index, "num_clients": record.num_clients}
+        edges = {"edges": record.edges, "png": None if heatmap is None else str(heatmap)}
+        _print_json({**document, **stats, **edges})
+        return
     console.print(
         f"run {run_id}, round {round_index}: {record.num_clients} clients, "
-        f"{len(record.edges)} edges, sparsity {sparsity(matrix):.0%}, "
-        f"symmetry {symmetry(matrix):.0%}, mean out-degree {mean_out_degree(matrix):.2f}",
+        f"{len(record.edges)} edges, sparsity {stats['sparsity']:.0%}, "
+        f"symmetry {stats['symmetry']:.0%}, mean out-degree {stats['mean_out_degree']:.2f}",
         highlight=False,
     )
     if record.num_clients <= DENSE_LIMIT:
         console.print(_matrix_table(matrix))
     else:
         console.print(_edge_table(record.edges))
-    if png is not None:
-        records = RunRecords(config={}, rows=[], graphs={round_index: matrix}, summary=None)
-        console.print(f"wrote {plot_adjacency_heatmaps(records, png)}", highlight=False)
+    if heatmap is not None:
+        console.print(f"wrote {heatmap}", highlight=False)
 
 
 @admin_app.command()
@@ -288,6 +361,8 @@ def export(
     ] = ExportFormat.json,
 ) -> None:
     """The run's whole graph history as JSON or GraphML (one multigraph, edges by round)."""
+    from collabfl.coordinator.report.graph_history import history_document, history_multigraph
+
     with _client(ctx) as client:
         run = client.get_run(run_id)
         history = client.get_graph_history(run_id)
@@ -295,15 +370,24 @@ def export(
     if fmt is ExportFormat.json:
         out.write_text(json.dumps(history_document(run, history), indent=1) + "\n")
     else:
+        import networkx as nx
+
         nx.write_graphml(history_multigraph(run, history), out)
     console.print(f"wrote {len(history)} rounds of run {run_id} to {out}", highlight=False)
 
 
 @admin_app.command()
-def metrics(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RUN")]) -> None:
+def metrics(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    as_json: AsJson = False,
+) -> None:
     """Per round: test accuracy across clients and peer-model bytes downloaded."""
     with _client(ctx) as client:
         history = client.get_metrics(run_id)
+    if as_json:  # JSON object keys are strings: rounds and client ids print as "0", "1", ...
+        _print_json({"run_id": run_id, "rounds": history})
+        return
     if not history:
         console.print(f"run {run_id} has no recorded round yet")
         return
@@ -316,7 +400,7 @@ def metrics(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="R
             str(round_index),
             str(len(by_client)),
             *(
-                (_percent(float(np.mean(present))), _percent(min(present)), _percent(max(present)))
+                (_percent(fmean(present)), _percent(min(present)), _percent(max(present)))
                 if present
                 else (_MISSING,) * 3
             ),
@@ -332,6 +416,7 @@ def payments(
     round_index: Annotated[
         int | None, typer.Option("--round", help="one round only (default: the last)")
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """iPFL's ledger: per client gain, sharing cost, payment and utility, with totals."""
     with _client(ctx) as client:
@@ -344,6 +429,15 @@ def payments(
     shown = max(ledger) if round_index is None else round_index
     if shown not in ledger:
         _fail(f"run {run_id} has no ledger for round {shown}", 2)
+    if as_json:  # every round up to the one shown: the cumulative totals follow from them
+        _print_json(
+            {
+                "run_id": run_id,
+                "round": shown,
+                "rounds": {t: ledger[t] for t in ledger if t <= shown},
+            }
+        )
+        return
     table = Table(
         "client", "gain", "sharing cost", "payment", "utility", "importers",
         f"cumulative utility (rounds 0–{shown})", "cumulative payment",
@@ -403,10 +497,17 @@ def coalitions(
 
 
 @admin_app.command()
-def events(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RUN")]) -> None:
+def events(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    as_json: AsJson = False,
+) -> None:
     """The run's recorded faults and notices, oldest first."""
     with _client(ctx) as client:
         recorded = client.list_events(run_id)
+    if as_json:
+        _print_json(recorded)
+        return
     if not recorded:
         console.print(f"run {run_id} has no events")
         return
@@ -425,18 +526,30 @@ def events(ctx: typer.Context, run_id: Annotated[str, typer.Argument(metavar="RU
     console.print(table)
 
 
-def _runs_table(runs: list[Run]) -> Table:
-    table = Table("run", "method", "status", "last round", "created", "message")
+def _runs_table(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> Table:
+    """The runs; with ``flower_runs`` (our run id -> Flower run id) a column for those too."""
+    columns = ["run", "method", "status", "last round", "created", "message"]
+    table = Table(*columns, *(["Flower run"] if flower_runs is not None else []))
     for run in runs:
-        table.add_row(
+        cells = [
             run.run_id,
             run.method,
             run.status,
             _optional(run.last_completed_round),
             _time(run.created_at),
             run.message,
-        )
+        ]
+        if flower_runs is not None:
+            cells.append(_optional(flower_runs.get(run.run_id)))
+        table.add_row(*cells)
     return table
+
+
+def _supernodes_line(nodes: list[dict[str, Any]] | None, error: str) -> str:
+    if nodes is None:
+        return f"SuperNodes: unknown ({error})"
+    online = sorted(str(node.get("node-id")) for node in nodes if node.get("status") == "online")
+    return f"{len(online)} SuperNodes online" + (f": {', '.join(online)}" if online else "")
 
 
 def _matrix_table(matrix: np.ndarray) -> Table:

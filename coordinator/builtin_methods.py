@@ -12,7 +12,7 @@ from functools import partial
 
 import numpy as np
 
-from collabfl.coordinator.config import ConfigError, FedCollabConfig, resolve_budget
+from collabfl.coordinator.config import ConfigError, FedCollabConfig, resolve_budget, scores_local
 from collabfl.coordinator.methods import MethodSpec, build_method
 from collabfl.coordinator.registry import REGISTRY, FederationContext
 from collabfl.kernel.models import head_parameters
@@ -65,12 +65,18 @@ def _ditto(spec: MethodSpec, federation: FederationContext) -> Ditto:
 def _dpfl(spec: MethodSpec, federation: FederationContext, *, graph: GraphRule) -> DPFL:
     """DPFL with the paper's graph construction (``ggc``) or its random-graph ablation."""
     options = spec.config.dpfl
+    budget = resolve_budget(options.budget, len(federation.sample_counts))
+    if options.budget_counts_owner and budget is not None:
+        budget = max(0, budget - 1)
     return DPFL(
         epochs=spec.config.epochs,
         init_epochs=options.init_epochs,
-        budget=resolve_budget(options.budget, len(federation.sample_counts)),
+        budget=budget,
         select_every=options.select_every,
+        collaborate_every=options.collaborate_every,
+        tie=options.ggc_tie,
         graph=graph,
+        score_local=scores_local(spec.config, "dpfl" if graph == "ggc" else "dpfl_random"),
         name=spec.label,
     )
 
@@ -90,6 +96,8 @@ def _pfedgraph(spec: MethodSpec, federation: FederationContext) -> PFedGraph:
         regularizer=options.regularizer,
         compare=compare,
         attackers=_attackers(spec, num_clients),
+        score_local=scores_local(spec.config, "pfedgraph"),
+        local_steps=options.local_steps,
         name=spec.label,
     )
 

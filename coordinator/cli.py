@@ -1,4 +1,8 @@
-"""The ``collabfl`` command line: experiments on one machine."""
+"""The ``collabfl`` command line: experiments on one machine.
+
+``--help``, ``--version`` and the admin commands start without torch: a command imports the
+experiment machinery (config, methods, runtimes) in its own body.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +10,18 @@ import logging
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
 from rich.console import Console
 
 from collabfl.coordinator.admin import admin_app
-from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_config
-from collabfl.coordinator.experiment import run_comparison
-from collabfl.coordinator.interrupts import sigterm_interrupts
-from collabfl.coordinator.methods import MethodSpec, parse_method_spec
-from collabfl.coordinator.registry import REGISTRY
-from collabfl.coordinator.report.run_dir import claim_output_dir
 from collabfl.flower.processes import CLIENT_RUNTIMES
+
+if TYPE_CHECKING:
+    from collabfl.coordinator.config import ExperimentConfig
+    from collabfl.coordinator.methods import MethodSpec
 
 app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
@@ -42,7 +44,27 @@ OverwriteOpt = Annotated[
     bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
 ]
 LogOpt = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
-METHODS_HELP = f"Methods: {REGISTRY.choices()}."
+METHODS_HELP = "`collabfl methods` lists the methods."
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from collabfl import __version__
+
+        typer.echo(f"collabfl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Options that apply before any command."""
 
 
 def _setup(log_level: str) -> None:
@@ -54,6 +76,8 @@ def _setup(log_level: str) -> None:
 
 def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str) -> Path:
     """``--out`` checked before anything is written, or a new folder under runs/."""
+    from collabfl.coordinator.report.run_dir import claim_output_dir
+
     if out is not None:
         return claim_output_dir(out, overwrite)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -67,6 +91,9 @@ def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kin
 
 def _run(settings: ExperimentConfig, specs: list[MethodSpec], out_dir: Path) -> None:
     """Run a comparison; Ctrl-C or ``kill`` stops it (workers too) and says what is left."""
+    from collabfl.coordinator.experiment import run_comparison
+    from collabfl.coordinator.interrupts import sigterm_interrupts
+
     try:
         with sigterm_interrupts():
             run_comparison(settings, specs, out_dir, console)
@@ -94,12 +121,15 @@ def simulate(
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Run the config's ``method`` (``--set method=NAME``) in the in-process runtime."""
+    from collabfl.coordinator.config import load_config
+    from collabfl.coordinator.methods import parse_method_spec
+
     _setup(log_level)
     try:
         settings = load_config(config, overrides)
         specs = [parse_method_spec(settings.method, settings)]
         _run(settings, specs, _output_dir(out, overwrite, settings, settings.method))
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         _fail(error)
 
 
@@ -120,6 +150,9 @@ def compare(
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Run several methods on the same partition and print one results table."""
+    from collabfl.coordinator.config import ConfigError, load_config
+    from collabfl.coordinator.methods import parse_method_spec
+
     _setup(log_level)
     try:
         settings = load_config(config, overrides)
@@ -128,8 +161,17 @@ def compare(
         if not specs:
             raise ConfigError("--methods names no method")
         _run(settings, specs, _output_dir(out, overwrite, settings, "compare"))
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         _fail(error)
+
+
+@app.command()
+def methods() -> None:
+    """List the methods ``--methods`` and ``method`` accept."""
+    from collabfl.coordinator.registry import REGISTRY
+
+    for name in REGISTRY.names():
+        console.print(name, highlight=False)
 
 
 app.add_typer(admin_app, name="admin")
@@ -162,10 +204,20 @@ def federation_up_command(
             help="how clients run messages: a process per message, or one warm executor",
         ),
     ] = "subprocess",
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls/--insecure",
+            help="issue a CA and role certificates into the run's federation/tls folder and "
+            "run every daemon with TLS (default: insecure, loopback only)",
+        ),
+    ] = False,
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
+    from collabfl.coordinator.config import load_config
     from collabfl.coordinator.federation import federation_up
+    from collabfl.coordinator.methods import parse_method_spec
 
     _setup(log_level)
     try:
@@ -174,8 +226,10 @@ def federation_up_command(
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
         out_dir = _output_dir(out, overwrite, settings, "federation")
-        federation_up(settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime)
-    except (ConfigError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
+        federation_up(
+            settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime, tls=tls
+        )
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         _fail(error)
 
 
@@ -189,13 +243,14 @@ def federation_prepare_command(
     overrides: SetOpt = None,
 ) -> None:
     """Write one data file per client (demo data for daemons on separate machines)."""
+    from collabfl.coordinator.config import load_config
     from collabfl.coordinator.federation import write_client_files
 
     try:
         extra = [f"data.num_clients={clients}"] if clients is not None else []
         settings = load_config(config, [*(overrides or []), *extra])
         files = write_client_files(settings, out)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         _fail(error)
     console.print(f"wrote {len(files)} client data files to {out}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -128,6 +130,15 @@ class DPFLConfig(_Section):
     budget: Budget = 0.2
     init_epochs: float = Field(5.0, gt=0, le=1000, description="τ_init")
     select_every: int = Field(1, ge=1, le=100_000, description="run GGC every P rounds")
+    collaborate_every: int = Field(
+        1, ge=1, le=100_000, description="average every P rounds; the others are local"
+    )
+    ggc_tie: Literal["add", "larger"] = Field(
+        "add", description="neither gain positive: add (the paper), or add if it hurts less"
+    )
+    budget_counts_owner: bool = Field(
+        False, description="Bc counts the client itself (Algorithms 2-3), not only peers (Eq. 3)"
+    )
 
 
 class FedProxConfig(_Section):
@@ -148,6 +159,9 @@ class PFedGraphConfig(_Section):
     regularizer: Literal["normalized", "cosine"] = "normalized"
     similarity: Literal["all", "head"] = Field(
         "all", description="compare all parameters, or only the final fully connected layers"
+    )
+    local_steps: int = Field(
+        0, ge=0, le=1_000_000, description="SGD steps per round; 0 = `epochs` (official: 200)"
     )
 
 
@@ -213,13 +227,58 @@ class EquilibriumConfig(_Section):
     )
 
 
+Candidates = Literal["auto", "aggregate", "both"]
+
+SCORES_LOCAL_BY_DEFAULT = frozenset({"dpfl", "dpfl_random", "pfedgraph"})
+"""Methods whose official code also checkpoints the post-training model ("auto")."""
+
+
+class EvaluationConfig(_Section):
+    """Which models compete for a client's reported (best-validation) model each round:
+    the post-collaboration model only ("aggregate"), or the post-training local model too
+    ("both"); "auto" does what each method's official code does."""
+
+    candidates: Candidates = "auto"
+
+
+def scores_local(config: ExperimentConfig, method: str) -> bool:
+    """Whether ``method`` lets the post-training model compete, under ``config``."""
+    candidates = config.evaluation.candidates
+    return method in SCORES_LOCAL_BY_DEFAULT if candidates == "auto" else candidates == "both"
+
+
 class FinetuneConfig(_Section):
     epochs: float | None = Field(None, gt=0, le=1000, description="default: 2 × epochs")
+
+
+PAPER_PRESET: dict[str, dict[str, Any]] = {
+    "dpfl": {"collaborate_every": 2, "budget_counts_owner": True},
+    "pfedgraph": {"local_steps": 200},
+    "ipfl": {"lam": 1.0, "eta": 5.0},
+    "fedcollab": {"distance_local_steps": 1, "distance_patience": 100},
+}
+"""``preset = "paper"``: the official code's values where they differ from our defaults
+(docs/fidelity.md lists each with its source, and what stays different and why)."""
+
+
+def _under(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` with every section value it leaves out taken from ``preset``."""
+    merged = dict(given)
+    for section, values in preset.items():
+        own = given.get(section)
+        if own is None:
+            merged[section] = dict(values)
+        elif isinstance(own, Mapping):
+            merged[section] = {**values, **own}
+    return merged
 
 
 class ExperimentConfig(_Section):
     """One experiment: a federation, a method (or several to compare) and how long to run."""
 
+    preset: Literal["default", "paper"] = Field(
+        "default", description="paper: the official code's values for what is not set"
+    )
     name: str = "experiment"
     seed: int = Field(0, ge=0, le=2**31 - 1)
     rounds: int = Field(20, ge=1, le=100_000)
@@ -246,6 +305,14 @@ class ExperimentConfig(_Section):
     equilibrium: EquilibriumConfig = Field(default_factory=EquilibriumConfig)
     attack: AttackConfig = Field(default_factory=AttackConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and data.get("preset") == "paper":
+            return _under(PAPER_PRESET, data)
+        return data
 
 
 def model_name(config: ExperimentConfig) -> str:

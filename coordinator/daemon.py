@@ -25,8 +25,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
+from collabfl import __version__
 from collabfl.coordinator.fleet_gateway import (
     FleetGateway,
     GatewayTLS,
@@ -65,10 +64,15 @@ CONNECTION = "collabfl"
 MAX_LAUNCHES = 4
 FLOWER_RUN_FILE = "flower_run.json"
 """In a run's directory: flwr's reply to the latest launch, naming its Flower run."""
+PRIVATE_KEY_FILE = "grant_key.pem"
+"""The coordinator's Ed25519 key: it signs peer-fetch grants and run tickets."""
+PUBLIC_KEY_FILE = "grant_key.pub.pem"
+"""The grant verification key members load with ``collabfl-client --coordinator-key``."""
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collabfl-coordinator", description=__doc__)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--state-dir", type=Path, required=True, help="databases, keys, logs, runs")
     p.add_argument("--host", default="127.0.0.1", help="interface for SuperLink and service")
     p.add_argument("--superlink-port", type=int, default=9093, help="Fleet gateway port")
@@ -86,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--service-port", type=int, default=9300, help="coordinator service port")
     p.add_argument("--advertise", default="", help="service address the ServerApp dials")
+    p.add_argument(
+        "--public-dir",
+        type=Path,
+        help=f"also write {PUBLIC_KEY_FILE} here: a folder members may read, apart from the state",
+    )
     tls = p.add_argument_group("TLS (omit all with --insecure)")
     tls.add_argument("--insecure", action="store_true", help="no TLS (loopback/tests only)")
     tls.add_argument("--ssl-ca-certfile", type=Path)
@@ -95,15 +104,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def signing_key(state_dir: Path) -> Ed25519PrivateKey:
-    """Load the key that signs grants and run tickets, creating it (and its public half,
-    which clients get as ``--coordinator-key``) on first start."""
-    private_path, public_path = state_dir / "grant_key.pem", state_dir / "grant_key.pub.pem"
+def grant_signer(state_dir: Path, public_dir: Path | None = None) -> GrantSigner:
+    """Load the grant signing key, creating it on first start, and write its public half.
+
+    The public half goes to the state dir and to ``public_dir`` when given: members mount
+    only that folder, so no member can read the private key and forge grants.
+    """
+    private_path = state_dir / PRIVATE_KEY_FILE
     if not private_path.exists():
         save_private_key(generate_private_key(), private_path)
-    key = load_private_key(private_path)
-    save_public_key(GrantSigner(key).public_key_bytes(), public_path)
-    return key
+    signer = GrantSigner(load_private_key(private_path))
+    for folder in {state_dir, public_dir or state_dir}:
+        folder.mkdir(parents=True, exist_ok=True)
+        save_public_key(signer.public_key_bytes(), folder / PUBLIC_KEY_FILE)
+    return signer
+
+
+def ticket_signer(state_dir: Path) -> TicketSigner:
+    """Run tickets are signed with the grant key (``grant_signer`` makes it), so clients
+    check both with the one public key they hold (``--coordinator-key``)."""
+    return TicketSigner(load_private_key(state_dir / PRIVATE_KEY_FILE))
 
 
 def flower_home(state_dir: Path) -> Path:
@@ -330,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True)
     if not args.superlink_internal_port:
         args.superlink_internal_port = free_loopback_port()
-    key = signing_key(args.state_dir)
-    signer = GrantSigner(key)
+    signer = grant_signer(args.state_dir, args.public_dir)
     state = CoordinatorState(args.state_dir / "coordinator.db")
     tls = None
     if not args.insecure:
@@ -356,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         write_app(args.state_dir),
         {**os.environ, **env},
         service,
-        TicketSigner(key),
+        ticket_signer(args.state_dir),
         args.run_ticket_ttl,
     )
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)

@@ -15,19 +15,22 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
 from collabfl.client.data.client_file import save_client_file
 from collabfl.coordinator.config import ExperimentConfig
+from collabfl.coordinator.daemon import CONNECTION
 from collabfl.coordinator.experiment import prepare_data
+from collabfl.coordinator.federation_tls import FederationCredentials
 from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.comparison import write_comparison
@@ -35,6 +38,7 @@ from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group
 
 HOST = "127.0.0.1"
@@ -52,11 +56,51 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def coordinator_command(state_dir: Path, superlink_port: int, service_port: int) -> list[str]:
+class Hosts(Protocol):
+    """Where each daemon of a federation runs: its address and how to start a command there.
+
+    Daemons are named ``coordinator`` and ``client-K``. ``Loopback`` puts them all on this
+    machine's 127.0.0.1; a multi-host test bed puts each in its own network namespace.
+    """
+
+    def address(self, name: str) -> str: ...
+
+    def command(self, name: str, argv: list[str]) -> list[str]: ...
+
+
+class Loopback:
+    """Every daemon on this machine, bound to loopback."""
+
+    def address(self, name: str) -> str:
+        return HOST
+
+    def command(self, name: str, argv: list[str]) -> list[str]:
+        return argv
+
+
+def coordinator_command(
+    state_dir: Path,
+    superlink_port: int,
+    service_port: int,
+    host: str = HOST,
+    tls: FederationCredentials | None = None,
+) -> list[str]:
+    """The coordinator daemon bound to ``host``; with ``tls``, TLS on every surface."""
     return [
         sys.executable, "-m", "collabfl.coordinator.daemon",
-        "--state-dir", str(state_dir), "--host", HOST, "--insecure",
+        "--state-dir", str(state_dir), "--host", host,
         "--superlink-port", str(superlink_port), "--service-port", str(service_port),
+        *coordinator_tls_flags(tls),
+    ]  # fmt: skip
+
+
+def coordinator_tls_flags(tls: FederationCredentials | None) -> list[str]:
+    """The coordinator's TLS flags: its certificate, and the CA it trusts for callers."""
+    if tls is None:
+        return ["--insecure"]
+    return [
+        "--ssl-ca-certfile", str(tls.ca),
+        "--ssl-certfile", str(tls.coordinator.cert), "--ssl-keyfile", str(tls.coordinator.key),
     ]  # fmt: skip
 
 
@@ -69,28 +113,48 @@ def client_command(
     runtime_port: int,
     key: Path,
     runtime: str = "subprocess",
+    host: str = HOST,
+    tls: FederationCredentials | None = None,
 ) -> list[str]:
+    """A client daemon whose peer server listens on, and is advertised at, ``host``."""
     return [
         sys.executable, "-m", "collabfl.client.daemon",
         "--client-id", str(client_id), "--data", str(data), "--state-dir", str(state_dir),
-        "--superlink", superlink, "--insecure",
-        "--peer-listen", f"{HOST}:{peer_port}", "--peer-address", f"{HOST}:{peer_port}",
+        "--superlink", superlink,
+        "--peer-listen", f"{host}:{peer_port}", "--peer-address", f"{host}:{peer_port}",
         "--runtime-port", str(runtime_port), "--coordinator-key", str(key),
         "--runtime", runtime,
+        *client_tls_flags(client_id, tls),
+    ]  # fmt: skip
+
+
+def client_tls_flags(client_id: int, tls: FederationCredentials | None) -> list[str]:
+    """A client's TLS flags: the federation CA, its member pair, mutual TLS on its peers."""
+    if tls is None:
+        return ["--insecure"]
+    member = tls.members[client_id]
+    return [
+        "--root-certificates", str(tls.ca),
+        "--peer-cert", str(member.cert), "--peer-key", str(member.key),
+        "--peer-client-ca", str(tls.ca),
     ]  # fmt: skip
 
 
 @dataclass
 class LocalFederation:
-    """Starts and stops the processes of a loopback federation; a context manager.
+    """Starts and stops the processes of a federation on this machine; a context manager.
 
     ``runtime``: how the client daemons run ClientApp messages (flower/processes.py's
-    CLIENT_RUNTIMES).
+    CLIENT_RUNTIMES). ``hosts``: where each daemon runs (default: all on loopback).
+    ``tls``: issue a CA and role certificates into ``work_dir/tls`` and run every daemon
+    with TLS; the launcher's own service calls then present the operator certificate.
     """
 
     work_dir: Path
     client_files: list[Path]
     runtime: str = "subprocess"
+    hosts: Hosts = field(default_factory=Loopback)
+    tls: bool = False
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
 
@@ -100,7 +164,18 @@ class LocalFederation:
         self.superlink_port, self.service_port = ports[:2]
         self.peer_ports, self.runtime_ports = ports[2 : 2 + n], ports[2 + n :]
         self.coordinator_dir = self.work_dir / "coordinator"
-        self.service = f"{HOST}:{self.service_port}"
+        self.coordinator_host = self.hosts.address("coordinator")
+        self.service = f"{self.coordinator_host}:{self.service_port}"
+        self.superlink = f"{self.coordinator_host}:{self.superlink_port}"
+        self.credentials = (
+            FederationCredentials.issue(
+                self.work_dir / "tls",
+                self.coordinator_host,
+                {k: self.hosts.address(f"client-{k}") for k in range(n)},
+            )
+            if self.tls
+            else None
+        )
 
     def __enter__(self) -> LocalFederation:
         try:
@@ -114,10 +189,14 @@ class LocalFederation:
         self.stop()
 
     def start(self, timeout_s: float = 120.0) -> None:
-        self._spawn(
-            "coordinator",
-            coordinator_command(self.coordinator_dir, self.superlink_port, self.service_port),
+        command = coordinator_command(
+            self.coordinator_dir,
+            self.superlink_port,
+            self.service_port,
+            self.coordinator_host,
+            self.credentials,
         )
+        self._spawn("coordinator", command)
         self._wait_ready(timeout_s)
         key = self.coordinator_dir / "grant_key.pub.pem"
         for k, data in enumerate(self.client_files):
@@ -125,24 +204,45 @@ class LocalFederation:
         self.wait_online(len(self.client_files), timeout_s)
 
     def start_client(self, k: int, data: Path, key: Path) -> None:
+        name = f"client-{k}"
+        if self.credentials is not None:
+            self.register_supernode(k, self.work_dir / name)
         command = client_command(
             k,
             data,
-            self.work_dir / f"client-{k}",
-            f"{HOST}:{self.superlink_port}",
+            self.work_dir / name,
+            self.superlink,
             self.peer_ports[k],
             self.runtime_ports[k],
             key,
             self.runtime,
+            self.hosts.address(name),
+            self.credentials,
         )
-        self._spawn(f"client-{k}", command)
+        self._spawn(name, command)
+
+    def register_supernode(self, k: int, state_dir: Path) -> None:
+        """With TLS only registered SuperNode keys join: make client k's key where its daemon
+        keeps it and register it on the coordinator's host, as its operator would."""
+        _, public_key = ensure_supernode_key(state_dir)
+        command = [
+            flower_binary("collabfl"), "admin", "register-supernode", "--client-id", str(k),
+            "--key", str(public_key), "--state-dir", str(self.coordinator_dir),
+        ]  # fmt: skip
+        done = subprocess.run(
+            self.hosts.command("coordinator", command),
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"client {k}'s SuperNode key was not registered: {done.stderr}")
 
     def _spawn(self, name: str, command: list[str]) -> None:
         log_path = self.work_dir / "logs" / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        placed = self.hosts.command(name, command)
         with open(log_path, "ab") as log_file:
             self.processes[name] = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                placed, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.commands[name] = command
 
@@ -160,13 +260,16 @@ class LocalFederation:
     def _wait_ready(self, timeout_s: float) -> None:
         """The coordinator service answers and the SuperLink reports healthy."""
         deadline = time.monotonic() + timeout_s
-        health = f"http://{HOST}:{self.superlink_port}/health"
+        scheme, context = "http", None
+        if self.credentials is not None:
+            scheme, context = "https", ssl.create_default_context(cafile=self.credentials.ca)
+        health = f"{scheme}://{self.superlink}/health"
         while time.monotonic() < deadline:
             self._check_alive("coordinator")
             try:
-                with CoordinatorClient(self.service, timeout_s=2) as client:
+                with self.client(timeout_s=2) as client:
                     client.status()
-                with urllib.request.urlopen(health, timeout=2) as response:
+                with urllib.request.urlopen(health, timeout=2, context=context) as response:
                     if response.status == 200:
                         return
             except (CoordinatorUnreachable, OSError):
@@ -187,9 +290,12 @@ class LocalFederation:
         raise TimeoutError(f"{online} of {expected} clients online after {timeout_s:.0f} s")
 
     def online_nodes(self) -> list[dict[str, Any]]:
+        """The SuperLink's online SuperNodes, asked with ``flwr`` on the coordinator's host
+        (its control API need not be reachable from anywhere else)."""
         env = {**os.environ, **flower_env(self.coordinator_dir / "flwr")}
+        command = [flower_binary("flwr"), "supernode", "list", CONNECTION, "--format", "json"]
         result = subprocess.run(
-            [flower_binary("flwr"), "supernode", "list", "collabfl", "--format", "json"],
+            self.hosts.command("coordinator", command),
             capture_output=True, text=True, env=env, timeout=30, check=False,
         )  # fmt: skip
         try:
@@ -209,8 +315,10 @@ class LocalFederation:
         for name in sorted(self.processes, key=lambda n: n == "coordinator"):
             stop_group(self.processes[name], grace_s=15.0)
 
-    def client(self) -> CoordinatorClient:
-        return CoordinatorClient(self.service, timeout_s=10)
+    def client(self, timeout_s: float = 10.0) -> CoordinatorClient:
+        """A coordinator service client acting as the operator (its certificate under TLS)."""
+        tls = self.credentials.operator_tls() if self.credentials is not None else None
+        return CoordinatorClient(self.service, timeout_s=timeout_s, tls=tls)
 
 
 def write_client_files(
@@ -243,7 +351,7 @@ def run_on_federation(
     options = RunOptions(len(federation.client_files), out_dir=str(out_dir.resolve()))
     config = run_request(spec, options)
     deadline = time.monotonic() + timeout_s
-    with CoordinatorClient(federation.service, timeout_s=10) as client:
+    with federation.client() as client:
         client.create_run(run_id, spec.label, config)
         with console.status(f"{spec.label}: starting") as status:
             while True:
@@ -269,18 +377,21 @@ def federation_up(
     console: Console,
     timeout_s: float = 3600.0,
     runtime: str = "subprocess",
+    tls: bool = False,
 ) -> list[dict[str, Any]]:
     """Prepare each client's data file, start the federation, run every spec, tear down.
 
     ``runtime``: how the client daemons run ClientApp messages (``--runtime`` of
-    ``collabfl-client``)."""
+    ``collabfl-client``); ``tls``: certificates for every role, TLS on every link."""
     out_dir.mkdir(parents=True, exist_ok=True)
     work_dir = out_dir / "federation"
     files = write_client_files(config, work_dir / "data", partition_path=out_dir / "partition.npz")
     summaries, run_dirs = [], {}
-    with LocalFederation(work_dir, files, runtime=runtime) as federation:
+    with LocalFederation(work_dir, files, runtime=runtime, tls=tls) as federation:
+        security = f"TLS, certificates in {work_dir / 'tls'}" if tls else "insecure"
         console.print(
             f"federation up: {len(files)} clients online, coordinator {federation.service}"
+            f" ({security})"
         )
         for spec in specs:
             summaries.append(run_on_federation(federation, spec, out_dir, console, timeout_s))

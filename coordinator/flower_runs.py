@@ -1,5 +1,5 @@
-"""Flower runs and SuperNode registrations, driven through the ``flwr`` CLI and read back
-from its JSON output.
+"""Flower runs, SuperNode registrations and the SuperNodes that serve them, driven through
+the ``flwr`` CLI and read back from its JSON output.
 
 ``flwr run --format json`` submits the app and prints one JSON object::
 
@@ -60,14 +60,20 @@ def register_supernode(public_key: Path, connection: str, env: Mapping[str, str]
         "flwr supernode register",
         _flwr(["supernode", "register", str(public_key), connection], env),
     )
-    node_id = reply.get("node-id")
-    if (
-        isinstance(node_id, bool)
-        or not isinstance(node_id, int | str)
-        or not str(node_id).isdigit()
-    ):
-        raise FlowerCliError(f"flwr supernode register gave no node id: {reply}")
+    node_id = str(reply.get("node-id"))
+    if not node_id.isdigit():
+        raise FlowerCliError(f"flwr supernode register gave no node id: {_one_line(str(reply))}")
     return int(node_id)
+
+
+def list_supernodes(connection: str, env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The SuperNodes the SuperLink knows, as ``flwr supernode list`` describes each one
+    (``node-id``, ``status`` such as ``online``, ``online-at``, ...)."""
+    reply = _reply("flwr supernode list", _flwr(["supernode", "list", connection], env))
+    nodes = reply.get("nodes")
+    if not isinstance(nodes, list) or not all(isinstance(node, dict) for node in nodes):
+        raise FlowerCliError(f"flwr supernode list printed no node list: {_one_line(str(reply))}")
+    return nodes
 
 
 def follow_command(run_id: int, connection: str) -> list[str]:

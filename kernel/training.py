@@ -56,8 +56,12 @@ def train(
     prox_ref: torch.Tensor | None = None,
     align_lam: float = 0.0,
     align_to: torch.Tensor | None = None,
+    steps: int | None = None,
 ) -> float:
     """Run local SGD in place on ``model``; return the mean training loss.
+
+    ``steps`` (when given) replaces ``epochs`` by an exact number of SGD steps, the way
+    pFedGraph's official code counts local work.
 
     With ``prox_mu > 0`` the gradient gets the proximal term mu·(w − prox_ref) (FedProx,
     Ditto's personal objective). With ``align_lam > 0`` the objective gets
@@ -70,7 +74,10 @@ def train(
         raise ValueError("prox_mu > 0 needs a reference model")
     if align_lam > 0 and align_to is None:
         raise ValueError("align_lam > 0 needs a direction to align to")
-    steps = steps_for(epochs, len(data), config.batch_size)
+    if steps is None:
+        steps = steps_for(epochs, len(data), config.batch_size)
+    elif steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
     n_params = model.num_parameters
     weights = model.vector[:n_params]
     grad = model.grad

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from collabfl.strategies.greedy import TieRule
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply, broadcast
 from collabfl.strategies.rounds import (
     Edge,
@@ -35,14 +36,21 @@ class DPFL:
     between), and averaging with the chosen collaborators.
 
     ``graph="random"`` is the paper's ablation: each client draws Ω_k uniformly at random
-    (same budget) and always averages with all of it.
+    (same budget) and always averages with all of it. ``score_local``: the post-training
+    model also competes for the reported best-validation model (the official code does).
+    ``collaborate_every``: rounds t ≥ 1 with t mod P ≠ 0 are purely local (train and
+    evaluate, no graph); the official code averages every second round (P = 2). ``tie``:
+    GGC's rule when neither gain is positive (strategies.greedy.TieRule).
     """
 
     epochs: float
     init_epochs: float
     budget: int | None
     select_every: int = 1
+    collaborate_every: int = 1
+    tie: TieRule = "add"
     graph: GraphRule = "ggc"
+    score_local: bool = False
     name: str = "dpfl"
 
     def __post_init__(self) -> None:
@@ -50,6 +58,8 @@ class DPFL:
             raise ValueError(f"budget must be >= 0 or None (unlimited), got {self.budget}")
         if self.select_every < 1:
             raise ValueError(f"select_every must be >= 1, got {self.select_every}")
+        if self.collaborate_every < 1:
+            raise ValueError(f"collaborate_every must be >= 1, got {self.collaborate_every}")
 
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
@@ -72,6 +82,12 @@ class DPFL:
             chosen = _int_lists(resume.checkpoint.get("chosen", {}))
 
         for t in range(max(1, first_round(resume)), num_rounds):
+            if t % self.collaborate_every:
+                trained = broadcast(pool, t, Train(self.epochs, score_local=self.score_local))
+                evaluated = broadcast(pool, t, Evaluate(), clients=sorted(trained))
+                checkpoint = {"candidates": candidates, "chosen": chosen}
+                yield RoundOutcome(t, merge_metrics(trained, evaluated), None, checkpoint)
+                continue
             trained = self._train_and_publish(pool, t, self.epochs)
             search_now = self.graph == "ggc" and (t - 1) % self.select_every == 0
             lists = candidates if search_now else chosen
@@ -81,14 +97,16 @@ class DPFL:
             yield self._outcome(pool, t, trained, collaborated, candidates, chosen)
 
     def _train_and_publish(self, pool: ClientPool, t: int, epochs: float) -> dict[int, Reply]:
-        return broadcast(pool, t, Train(epochs, publish=True))
+        return broadcast(pool, t, Train(epochs, publish=True, score_local=self.score_local))
 
     def _collaborate(
         self, pool: ClientPool, t: int, candidates: Mapping[int, list[int]], search: Search
     ) -> dict[int, Reply]:
         counts = pool.sample_counts
         instructions = {
-            k: Instruction(t, Collaborate.weighted_by_samples(search, peers, counts, self.budget))
+            k: Instruction(
+                t, Collaborate.weighted_by_samples(search, peers, counts, self.budget, tie=self.tie)
+            )
             for k, peers in candidates.items()
         }
         return pool.send(instructions)

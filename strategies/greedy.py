@@ -14,23 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic
+from typing import Generic, Literal
 
 import numpy as np
 
 from collabfl.strategies.streaming import BatchLoader, V, add_models, batches
 
+TieRule = Literal["add", "larger"]
+"""What GGC does when neither gain is positive: ``add`` (the paper and its code: an
+indifferent peer costs nothing to keep), or ``larger``: add only when the raw add gain is
+the larger of the two (an opt-in variant that keeps peers that hurt less than they help out)."""
 
-def add_probability(gain_add: float, gain_remove: float) -> float:
+
+def add_probability(gain_add: float, gain_remove: float, tie: TieRule = "add") -> float:
     """Probability of adding a candidate given the two marginal gains.
 
-    Negative gains count as zero; when both are zero the candidate is added (the official
-    DPFL code's choice: an indifferent peer costs nothing to keep).
+    Negative gains count as zero; when both are zero, ``tie`` decides (see ``TieRule``).
     """
     a = max(gain_add, 0.0)
     b = max(gain_remove, 0.0)
     if a == 0.0 and b == 0.0:
-        return 1.0
+        return 1.0 if tie == "add" or gain_add > gain_remove else 0.0
     return a / (a + b)
 
 
@@ -49,6 +53,7 @@ def ggc(
     reward: Callable[[frozenset[int]], float],
     budget: int | None,
     rng: np.random.Generator,
+    tie: TieRule = "add",
 ) -> list[int]:
     """Select collaborators for ``owner`` from ``candidates`` by randomized double greedy.
 
@@ -67,7 +72,7 @@ def ggc(
     for j in visiting_order(candidates, rng):
         reward_x_add = reward(x | {j})
         reward_y_remove = reward(y - {j})
-        p = add_probability(reward_x_add - reward_x, reward_y_remove - reward_y)
+        p = add_probability(reward_x_add - reward_x, reward_y_remove - reward_y, tie)
         if rng.random() < p:
             x, reward_x = x | {j}, reward_x_add
             chosen.append(j)
@@ -99,6 +104,7 @@ def bggc(
     budget: int | None,
     batch_size: int | None,
     rng: np.random.Generator,
+    tie: TieRule = "add",
 ) -> Selection[V]:
     """Batched greedy collaborator search in model space (BGGC; GGC when one batch fits all).
 
@@ -119,7 +125,7 @@ def bggc(
     if size >= len(candidates):
         with load(list(candidates)) as models:
             sum_y, total_y = add_models(own_model * own_weight, own_weight, models, weights)
-            state = _SearchState(own_model, own_weight, sum_y, total_y, loss)
+            state = _SearchState(own_model, own_weight, sum_y, total_y, loss, tie)
             state.visit(order, models, weights, rng, budget)
             return state.selection(batches_loaded=1)
 
@@ -129,7 +135,7 @@ def bggc(
         with load(batch) as models:
             batches_loaded += 1
             sum_y, total_y = add_models(sum_y, total_y, models, weights)
-    state = _SearchState(own_model, own_weight, sum_y, total_y, loss)
+    state = _SearchState(own_model, own_weight, sum_y, total_y, loss, tie)
     for batch in batches(order, size):
         with load(batch) as models:
             batches_loaded += 1
@@ -148,8 +154,10 @@ class _SearchState(Generic[V]):
         sum_y: V,
         total_y: float,
         loss: Callable[[V], float],
+        tie: TieRule,
     ) -> None:
         self.loss = loss
+        self.tie = tie
         self.sum_x, self.total_x = own_model * own_weight, own_weight
         self.sum_y, self.total_y = sum_y, total_y
         self.reward_x = -loss(self.sum_x / self.total_x)
@@ -175,7 +183,8 @@ class _SearchState(Generic[V]):
             reward_x_add = -self.loss(sum_x_add / total_x_add)
             reward_y_remove = -self.loss(sum_y_remove / total_y_remove)
             self.evaluations += 2
-            p = add_probability(reward_x_add - self.reward_x, reward_y_remove - self.reward_y)
+            gain_add, gain_remove = reward_x_add - self.reward_x, reward_y_remove - self.reward_y
+            p = add_probability(gain_add, gain_remove, self.tie)
             if rng.random() < p:
                 self.sum_x, self.total_x, self.reward_x = sum_x_add, total_x_add, reward_x_add
                 self.chosen.append(j)

@@ -28,6 +28,12 @@ class ClientMetrics:
     best_val_acc: float | None = field(default=None, metadata=RECORDED)
     best_test_acc: float | None = field(default=None, metadata=RECORDED)
     """Test accuracy of the best-validation model of the evaluated slot so far."""
+    best_candidate: str | None = field(default=None, metadata=RECORDED)
+    """Which candidate that model was ("local": post-training, "aggregate": post-
+    collaboration); only set where a method scores both."""
+    local_val_acc: float | None = field(default=None, metadata=RECORDED)
+    local_test_acc: float | None = field(default=None, metadata=RECORDED)
+    """Accuracies of the post-training (un-aggregated) model, where a method scores it."""
     bytes_fetched: int | None = field(default=None, metadata=RECORDED)
     """Peer model bytes downloaded since the last evaluation."""
     peak_peer_models: int | None = field(default=None, metadata=RECORDED)

@@ -44,6 +44,10 @@ class PFedGraph:
     θ̄_i = Σ_j W_ij θ_j/‖θ_j‖; ``"cosine"`` is the cheaper −(λ/2)·cos(θ, θ̃_i).
     ``compare`` is the [start, stop) range of the flat vector whose updates are compared
     (all parameters, or only the final layers). ``attackers`` upload poisoned weights.
+    ``score_local``: the post-training model also competes for the reported best-validation
+    model, beside the received aggregate (the official code evaluates both).
+    ``local_steps`` > 0: that many SGD steps per round instead of ``epochs`` (the official
+    code runs 200).
     """
 
     epochs: float
@@ -53,6 +57,8 @@ class PFedGraph:
     regularizer: AlignMode = "normalized"
     compare: tuple[int, int] | None = None
     attackers: Attackers = field(default_factory=Attackers)
+    score_local: bool = False
+    local_steps: int = 0
     name: str = "pfedgraph"
 
     def rounds(
@@ -100,6 +106,8 @@ class PFedGraph:
             align_slot="reference",
             align_lam=self.lam if t > 0 else 0.0,
             align_mode=self.regularizer,
+            score_local=self.score_local,
+            steps=self.local_steps,
         )
         return self.attackers.train(client, task)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, Literal, get_args
 
+from collabfl.strategies.greedy import TieRule
 from collabfl.strategies.pfedgraph import Attack
 
 AlignMode = Literal["normalized", "cosine"]
@@ -57,6 +58,10 @@ class Train:
     and/or upload it in the reply.
 
     ``from_best``: start from the best-validation model kept for that slot (FedAvg+FT).
+    ``steps`` > 0: exactly that many SGD steps instead of ``epochs`` (pFedGraph's code).
+    ``score_local``: after training, also evaluate the trained model as the "local"
+    candidate of ``slot``'s best-validation record, so a client whose collaborators hurt it
+    can end with its own model (what DPFL's and pFedGraph's official code report).
     ``prox_mu``: proximal weight towards ``prox_slot`` (default: the starting model).
     ``align_lam``: pFedGraph's alignment weight towards ``align_slot``. ``attack``: poison the
     upload (simulated model-poisoning client).
@@ -76,9 +81,12 @@ class Train:
     publish: bool = False
     upload: bool = False
     attack: Attack | None = None
+    score_local: bool = False
+    steps: int = 0
 
     def __post_init__(self) -> None:
         _finite_at_least_zero("epochs", self.epochs)
+        _require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
         _finite_at_least_zero("prox_mu", self.prox_mu)
         _finite_at_least_zero("align_lam", self.align_lam)
         _require(
@@ -98,7 +106,8 @@ class Collaborate:
 
     ``weights`` are the candidates' aggregation weights, in ``candidates`` order; ``budget``
     caps the peer models held at once and the collaborators chosen (None: unlimited).
-    ``step`` tells repeated searches within a round apart. A real federation attaches one
+    ``step`` tells repeated searches within a round apart; ``tie``: the greedy search's rule
+    when neither gain is positive (strategies.greedy.TieRule). A real federation attaches one
     peer address and one fetch grant per candidate (flower/pool.py).
     """
 
@@ -111,11 +120,13 @@ class Collaborate:
     slot: str = "model"
     assign: bool = True
     step: int | None = None
+    tie: TieRule = "add"
     peer_addresses: tuple[str, ...] = ()
     peer_grants: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         _one_of("search", self.search, Search)
+        _one_of("tie", self.tie, TieRule)
         count = len(self.candidates)
         _require(len(set(self.candidates)) == count, f"candidates repeat: {self.candidates}")
         _require(len(self.weights) == count, f"{len(self.weights)} weights for {count} candidates")
@@ -141,6 +152,7 @@ class Collaborate:
         slot: str = "model",
         assign: bool = True,
         step: int | None = None,
+        tie: TieRule = "add",
     ) -> Collaborate:
         """The search over ``candidates`` with each weighted by its sample count (DPFL's and
         the equilibrium's averages)."""
@@ -152,6 +164,7 @@ class Collaborate:
             slot=slot,
             assign=assign,
             step=step,
+            tie=tie,
         )
 
 

@@ -21,17 +21,7 @@ from collabfl.coordinator.cli import app
 from collabfl.coordinator.report.graph_stats import adjacency
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.state import CoordinatorState
-
-BUDGET = 1
-SETTINGS = [
-    "data.num_train=1500",
-    "data.num_test=600",
-    "data.num_clients=3",
-    "rounds=3",
-    "epochs=0.5",
-    "dpfl.init_epochs=1",
-    f"dpfl.budget={BUDGET}",
-]
+from tests.support.runtime_equality import BUDGET, SETTINGS, assert_same_rows
 
 
 def _invoke(*args: str) -> str:
@@ -69,11 +59,11 @@ def _flags(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("method", ["dpfl", "pfedgraph", "ipfl"])
 def test_real_federation_equals_in_process_runtime(runs, method):
-    _assert_same_rows(runs[0] / method, runs[1] / method, method)
+    assert_same_rows(runs[0] / method, runs[1] / method, method)
 
 
 def test_warm_runtime_equals_in_process_runtime(runs, warm_dpfl):
-    _assert_same_rows(warm_dpfl / "dpfl", runs[1] / "dpfl", "dpfl")
+    assert_same_rows(warm_dpfl / "dpfl", runs[1] / "dpfl", "dpfl")
 
 
 def test_warm_runtime_serves_each_client_from_one_process(warm_dpfl):
@@ -83,21 +73,6 @@ def test_warm_runtime_serves_each_client_from_one_process(warm_dpfl):
         assert len(handled) > 3, log  # set-up, then several messages per round
         assert {status for status, _ in handled} == {"completed"}, log
         assert len({pid for _, pid in handled}) == 1, log
-
-
-def _assert_same_rows(real_dir: Path, inprocess_dir: Path, method: str) -> None:
-    real, inprocess = read_run(real_dir).rows, read_run(inprocess_dir).rows
-    assert len(real) == len(inprocess) == 3 * 3
-    for a, b in zip(real, inprocess, strict=True):
-        assert (a["round"], a["client"]) == (b["round"], b["client"])
-        for key in ("best_test_acc", "test_acc", "val_acc"):
-            assert a[key] == pytest.approx(b[key], abs=1e-9), (a["round"], a["client"], key)
-        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
-        assert a["num_collaborators"] == b["num_collaborators"]
-        assert a["bytes_fetched"] == b["bytes_fetched"]
-        assert a["coordinator_bytes"] == b["coordinator_bytes"]
-        if method == "ipfl":
-            assert a["utility"] == pytest.approx(b["utility"], rel=1e-6, abs=1e-9)
 
 
 def test_graphs_respect_budget_and_match_the_coordinator_record(runs):

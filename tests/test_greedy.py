@@ -193,3 +193,32 @@ def test_unavailable_peers_are_skipped():
 )
 def test_add_probability(gain_add, gain_remove, expected):
     assert add_probability(gain_add, gain_remove) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("gain_add", "gain_remove", "expected"),
+    [(0.0, 0.0, 0.0), (-1.0, -2.0, 1.0), (-2.0, -1.0, 0.0), (1.0, 3.0, 0.25), (0.0, 1.0, 0.0)],
+)
+def test_add_probability_larger_tie_rule(gain_add, gain_remove, expected):
+    assert add_probability(gain_add, gain_remove, "larger") == pytest.approx(expected)
+
+
+def test_the_tie_rule_decides_a_peer_that_changes_nothing():
+    """A peer whose presence leaves the reward unchanged: the paper adds it, 'larger' does not."""
+    reward = lambda members: 1.0  # noqa: E731 - every set is as good as any other
+    candidates = list(range(1, 6))
+    assert ggc(0, candidates, reward, None, np.random.default_rng(0)) != []
+    assert ggc(0, candidates, reward, None, np.random.default_rng(0), tie="larger") == []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bggc_matches_ggc_under_the_larger_tie_rule(seed):
+    models, weights, target = _federation(12, seed=seed)
+    owner, candidates = 0, list(range(1, 12))
+    reward = _set_reward(models, weights, target)
+    reference = ggc(owner, candidates, reward, 4, np.random.default_rng(seed), tie="larger")
+    selection = bggc(
+        models[owner], weights[owner], candidates, weights, CountingLoader(models),
+        _loss_of(target), 4, 4, np.random.default_rng(seed), tie="larger",
+    )  # fmt: skip
+    assert selection.chosen == reference

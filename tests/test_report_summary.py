@@ -129,3 +129,17 @@ def test_a_cut_short_run_is_marked_with_its_rounds() -> None:
     assert (summary["status"], summary["rounds"], summary["rounds_planned"]) == ("stopped", 1, 20)
     with pytest.raises(ValueError, match="status"):
         summarize(records, method="dpfl", wall_time_s=0.0, status="paused")
+
+
+def test_the_winning_candidates_are_counted_over_benign_clients() -> None:
+    rows = [
+        _row(0, 0, 0.5, best_candidate="aggregate"),
+        _row(1, 0, 0.6, best_candidate="local"),
+        _row(1, 1, 0.7, best_candidate="aggregate"),
+        _row(1, 2, 0.8, best_candidate="aggregate"),
+        _row(1, 3, 0.1, best_candidate="local", malicious=True),
+    ]
+    summary = summarize(_records(rows), method="dpfl", wall_time_s=0.0)
+    assert summary["best_candidate_clients"] == {"local": 1, "aggregate": 2}
+    plain = summarize(_records([_row(0, 0, 0.5)]), method="fedavg", wall_time_s=0.0)
+    assert "best_candidate_clients" not in plain

@@ -104,6 +104,45 @@ def test_dpfl_select_every_reuses_the_last_choice():
     assert searches == ["greedy", "greedy", "none", "greedy"]
 
 
+def test_dpfl_collaborate_every_leaves_the_rounds_between_purely_local():
+    pool = ScriptedPool(COUNTS)
+    outcomes = list(DPFL(epochs=1, init_epochs=1, budget=None, collaborate_every=2).rounds(pool, 5))
+    collaborated = sorted({ins.round for _, ins in pool.log if ins.verb is Verb.COLLABORATE})
+    assert collaborated == [0, 2, 4]
+    assert [o.graph is None for o in outcomes] == [False, True, False, True, False]
+    local_trains = [ins.task for _, ins in pool.log if ins.verb is Verb.TRAIN and ins.round == 1]
+    assert local_trains and not any(task.publish for task in local_trains)
+    assert all(o.metrics for o in outcomes)  # every round still evaluates every client
+    resumed = list(
+        DPFL(epochs=1, init_epochs=1, budget=None, collaborate_every=2).rounds(
+            ScriptedPool(COUNTS), 5, Resume(1, outcomes[1].checkpoint)
+        )
+    )
+    assert [o.round for o in resumed] == [2, 3, 4] and resumed[0].graph is not None
+
+
+def test_dpfl_scores_the_post_training_model_when_asked():
+    pool = ScriptedPool(COUNTS)
+    list(DPFL(epochs=1, init_epochs=1, budget=None, score_local=True).rounds(pool, 2))
+    trains = [ins.task for _, ins in pool.log if ins.verb is Verb.TRAIN]
+    assert trains and all(task.score_local for task in trains)
+
+
+def test_dpfl_tie_rule_reaches_every_search():
+    pool = ScriptedPool(COUNTS)
+    list(DPFL(epochs=1, init_epochs=1, budget=None, tie="larger").rounds(pool, 2))
+    searches = [ins.task for _, ins in pool.log if ins.verb is Verb.COLLABORATE]
+    assert searches and all(task.tie == "larger" for task in searches)
+
+
+def test_pfedgraph_local_steps_reach_every_train():
+    pool = ScriptedPool(COUNTS)
+    method = PFedGraph(epochs=1, initial_model=np.zeros(2), alpha=0.8, local_steps=200)
+    list(method.rounds(pool, 2))
+    trains = [ins.task for _, ins in pool.log if ins.verb is Verb.TRAIN]
+    assert len(trains) == 6 and all(task.steps == 200 for task in trains)
+
+
 def test_dpfl_random_graph_and_vanished_peer():
     pool = ScriptedPool(COUNTS, vanish_after={2: 0})
     list(DPFL(epochs=1, init_epochs=1, budget=None, graph="random").rounds(pool, 2))

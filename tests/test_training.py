@@ -150,3 +150,15 @@ def test_alignment_pulls_towards_the_direction():
         return float(torch.nn.functional.cosine_similarity(flat.get(), target, dim=0))
 
     assert cosine(pulled) > cosine(free) + 0.05
+
+
+def test_exact_steps_replace_epochs():
+    data, config = _data(), TrainingConfig(lr=0.05, batch_size=32)  # 3 steps per epoch
+    by_epoch, by_steps, longer = _flat(), _flat(), _flat()
+    train(by_epoch, data, 1, config, torch.Generator().manual_seed(1))
+    train(by_steps, data, 99, config, torch.Generator().manual_seed(1), steps=3)
+    train(longer, data, 1, config, torch.Generator().manual_seed(1), steps=4)
+    assert torch.equal(by_epoch.get(), by_steps.get())
+    assert not torch.equal(by_epoch.get(), longer.get())
+    with pytest.raises(ValueError, match="steps"):
+        train(_flat(), data, 1, config, torch.Generator().manual_seed(1), steps=0)

@@ -53,7 +53,9 @@ def summarize(
     ``num_clients`` benign clients (default: those seen) the mean covers. When some clients
     are malicious the same statistics over all clients are added as *_all keys.
     bytes_fetched is taken to be per round, so the total sums all rows and the per client
-    round figure is their mean. Graph statistics use the first and last rounds that have a
+    round figure is their mean. ``best_candidate_clients`` counts, where a method scores both,
+    how many benign clients ended with their post-training ("local") or post-collaboration
+    ("aggregate") model. Graph statistics use the first and last rounds that have a
     graph; coalition methods add the last recorded coalitions and their count.
     """
     rows = records.rows
@@ -82,6 +84,11 @@ def summarize(
         summary.update(_spread([r.get("best_test_acc") for r in latest.values()], "_test_acc_all"))
     best_val = _spread([r.get("best_val_acc") for r in benign_latest], "_best_val_acc")
     summary["mean_best_val_acc"] = best_val["mean_best_val_acc"]
+    winners = [r["best_candidate"] for r in benign_latest if r.get("best_candidate")]
+    if winners:  # methods that score the post-training model beside the aggregate
+        summary["best_candidate_clients"] = {
+            candidate: winners.count(candidate) for candidate in ("local", "aggregate")
+        }
 
     fetched = [int(r["bytes_fetched"]) for r in rows]
     summary["bytes_fetched_total"] = sum(fetched)

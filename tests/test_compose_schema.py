@@ -1,0 +1,32 @@
+"""deploy/docker-compose.yml is a valid Compose file: checked against the Compose
+Specification's own JSON schema (vendored in tests/data, see its README), since no docker
+engine runs here to read it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
+
+
+def test_the_compose_file_follows_the_compose_specification():
+    schema = json.loads(SCHEMA.read_text())
+    compose = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())
+    validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
+    errors = [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in validator.iter_errors(compose)
+    ]
+    assert errors == []
+
+
+def test_the_schema_catches_a_misspelt_key():
+    """The check has teeth: the schema forbids keys it does not define."""
+    schema = json.loads(SCHEMA.read_text())
+    broken = {"services": {"coordinator": {"image": "collabfl:latest", "restrat": "always"}}}
+    assert not jsonschema.Draft7Validator(schema).is_valid(broken)
