@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from federation_faults import make_federation, start_run, wait_for
 
-from collabfl.coordinator.federation import HOST, client_command, free_ports
+from collabfl.coordinator.federation import client_command, free_ports
 from collabfl.coordinator.report.run_dir import read_run
 
 
@@ -19,9 +19,8 @@ def test_impostor_claiming_a_bound_client_id_is_refused(tmp_path):
         wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
         peer, runtime = free_ports(2)
         key = federation.coordinator_dir / "grant_key.pub.pem"
-        superlink = f"{HOST}:{federation.superlink_port}"
         impostor = client_command(
-            1, federation.client_files[0], impostor_dir, superlink, peer, runtime, key
+            1, federation.client_files[0], impostor_dir, federation.superlink, peer, runtime, key
         )
         federation._spawn("impostor", impostor)  # stopped with the federation
         federation.wait_online(3, timeout_s=60)
