@@ -8,8 +8,9 @@ address), then runs the same strategy code as the in-process runtime through
 the same run directory ``collabfl simulate`` writes. A stop requested by an operator is
 honoured between rounds.
 
-Run config keys: ``run-id``, ``coordinator`` (address of the coordinator service) and the
-run's options (``RunOptions``: ``expected-clients``, ``join-timeout``, ...).
+Run config keys: the launch's (``coordinator.launch.Launch``: ``run-id``, ``coordinator``,
+``launch-token-file`` and the TLS files it dials the service with) and the run's options
+(``RunOptions``: ``expected-clients``, ``join-timeout``, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from flwr.serverapp import Grid, ServerApp
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.config import ConfigError, model_name, validate_config
 from collabfl.coordinator.driver import RunStopped, drive
+from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
 from collabfl.coordinator.report.comparison import write_comparison
@@ -51,9 +53,10 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    run_id = str(context.run_config["run-id"])
+    launch = Launch.from_run_config(context.run_config)
+    run_id = launch.run_id
     options = RunOptions.from_run_config(context.run_config)
-    with CoordinatorClient(str(context.run_config["coordinator"]), timeout_s=30) as coordinator:
+    with launch.client(timeout_s=30) as coordinator:
         run = coordinator.get_run(run_id)
         try:
             spec = parse_method_spec(run.method, validate_config(run.config["experiment"]))

@@ -134,7 +134,8 @@ class CoordinatorServicer:
 
     def CreateRun(self, request, context):
         """Start a run. An existing run_id with the same method and config is resumed, not
-        duplicated: the reply carries its last completed round.
+        duplicated: the reply carries its last completed round. Refused while another run is
+        active, and for a config the ServerApp could not run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,8 +169,8 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RecordRound(self, request, context):
-        """Record one completed round. Sending the same round again replaces it (a resumed run
-        may re-send its last round).
+        """Record one completed round: the round after the last completed one (0 first). Sending
+        the last round again replaces it (a retried call whose reply was lost).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
