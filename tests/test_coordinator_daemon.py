@@ -18,7 +18,7 @@ from collabfl.coordinator.daemon import RunLauncher
 from collabfl.coordinator.flower_runs import FlowerCliError
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.state import CoordinatorState, CorruptDatabase
 from collabfl.kernel.tls import ClientTLS
 
 
@@ -40,20 +40,27 @@ def _daemon(state_dir: Path, *flags: str) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("damage", ["garbage", "page"])
-def test_corrupted_database_makes_the_daemon_exit_with_one_clear_line(
-    tmp_path: Path, damage: str
-) -> None:
-    db = tmp_path / "coordinator.db"
+def _damaged_database(db: Path, start: int, stop: int) -> None:
+    """A database with some runs, then bytes ``start:stop`` of its file overwritten."""
     with CoordinatorState(db) as state:
         for index in range(40):
             state.create_run(f"run-{index}", "dpfl", valid_request())
     data = bytearray(db.read_bytes())
-    if damage == "garbage":
-        data[:100] = b"\xff" * 100
-    else:
-        data[4096 * 2 : 4096 * 3] = b"\xff" * 4096
+    data[start:stop] = b"\xff" * (stop - start)
     db.write_bytes(bytes(data))
+
+
+def test_a_damaged_database_is_refused_when_opened(tmp_path: Path) -> None:
+    for start, stop in [(0, 100), (4096 * 2, 4096 * 3)]:  # the header; one page inside
+        db = tmp_path / f"damaged-{start}.db"
+        _damaged_database(db, start, stop)
+        with pytest.raises(CorruptDatabase, match=f"coordinator database {db} is damaged"):
+            CoordinatorState(db)
+
+
+def test_corrupted_database_makes_the_daemon_exit_with_one_clear_line(tmp_path: Path) -> None:
+    db = tmp_path / "coordinator.db"
+    _damaged_database(db, 4096 * 2, 4096 * 3)  # opens fine; only a check finds the damage
     done = subprocess.run(
         _daemon(tmp_path, "--insecure"), capture_output=True, text=True, timeout=120
     )
