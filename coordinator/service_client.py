@@ -192,15 +192,17 @@ class CoordinatorClient:
 
     def list_events(self, run_id: str = "", after_id: int = 0, limit: int = 0) -> list[Event]:
         """Events oldest first; ``limit`` 0: all of them, fetched EVENT_PAGE at a time."""
+        if limit:
+            return self._events(run_id, after_id, limit)
         events: list[Event] = []
-        while True:
-            page = limit - len(events) if limit else EVENT_PAGE
-            request = pb.ListEventsRequest(run_id=run_id, after_id=after_id, limit=page)
-            batch = [event_from_pb(e) for e in self._call(self._stub.ListEvents, request).events]
+        while batch := self._events(run_id, after_id, EVENT_PAGE):
             events += batch
-            if len(batch) < page or (limit and len(events) >= limit):
-                return events
             after_id = batch[-1].event_id
+        return events
+
+    def _events(self, run_id: str, after_id: int, limit: int) -> list[Event]:
+        request = pb.ListEventsRequest(run_id=run_id, after_id=after_id, limit=limit)
+        return [event_from_pb(e) for e in self._call(self._stub.ListEvents, request).events]
 
     def issue_grants(
         self, run_id: str, round: int, fetcher: int, owners: Iterable[int], ttl_s: float

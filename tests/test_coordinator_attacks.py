@@ -17,6 +17,7 @@ import pytest
 from support.coordinator import served, valid_request
 from support.pki import Credential, TestCA
 
+from collabfl.coordinator import service_client
 from collabfl.coordinator.authorization import POLICY
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.service_client import (
@@ -233,6 +234,20 @@ def test_oversized_events_and_rounds_are_refused(federation: Federation) -> None
         assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
         server_app.record_event("r", "fine", "a normal line")
     assert [e.kind for e in federation.state.events("r")] == ["fine"]
+
+
+def test_many_events_are_listed_in_pages(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many events a run has, no single reply carries them all."""
+    monkeypatch.setattr(service_client, "EVENT_PAGE", 10)
+    federation.state.create_run("r", "dpfl", valid_request())
+    for index in range(25):
+        federation.state.record_event("r", "noise", f"event {index}")
+    with federation.operator() as operator:
+        events = operator.list_events("r")
+        assert [e.message for e in events] == [f"event {i}" for i in range(25)]
+        assert len(operator.list_events("r", limit=7)) == 7
 
 
 @pytest.mark.parametrize(
