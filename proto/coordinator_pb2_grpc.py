@@ -177,7 +177,7 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RecordEvent(self, request, context):
-        """Record a fault or notice; event_id and time are assigned by the coordinator.
+        """Record a fault or notice of a run; event_id and time are assigned by the coordinator.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
