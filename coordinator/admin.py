@@ -13,6 +13,7 @@ in its own body, and ``tests/test_cli_startup.py`` keeps it so.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import os
@@ -97,24 +98,59 @@ def connect(
     ca: Annotated[
         Path | None,
         typer.Option(
-            exists=True, dir_okay=False, envvar="COLLABFL_COORDINATOR_CA", help="CA (PEM): use TLS"
+            exists=True,
+            dir_okay=False,
+            envvar="COLLABFL_COORDINATOR_CA",
+            help="the federation's CA (PEM): use TLS",
         ),
     ] = None,
     cert: Annotated[
         Path | None,
-        typer.Option(exists=True, dir_okay=False, help="own certificate (PEM) for mutual TLS"),
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            envvar="COLLABFL_OPERATOR_CERT",
+            help="your operator certificate (PEM)",
+        ),
     ] = None,
     key: Annotated[
         Path | None,
-        typer.Option(exists=True, dir_okay=False, help="own private key (PEM) for mutual TLS"),
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            envvar="COLLABFL_OPERATOR_KEY",
+            help="your operator private key (PEM)",
+        ),
     ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            envvar="COLLABFL_INSECURE",
+            help="plain gRPC to a coordinator started with --insecure (implied on loopback)",
+        ),
+    ] = False,
 ) -> None:
-    """Inspect and steer a running coordinator (plain gRPC unless --ca is given)."""
-    if (cert is None) != (key is None):
-        raise typer.BadParameter("--cert and --key go together")
-    if cert is not None and ca is None:
-        raise typer.BadParameter("--cert needs --ca: mutual TLS is TLS first")
-    tls = ClientTLS.from_files(ca, cert, key) if ca is not None else None
+    """Inspect and steer a running coordinator: with --ca, --cert and --key (an operator's
+    certificate) over mutual TLS; plain gRPC only with --insecure or on loopback."""
+    if ca is not None:
+        if insecure:
+            raise typer.BadParameter("--insecure and --ca contradict each other")
+        if cert is None or key is None:
+            raise typer.BadParameter(
+                "--ca needs --cert and --key: the coordinator admits only callers with a "
+                "certificate naming their role (an operator's, from deploy/make_tls.py)"
+            )
+        tls = ClientTLS.from_files(ca, cert, key)
+    elif cert is not None or key is not None:
+        raise typer.BadParameter("--cert and --key need --ca: mutual TLS is TLS first")
+    elif insecure or _is_loopback(coordinator):
+        tls = None
+    else:
+        raise typer.BadParameter(
+            f"{coordinator} is not on this machine: give --ca, --cert and --key (TLS), or "
+            "--insecure for a coordinator started with --insecure"
+        )
     ctx.obj = _Connection(coordinator, timeout, tls)
 
 
@@ -127,6 +163,17 @@ def _fields(value: object) -> dict[str, Any]:
     if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether HOST:PORT names this machine (plain gRPC cannot leave it then)."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _fail(message: object, code: int) -> NoReturn:
@@ -264,7 +311,10 @@ def start(
         list[str] | None, typer.Option("--set", help="override a config value (repeatable)")
     ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="default: label-timestamp")] = None,
-    out: Annotated[str, typer.Option(help="run directory on the coordinator machine")] = "",
+    out: Annotated[
+        str,
+        typer.Option(help="run directory, inside the coordinator's --runs-dir (relative: to it)"),
+    ] = "",
     message_timeout: Annotated[
         float, typer.Option(help="seconds a client may take")
     ] = RunOptions.message_timeout_s,
@@ -280,7 +330,10 @@ def start(
     except ConfigError as error:
         _fail(error, EXIT_REFUSED)
     run_id = run_id or f"{safe_name(spec.label)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    options = RunOptions(clients, out_dir=out, message_timeout_s=message_timeout)
+    try:
+        options = RunOptions(clients, out_dir=out, message_timeout_s=message_timeout)
+    except ValueError as error:
+        _fail(error, EXIT_REFUSED)
     request = run_request(spec, options)
     with _client(ctx) as client:
         run = client.create_run(run_id, spec.label, request)

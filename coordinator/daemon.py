@@ -10,6 +10,11 @@ registered SuperNode node ids of its members. With TLS the SuperLink requires Su
 authentication: only SuperNodes whose key an operator registered (``collabfl admin
 register-supernode``) join. A run whose ServerApp dies while the run is still active (a SuperLink or
 coordinator restart) is launched again and resumes after its last completed round.
+
+Every launch gets a fresh token (``launch``): only the latest launch's ServerApp may write
+the run's rounds and events. With TLS, the service admits callers by the role their
+certificate (from ``--ssl-ca-certfile``) names, and the ServerApp dials it with the
+coordinator's own certificate.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ from collabfl.coordinator.flower_runs import (
     submit_run,
     submitted_run_id,
 )
-from collabfl.coordinator.run_options import RunOptions, flower_app_config
+from collabfl.coordinator.launch import Launch, launch_app_config, write_launch_token
+from collabfl.coordinator.methods import read_run_request
+from collabfl.coordinator.run_options import flower_app_config
 from collabfl.coordinator.service import serve
-from collabfl.coordinator.state import CoordinatorState, Run
+from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.atomic import write_text
@@ -95,10 +102,17 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help=f"also write {PUBLIC_KEY_FILE} here: a folder members may read, apart from the state",
     )
+    p.add_argument(
+        "--runs-dir", type=Path, help="the only folder runs may write into (default: STATE/runs)"
+    )
     tls = p.add_argument_group("TLS (omit all with --insecure)")
     tls.add_argument("--insecure", action="store_true", help="no TLS (loopback/tests only)")
-    tls.add_argument("--ssl-ca-certfile", type=Path)
-    tls.add_argument("--ssl-certfile", type=Path)
+    tls.add_argument(
+        "--ssl-ca-certfile", type=Path, help="federation CA: verifies every caller's certificate"
+    )
+    tls.add_argument(
+        "--ssl-certfile", type=Path, help="the coordinator's certificate (role coordinator)"
+    )
     tls.add_argument("--ssl-keyfile", type=Path)
     p.add_argument("--log-level", default="INFO")
     return p
@@ -204,10 +218,7 @@ serverapp = "collabfl.flower.server_app:app"
 clientapp = "collabfl.flower.client_app:app"
 
 [tool.flwr.app.config]
-run-id = ""
-coordinator = ""
-run-ticket = ""
-node-bindings = ""
+{launch_app_config()}
 {flower_app_config()}
 """
     )
@@ -229,21 +240,39 @@ def write_flower_home(args: argparse.Namespace) -> Path:
     return home
 
 
+def service_launch(args: argparse.Namespace, port: int) -> Launch:
+    """The launch entries every ServerApp gets: where the service is and, with TLS, the
+    coordinator's own certificate to dial it with."""
+    address = args.advertise or f"{args.host}:{port}"
+    if args.insecure:
+        return Launch(coordinator=address)
+    return Launch(
+        coordinator=address,
+        coordinator_ca=str(args.ssl_ca_certfile.resolve()),
+        coordinator_cert=str(args.ssl_certfile.resolve()),
+        coordinator_key=str(args.ssl_keyfile.resolve()),
+    )
+
+
 class RunLauncher:
     """Starts (and restarts) the ServerApp of every active run and follows its log.
 
-    Each launch submits the app with ``flwr run``, keeps flwr's JSON reply in the run
-    directory and follows the Flower run's log into serverapp.log; when the follower ends
-    (the run ended, or the SuperLink went away) and the run is still active, it launches again.
+    Each launch mints the run's launch token (older ServerApps of the run can no longer
+    write), submits the app with ``flwr run``, keeps flwr's JSON reply in the run directory
+    and follows the Flower run's log into serverapp.log; when the follower ends (the run
+    ended, or the SuperLink went away) and the run is still active, it launches again.
+
+    ``service``: the launch entries every ServerApp gets (service address, TLS files).
     """
 
     def __init__(
         self,
         state: CoordinatorState,
         state_dir: Path,
+        runs_dir: Path,
         app_dir: Path,
         env: dict,
-        service: str,
+        service: Launch,
         tickets: TicketSigner,
         ticket_ttl_s: float,
     ) -> None:
@@ -251,6 +280,7 @@ class RunLauncher:
         self.tickets = tickets
         self.ticket_ttl_s = ticket_ttl_s
         self.state_dir = state_dir
+        self.runs_dir = runs_dir
         self.app_dir = app_dir
         self.env = env
         self.service = service
@@ -262,11 +292,15 @@ class RunLauncher:
         while not self.stop_event.wait(1.0):
             try:
                 self.check_runs()
-            except Exception:  # keep launching later runs whatever one of them did
+            except Exception:  # e.g. the database went away: keep trying
                 log.exception("run launcher: checking runs failed; retrying")
 
     def check_runs(self) -> None:
-        """Launch every active run that has no live ServerApp (new, or its ServerApp died)."""
+        """Launch every active run that has no live ServerApp (new, or its ServerApp died).
+
+        Each run on its own: one that cannot launch (a stored request no ServerApp could run)
+        is failed with the reason, and the others still launch.
+        """
         for run in self.state.runs():
             process = self.running.get(run.run_id)
             if not run.active or (process is not None and process.poll() is None):
@@ -274,23 +308,32 @@ class RunLauncher:
             if self.launches.get(run.run_id, 0) >= MAX_LAUNCHES:
                 self.state.finish_run(run.run_id, "failed", "the ServerApp kept dying")
                 continue
-            self.launch(run)
+            try:
+                self.launch(run)
+            except ValueError as error:
+                log.error("run %s cannot be launched: %s", run.run_id, error)
+                self.state.finish_run(run.run_id, "failed", f"invalid run request: {error}")
+            except Exception:
+                log.exception("run %s: launching failed; retrying", run.run_id)
 
     def launch(self, run: Run) -> None:
-        options = RunOptions.from_request(run.config)
-        out_dir = Path(options.out_dir or self.state_dir / "runs" / run.run_id)
+        """Launch the run's ServerApp; ValueError if its stored request cannot run."""
+        count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
+        _, options = read_run_request(run.method, run.config)
+        out_dir = options.run_dir(self.runs_dir, run.run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
-        options = replace(options, out_dir=str(out_dir.resolve()))
-        settings = {
-            "run-id": run.run_id,
-            "coordinator": self.service,
-            "run-ticket": self.tickets.issue(run.run_id, self.ticket_ttl_s),
-            "node-bindings": format_bindings(self.state.supernode_bindings()),
-            **options.to_run_config(),
-        }
+        options = replace(options, out_dir=str(out_dir))
+        token = self.state.new_launch(run.run_id)  # from here on, older ServerApps are stale
+        launch = replace(
+            self.service,
+            run_id=run.run_id,
+            launch_token_file=str(write_launch_token(self.state_dir, run.run_id, token)),
+            run_ticket=self.tickets.issue(run.run_id, self.ticket_ttl_s),
+            node_bindings=format_bindings(self.state.supernode_bindings()),
+        )
+        settings = {**launch.to_run_config(), **options.to_run_config()}
         self.stop_previous(run.run_id, out_dir / FLOWER_RUN_FILE)
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
-        count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
         log.info("launching run %s (attempt %s)", run.run_id, count)
         try:
             reply = submit_run(self.app_dir, CONNECTION, overrides, self.env)
@@ -350,14 +393,18 @@ def main(argv: list[str] | None = None) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True)
     if not args.superlink_internal_port:
         args.superlink_internal_port = free_loopback_port()
+    try:
+        state = CoordinatorState(args.state_dir / "coordinator.db")
+    except (CorruptDatabase, SchemaMismatch) as error:
+        log.error("%s", error)
+        return 1
     signer = grant_signer(args.state_dir, args.public_dir)
-    state = CoordinatorState(args.state_dir / "coordinator.db")
+    runs_dir = (args.runs_dir or args.state_dir / "runs").resolve()
     tls = None
     if not args.insecure:
-        tls = ServerTLS.from_files(args.ssl_certfile, args.ssl_keyfile)
-    server, port = serve(state, signer, f"{args.host}:{args.service_port}", tls)
-    service = args.advertise or f"{args.host}:{port}"
-    log.info("coordinator service on %s:%s", args.host, port)
+        tls = ServerTLS.from_files(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certfile)
+    server, port = serve(state, signer, f"{args.host}:{args.service_port}", tls, runs_dir=runs_dir)
+    log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
     env = flower_env(write_flower_home(args))
     superlink = Supervisor(
         "superlink", superlink_command(args), args.state_dir / "superlink.log", env
@@ -372,9 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     launcher = RunLauncher(
         state,
         args.state_dir,
+        runs_dir,
         write_app(args.state_dir),
         {**os.environ, **env},
-        service,
+        service_launch(args, port),
         ticket_signer(args.state_dir),
         args.run_ticket_ttl,
     )

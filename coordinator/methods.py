@@ -64,3 +64,23 @@ def build_method(
 def run_request(spec: MethodSpec, options: RunOptions) -> dict[str, Any]:
     """What the coordinator service stores for a new run and its ServerApp reads back."""
     return {"experiment": spec.config.model_dump(mode="json"), **options.to_request()}
+
+
+def read_run_request(method: str, request: Mapping[str, Any]) -> tuple[MethodSpec, RunOptions]:
+    """The method and options of a stored run request (``run_request``'s inverse).
+
+    ConfigError names what is wrong: an unknown key, a missing or invalid experiment config,
+    an unknown method or a mistyped option.
+    """
+    unknown = sorted(set(request) - {"experiment", *RunOptions.request_keys()})
+    if unknown:
+        raise ConfigError(f"unknown run request keys {unknown}")
+    experiment = request.get("experiment")
+    if not isinstance(experiment, Mapping):
+        raise ConfigError("a run request needs an 'experiment' object: the experiment config")
+    spec = parse_method_spec(method, validate_config(dict(experiment)))
+    try:
+        options = RunOptions.from_request(request)
+    except ValueError as error:
+        raise ConfigError(f"invalid run option: {error}") from None
+    return spec, options

@@ -4,13 +4,18 @@ The options travel twice: in the run request the coordinator service stores
 (``expected_clients``) and in the Flower run config the coordinator daemon hands the ServerApp
 (``flwr run -c expected-clients=3``; the app's pyproject declares the defaults). Both
 spellings derive from one key per field here, and the defaults live only here.
+
+Values are checked when read (types and ranges), so a mistyped option is refused when the
+run is created rather than failing every launch of it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 OptionValue = int | float | str
@@ -35,7 +40,28 @@ class RunOptions:
     grant_ttl_s: float = _option(600.0, "grant-ttl")
     """Lifetime of the peer-fetch grants the coordinator signs."""
     out_dir: str = _option("", "out-dir")
-    """Run directory on the coordinator machine ("": the daemon picks one in its state)."""
+    """Run directory on the coordinator machine, inside the daemon's runs directory
+    (relative: to it; "": a folder named after the run)."""
+
+    def __post_init__(self) -> None:
+        if self.expected_clients < 1:
+            raise InvalidRunOptions(f"expected_clients must be >= 1, got {self.expected_clients}")
+        for name in ("join_timeout_s", "message_timeout_s", "grant_ttl_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise InvalidRunOptions(f"{name} must be a positive number of seconds, got {value}")
+
+    def run_dir(self, runs_dir: Path, run_id: str) -> Path:
+        """The run's directory, which must lie inside ``runs_dir`` (symbolic links resolved):
+        a run request never chooses where on the coordinator machine files are written."""
+        root = runs_dir.resolve()
+        target = (root / (self.out_dir or run_id)).resolve()
+        if not target.is_relative_to(root):
+            raise InvalidRunOptions(
+                f"out_dir {self.out_dir!r} is outside the coordinator's runs directory {root} "
+                "(collabfl-coordinator --runs-dir); give a folder inside it"
+            )
+        return target
 
     def to_run_config(self) -> dict[str, OptionValue]:
         """The Flower run-config entries (``flwr run -c key=value``)."""
@@ -62,8 +88,25 @@ class RunOptions:
         for option in fields(cls):
             key = spell(option.metadata["key"])
             if key in source:
-                values[option.name] = option.metadata["read"](source[key])
+                values[option.name] = _typed(key, source[key], option.metadata["read"])
         return cls(**values)
+
+    @classmethod
+    def request_keys(cls) -> set[str]:
+        """The keys of a stored run request that hold options."""
+        return {_request_key(f.metadata["key"]) for f in fields(cls)}
+
+
+class InvalidRunOptions(ValueError):
+    """An option with the wrong type or out of range; the message names it."""
+
+
+def _typed(key: str, value: Any, kind: type) -> OptionValue:
+    """``value`` as ``kind``; an int passes for a float, nothing else is converted."""
+    accepted = (int, float) if kind is float else (kind,)
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise InvalidRunOptions(f"{key} must be {kind.__name__}, got {value!r}")
+    return kind(value)
 
 
 def _request_key(key: str) -> str:

@@ -1,22 +1,31 @@
 """The coordinator's gRPC servicer over CoordinatorState, and ``serve`` to start it.
 
-Each RPC decodes its request (``service_codec``), asks the state and encodes the reply; state
-errors become gRPC status codes whose details are the readable message, which
-``service_client.CoordinatorClient`` turns back into exceptions.
+Each RPC first admits its caller (``authorization.POLICY``, by the TLS client certificate)
+and checks the request's size, then decodes it (``service_codec``), checks what the state
+alone cannot (a valid run config, one active run, the ServerApp's launch token, rounds in
+order), asks the state and encodes the reply. Errors become gRPC status codes whose details
+are the readable message, which ``service_client.CoordinatorClient`` turns back into
+exceptions.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from collabfl.coordinator.authorization import Forbidden, Unauthenticated, authorize
+from collabfl.coordinator.methods import read_run_request
 from collabfl.coordinator.service_codec import (
-    CHANNEL_OPTIONS,
+    MAX_REQUEST_BYTES,
+    SERVER_OPTIONS,
     coalitions_fields,
     coalitions_from_pb,
     coalitions_to_pb,
@@ -37,19 +46,51 @@ from collabfl.coordinator.state import (
     NotFound,
     RunConflict,
     RunNotActive,
+    StaleLaunch,
+    check_run_id,
 )
+from collabfl.kernel.identity import caller_identity
 from collabfl.kernel.tls import ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
 
+log = logging.getLogger(__name__)
+
 MAX_GRANT_TTL_S = 3600.0
 """Grants are for one round's fetches; anything longer is more likely a unit mistake."""
 
-# Most specific first: RunConflict and RunNotActive are ValueErrors too.
+REQUEST_LIMITS: Mapping[str, int] = {
+    "RecordEvent": 16 * 1024,
+    "CreateRun": 256 * 1024,
+}
+"""Bytes per request where far less than MAX_REQUEST_BYTES is plenty: an event is a line of
+text, a run config a page of settings. Every event is kept and listed, so this bounds what
+one writer can make ``admin events`` read."""
+
+
+class RequestTooLarge(ValueError):
+    """A request over its RPC's size limit."""
+
+
+class AnotherRunActive(ValueError):
+    """A run was created while another is active: runs share the clients, one at a time."""
+
+
+class RoundOutOfOrder(ValueError):
+    """A round that is not the one after the last completed round (nor a retry of it)."""
+
+
+# Most specific first: most of these are ValueErrors too.
 _STATUS_CODES: list[tuple[type[Exception], grpc.StatusCode]] = [
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (Forbidden, grpc.StatusCode.PERMISSION_DENIED),
+    (RequestTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (RunConflict, grpc.StatusCode.ALREADY_EXISTS),
     (RunNotActive, grpc.StatusCode.FAILED_PRECONDITION),
+    (StaleLaunch, grpc.StatusCode.FAILED_PRECONDITION),
+    (AnotherRunActive, grpc.StatusCode.FAILED_PRECONDITION),
+    (RoundOutOfOrder, grpc.StatusCode.FAILED_PRECONDITION),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
 ]
 
@@ -63,11 +104,19 @@ class GrantIssuer(Protocol):
 
 
 def _rpc(method: Callable[[Any, Any, grpc.ServicerContext], _Reply]) -> Callable[..., _Reply]:
-    """Turn state errors into gRPC status codes whose details are the readable message."""
+    """Admit the caller and the request's size, then run the RPC; errors become gRPC status
+    codes whose details are the readable message."""
+    rpc = method.__name__
+    limit = REQUEST_LIMITS.get(rpc, MAX_REQUEST_BYTES)
 
     @functools.wraps(method)
-    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> _Reply:
+    def handler(self: CoordinatorService, request: Any, context: grpc.ServicerContext) -> _Reply:
         try:
+            if self.authenticate:
+                authorize(rpc, caller_identity(context))
+            size = request.ByteSize()
+            if size > limit:
+                raise RequestTooLarge(f"{rpc} request of {size} bytes exceeds its limit, {limit}")
             return method(self, request, context)
         except Exception as error:
             for kind, code in _STATUS_CODES:
@@ -79,12 +128,31 @@ def _rpc(method: Callable[[Any, Any, grpc.ServicerContext], _Reply]) -> Callable
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
-    """The Coordinator RPCs: decode the request, ask the state, encode the reply."""
+    """The Coordinator RPCs: decode the request, ask the state, encode the reply.
 
-    def __init__(self, state: CoordinatorState, signer: GrantIssuer) -> None:
+    ``authenticate`` False (no TLS) admits every caller; ``runs_dir`` is where runs may
+    write (``RunOptions.run_dir``).
+    """
+
+    def __init__(
+        self, state: CoordinatorState, signer: GrantIssuer, runs_dir: Path, authenticate: bool
+    ) -> None:
         self._state = state
         self._signer = signer
+        self._runs_dir = runs_dir
+        self.authenticate = authenticate
         self._started = time.monotonic()
+        self._writes = threading.Lock()
+        """Serialises the check-then-write RPCs (one active run, rounds in order)."""
+
+    def _check_launch(self, rpc: str, run_id: str, token: str) -> None:
+        """The ServerApp's writes carry its launch's token; a stale one is kept as an event."""
+        try:
+            self._state.check_launch(run_id, token)
+        except StaleLaunch as error:
+            log.warning("%s refused: %s", rpc, error)
+            self._state.record_event(run_id, "stale_writer", f"{rpc} refused: {error}", "error")
+            raise
 
     @_rpc
     def RegisterMembers(self, request: pb.RegisterMembersRequest, context: Any) -> pb.MemberList:
@@ -97,8 +165,20 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
 
     @_rpc
     def CreateRun(self, request: pb.CreateRunRequest, context: Any) -> pb.Run:
+        """Only a config the ServerApp can run, writing inside the runs directory, and only
+        while no other run is active (its clients are busy; never disturb them)."""
+        check_run_id(request.run_id)
         config = parse_json_object(request.config_json or "{}", "config_json")
-        return run_to_pb(self._state.create_run(request.run_id, request.method, config))
+        _, options = read_run_request(request.method, config)
+        options.run_dir(self._runs_dir, request.run_id)
+        with self._writes:
+            for run in self._state.runs():
+                if run.active and run.run_id != request.run_id:
+                    raise AnotherRunActive(
+                        f"run {run.run_id} is active ({run.status}); stop it (collabfl admin "
+                        f"stop {run.run_id}) or wait for it to end before starting {request.run_id}"
+                    )
+            return run_to_pb(self._state.create_run(request.run_id, request.method, config))
 
     @_rpc
     def GetRun(self, request: pb.RunRef, context: Any) -> pb.Run:
@@ -115,33 +195,50 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     @_rpc
     def FinishRun(self, request: pb.FinishRunRequest, context: Any) -> pb.Run:
         status = run_status_from_pb(request.status)
+        self._check_launch("FinishRun", request.run_id, request.launch_token)
         return run_to_pb(self._state.finish_run(request.run_id, status, request.message))
 
     @_rpc
     def RecordRound(self, request: pb.RoundRecord, context: Any) -> pb.Run:
+        """Only the round after the last completed one (0 first), or the last again: a retry
+        whose reply was lost. A gap or a rewrite of history is refused."""
         metrics = {
             client: parse_json_object(text, f"metrics of client {client}")
             for client, text in request.metrics_json.items()
         }
         if request.coalitions and not request.has_coalitions:
             raise InvalidRecord("coalitions sent without has_coalitions set")
-        run = self._state.record_round(
-            request.run_id,
-            request.round,
-            edges_from_pb(request.edges),
-            metrics,
-            request.num_clients,
-            coalitions_from_pb(request.coalitions) if request.has_coalitions else None,
-        )
+        with self._writes:
+            self._check_launch("RecordRound", request.run_id, request.launch_token)
+            last = self._state.run(request.run_id).last_completed_round
+            expected = _current_round(last)
+            if request.round not in (expected, last):
+                raise RoundOutOfOrder(
+                    f"run {request.run_id}: round {request.round} refused, the next round is "
+                    f"{expected}"
+                )
+            run = self._state.record_round(
+                request.run_id,
+                request.round,
+                edges_from_pb(request.edges),
+                metrics,
+                request.num_clients,
+                coalitions_from_pb(request.coalitions) if request.has_coalitions else None,
+            )
         return run_to_pb(run)
 
     @_rpc
     def RecordEvent(self, request: pb.Event, context: Any) -> pb.Event:
+        level = event_level_from_pb(request.level)
+        if not request.run_id:
+            raise InvalidRecord("an event names its run (federation-wide events are the "
+                                "coordinator's own)")  # fmt: skip
+        self._check_launch("RecordEvent", request.run_id, request.launch_token)
         event = self._state.record_event(
             request.run_id,
             request.kind,
             request.message,
-            event_level_from_pb(request.level),
+            level,
             request.round if request.HasField("round") else None,
             request.client_id if request.HasField("client_id") else None,
         )
@@ -154,12 +251,20 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
 
     @_rpc
     def IssueGrants(self, request: pb.IssueGrantsRequest, context: Any) -> pb.GrantList:
-        """Grants only for an active run, between registered members, for a sane TTL."""
+        """Grants only from the run's current launch, for its active run and the round in
+        progress, between registered members, for a sane TTL."""
         run = self._state.active_run(request.run_id)
         if not 0 < request.ttl_s <= MAX_GRANT_TTL_S:
             raise InvalidRecord(f"ttl_s must be in (0, {MAX_GRANT_TTL_S:g}], got {request.ttl_s}")
         if request.round < 0:
             raise InvalidRecord(f"round must be >= 0, got {request.round}")
+        self._check_launch("IssueGrants", request.run_id, request.launch_token)
+        current = _current_round(run.last_completed_round)
+        if request.round != current:
+            raise RoundOutOfOrder(
+                f"run {run.run_id}: grants are for the round in progress ({current}), "
+                f"not round {request.round}"
+            )
         owners = list(request.owners)
         if len(set(owners)) != len(owners):
             raise InvalidRecord(f"owners {owners} lists a client twice")
@@ -228,16 +333,40 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         )
 
 
+def _current_round(last_completed: int | None) -> int:
+    return 0 if last_completed is None else last_completed + 1
+
+
 def serve(
     state: CoordinatorState,
     signer: GrantIssuer,
     address: str = "127.0.0.1:0",
     tls: ServerTLS | None = None,
     max_workers: int = 8,
+    runs_dir: Path | None = None,
 ) -> tuple[grpc.Server, int]:
-    """Start the service on ``address`` (port 0: any free port); return it and its port."""
-    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS)
-    pb_grpc.add_CoordinatorServicer_to_server(CoordinatorService(state, signer), server)
+    """Start the service on ``address`` (port 0: any free port); return it and its port.
+
+    With ``tls`` the service admits only callers whose certificate its ``client_ca`` signed,
+    by their role; without, anyone who reaches the port (loopback tests only). ``runs_dir``
+    (default: ``runs`` next to the database) is the only folder runs may write into.
+    """
+    if tls is not None and tls.client_ca is None:
+        raise ValueError(
+            "the coordinator service needs the federation's CA as client CA: it admits callers "
+            "by their certificates (--ssl-ca-certfile)"
+        )
+    if tls is None:
+        log.warning(
+            "coordinator service on %s WITHOUT TLS: anyone who reaches it may read and steer "
+            "the federation; use this only on loopback for tests",
+            address,
+        )
+    service = CoordinatorService(
+        state, signer, runs_dir or state.path.parent / "runs", authenticate=tls is not None
+    )
+    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers), options=SERVER_OPTIONS)
+    pb_grpc.add_CoordinatorServicer_to_server(service, server)
     try:
         if tls is None:
             port = server.add_insecure_port(address)

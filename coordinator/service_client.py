@@ -59,12 +59,28 @@ class CoordinatorError(RuntimeError):
         self.code = code
 
 
-class CoordinatorClient:
-    """One method per RPC, returning ``state`` dataclasses; usable as a context manager."""
+EVENT_PAGE = 1000
+"""Events per ListEvents call when listing them all: no reply grows with the event count."""
 
-    def __init__(self, address: str, timeout_s: float = 5.0, tls: ClientTLS | None = None) -> None:
+
+class CoordinatorClient:
+    """One method per RPC, returning ``state`` dataclasses; usable as a context manager.
+
+    ``tls``: the federation's CA and this caller's certificate and key (the service admits
+    callers by the role their certificate names). ``launch_token``: the ServerApp's, which
+    its writes (rounds, events, finishing, grants) carry.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 5.0,
+        tls: ClientTLS | None = None,
+        launch_token: str = "",
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self.launch_token = launch_token
         if tls is None:
             self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         else:
@@ -123,7 +139,10 @@ class CoordinatorClient:
 
     def finish_run(self, run_id: str, status: str = "finished", message: str = "") -> Run:
         request = pb.FinishRunRequest(
-            run_id=run_id, status=run_status_to_pb(status), message=message
+            run_id=run_id,
+            status=run_status_to_pb(status),
+            message=message,
+            launch_token=self.launch_token,
         )
         return run_from_pb(self._call(self._stub.FinishRun, request))
 
@@ -146,6 +165,7 @@ class CoordinatorClient:
             num_clients=num_clients,
             edges=edges_to_pb(edges),
             metrics_json=metrics_to_pb(metrics),
+            launch_token=self.launch_token,
             **coalitions_fields(coalitions),
         )
         return run_from_pb(self._call(self._stub.RecordRound, request))
@@ -166,10 +186,21 @@ class CoordinatorClient:
             level=event_level_to_pb(level),
             round=round,
             client_id=client_id,
+            launch_token=self.launch_token,
         )
         return event_from_pb(self._call(self._stub.RecordEvent, request))
 
     def list_events(self, run_id: str = "", after_id: int = 0, limit: int = 0) -> list[Event]:
+        """Events oldest first; ``limit`` 0: all of them, fetched EVENT_PAGE at a time."""
+        if limit:
+            return self._events(run_id, after_id, limit)
+        events: list[Event] = []
+        while batch := self._events(run_id, after_id, EVENT_PAGE):
+            events += batch
+            after_id = batch[-1].event_id
+        return events
+
+    def _events(self, run_id: str, after_id: int, limit: int) -> list[Event]:
         request = pb.ListEventsRequest(run_id=run_id, after_id=after_id, limit=limit)
         return [event_from_pb(e) for e in self._call(self._stub.ListEvents, request).events]
 
@@ -178,7 +209,12 @@ class CoordinatorClient:
     ) -> dict[int, bytes]:
         """One signed token per owner, for ``fetcher`` to present when fetching its model."""
         request = pb.IssueGrantsRequest(
-            run_id=run_id, round=round, fetcher=fetcher, owners=list(owners), ttl_s=ttl_s
+            run_id=run_id,
+            round=round,
+            fetcher=fetcher,
+            owners=list(owners),
+            ttl_s=ttl_s,
+            launch_token=self.launch_token,
         )
         return {g.owner: g.token for g in self._call(self._stub.IssueGrants, request).grants}
 

@@ -23,14 +23,23 @@ from collabfl.coordinator.state import (
 )
 from collabfl.proto import coordinator_pb2 as pb
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_REPLY_BYTES = 64 * 1024 * 1024
 """Room for a long run's dense graph history (gRPC's default is 4 MiB)."""
 
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""The largest request the service reads: one round of a dense graph of ~400 clients.
+Requests are what an attacker controls, so the service reads no more than a round needs
+(``service.REQUEST_LIMITS`` sets smaller limits per RPC)."""
+
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_REPLY_BYTES),
+    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
 ]
-"""Server and channel options: both ends must allow the same message size."""
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_REQUEST_BYTES),
+    ("grpc.max_receive_message_length", MAX_REPLY_BYTES),
+]
+"""The client's side of the same limits: it sends requests and reads replies."""
 
 _Enum = TypeVar("_Enum", pb.RunStatus, pb.EventLevel)
 

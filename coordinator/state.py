@@ -8,10 +8,13 @@ is plenty for one record per round.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import numbers
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -102,6 +105,11 @@ CREATE TABLE IF NOT EXISTS events (
     time REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, event_id);
+CREATE TABLE IF NOT EXISTS launches (
+    run_id TEXT PRIMARY KEY REFERENCES runs (run_id),
+    token_sha256 TEXT NOT NULL,  -- of the latest launch's token; older tokens are stale
+    launched_at REAL NOT NULL
+);
 """
 
 _SUPERNODE_SCHEMA = """
@@ -146,8 +154,16 @@ class RunNotActive(ValueError):
     """The run has ended, so it takes no more rounds, grants or stop requests."""
 
 
+class StaleLaunch(ValueError):
+    """A write carrying no launch token, or not the token of the run's latest launch."""
+
+
 class SchemaMismatch(RuntimeError):
     """The database was written by a collabfl with another schema version."""
+
+
+class CorruptDatabase(RuntimeError):
+    """The SQLite file is damaged or not a database; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -227,14 +243,30 @@ class CoordinatorState:
         self._conn = sqlite3.connect(self.path, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
         try:
+            self._check_integrity()
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute("PRAGMA journal_mode = WAL")
             with self._conn:
                 self._conn.executescript(_SCHEMA + _SUPERNODE_SCHEMA)
                 self._check_schema_version()
+        except sqlite3.DatabaseError as error:
+            self._conn.close()
+            raise self._corrupt(str(error)) from None
         except BaseException:
             self._conn.close()
             raise
+
+    def _check_integrity(self) -> None:
+        """Refuse a damaged file at open, rather than failing every later request."""
+        problems = [row[0] for row in self._conn.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise self._corrupt("; ".join(problems[:3]))
+
+    def _corrupt(self, reason: str) -> CorruptDatabase:
+        return CorruptDatabase(
+            f"coordinator database {self.path} is damaged ({reason}); restore it from a "
+            "backup, or move it away to start with an empty one"
+        )
 
     def _check_schema_version(self) -> None:
         row = self._conn.execute("SELECT version FROM schema_version").fetchone()
@@ -353,11 +385,7 @@ class CoordinatorState:
         Resuming sets a stopped or failed run back to running; a finished run stays
         finished. The same id with another method or config is a RunConflict.
         """
-        if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
-            raise InvalidRecord(
-                f"run id {run_id!r} must be 1-128 letters, digits, '.', '_' or '-', "
-                "starting with a letter or digit"
-            )
+        check_run_id(run_id)
         if not method:
             raise InvalidRecord("a run needs a method name")
         if not isinstance(config, Mapping):
@@ -434,6 +462,37 @@ class CoordinatorState:
         if not run.active:
             raise RunNotActive(f"run {run_id} has ended ({run.status})")
         return run
+
+    def new_launch(self, run_id: str) -> str:
+        """A fresh launch token for the run's next ServerApp; every earlier one goes stale.
+
+        Only its hash is kept, so reading the database does not let anyone write as the
+        ServerApp.
+        """
+        token = secrets.token_urlsafe(32)
+        with self._transaction() as conn:
+            self._run_row(conn, run_id)
+            conn.execute(
+                "INSERT INTO launches VALUES (?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                "token_sha256 = excluded.token_sha256, launched_at = excluded.launched_at",
+                (run_id, _sha256(token), time.time()),
+            )
+        return token
+
+    def check_launch(self, run_id: str, token: str) -> None:
+        """StaleLaunch unless ``token`` is the one of the run's latest launch."""
+        with self._transaction() as conn:
+            self._run_row(conn, run_id)
+            row = conn.execute(
+                "SELECT token_sha256 FROM launches WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        if not token:
+            raise StaleLaunch(f"run {run_id}: a ServerApp write needs the run's launch token")
+        if row is None or not hmac.compare_digest(row["token_sha256"], _sha256(token)):
+            raise StaleLaunch(
+                f"run {run_id}: launch token is not the latest launch's (a ServerApp left "
+                "over from an earlier launch?)"
+            )
 
     @staticmethod
     def _run_row(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row:
@@ -656,6 +715,19 @@ class CoordinatorState:
             )
             for row in rows
         ]
+
+
+def check_run_id(run_id: object) -> None:
+    """InvalidRecord unless ``run_id`` is plain: it ends up in file names, grants and URLs."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise InvalidRecord(
+            f"run id {run_id!r} must be 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _non_negative(name: str, value: object) -> int:

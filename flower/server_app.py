@@ -12,10 +12,10 @@ Each client id is bound to one Flower node for the run (flower/binding.py): a no
 an id that another node holds, or that its registered SuperNode key does not carry, is
 refused (no instruction, no grant) and recorded as an ``impostor`` event.
 
-Run config keys: ``run-id``, ``coordinator`` (address of the coordinator service),
-``run-ticket`` (the coordinator's signed pass, checked by every ClientApp),
-``node-bindings`` (registered ``node:client`` pairs; empty: first come) and the run's
-options (``RunOptions``: ``expected-clients``, ``join-timeout``, ...).
+Run config keys: the launch's (``coordinator.launch.Launch``: ``run-id``, ``coordinator``,
+``launch-token-file``, the TLS files it dials the service with, ``run-ticket`` checked by
+every ClientApp, ``node-bindings``: registered ``node:client`` pairs, empty: first come) and
+the run's options (``RunOptions``: ``expected-clients``, ``join-timeout``, ...).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from flwr.serverapp import Grid, ServerApp
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.config import ConfigError, model_name, validate_config
 from collabfl.coordinator.driver import RunStopped, drive
+from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
 from collabfl.coordinator.report.comparison import write_comparison
@@ -59,9 +60,10 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    run_id = str(context.run_config["run-id"])
+    launch = Launch.from_run_config(context.run_config)
+    run_id = launch.run_id
     options = RunOptions.from_run_config(context.run_config)
-    with CoordinatorClient(str(context.run_config["coordinator"]), timeout_s=30) as coordinator:
+    with launch.client(timeout_s=30) as coordinator:
         run = coordinator.get_run(run_id)
         try:
             spec = parse_method_spec(run.method, validate_config(run.config["experiment"]))
@@ -69,7 +71,7 @@ def main(grid: Grid, context: Context) -> None:
             coordinator.finish_run(run_id, "failed", f"invalid run config: {error}")
             raise
         try:
-            binder = NodeBinder(parse_bindings(str(context.run_config.get("node-bindings", ""))))
+            binder = NodeBinder(parse_bindings(launch.node_bindings))
             status = run_federated(grid, coordinator, run_id, spec, options, binder)
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))

@@ -112,14 +112,16 @@ class RunList(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
 
 class FinishRunRequest(_message.Message):
-    __slots__ = ("run_id", "status", "message")
+    __slots__ = ("run_id", "status", "message", "launch_token")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     status: RunStatus
     message: str
-    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    launch_token: str
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., message: _Optional[str] = ..., launch_token: _Optional[str] = ...) -> None: ...
 
 class Edge(_message.Message):
     __slots__ = ("i", "j", "weight")
@@ -138,7 +140,7 @@ class Coalition(_message.Message):
     def __init__(self, members: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RoundRecord(_message.Message):
-    __slots__ = ("run_id", "round", "num_clients", "edges", "metrics_json", "recorded_at", "has_coalitions", "coalitions")
+    __slots__ = ("run_id", "round", "num_clients", "edges", "metrics_json", "recorded_at", "has_coalitions", "coalitions", "launch_token")
     class MetricsJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +156,7 @@ class RoundRecord(_message.Message):
     RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
     HAS_COALITIONS_FIELD_NUMBER: _ClassVar[int]
     COALITIONS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     round: int
     num_clients: int
@@ -162,7 +165,8 @@ class RoundRecord(_message.Message):
     recorded_at: float
     has_coalitions: bool
     coalitions: _containers.RepeatedCompositeFieldContainer[Coalition]
-    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., num_clients: _Optional[int] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ..., metrics_json: _Optional[_Mapping[int, str]] = ..., recorded_at: _Optional[float] = ..., has_coalitions: _Optional[bool] = ..., coalitions: _Optional[_Iterable[_Union[Coalition, _Mapping]]] = ...) -> None: ...
+    launch_token: str
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., num_clients: _Optional[int] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ..., metrics_json: _Optional[_Mapping[int, str]] = ..., recorded_at: _Optional[float] = ..., has_coalitions: _Optional[bool] = ..., coalitions: _Optional[_Iterable[_Union[Coalition, _Mapping]]] = ..., launch_token: _Optional[str] = ...) -> None: ...
 
 class RoundRef(_message.Message):
     __slots__ = ("run_id", "round")
@@ -173,7 +177,7 @@ class RoundRef(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "run_id", "round", "level", "kind", "client_id", "message", "time")
+    __slots__ = ("event_id", "run_id", "round", "level", "kind", "client_id", "message", "time", "launch_token")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +186,7 @@ class Event(_message.Message):
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     run_id: str
     round: int
@@ -190,7 +195,8 @@ class Event(_message.Message):
     client_id: int
     message: str
     time: float
-    def __init__(self, event_id: _Optional[int] = ..., run_id: _Optional[str] = ..., round: _Optional[int] = ..., level: _Optional[_Union[EventLevel, str]] = ..., kind: _Optional[str] = ..., client_id: _Optional[int] = ..., message: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
+    launch_token: str
+    def __init__(self, event_id: _Optional[int] = ..., run_id: _Optional[str] = ..., round: _Optional[int] = ..., level: _Optional[_Union[EventLevel, str]] = ..., kind: _Optional[str] = ..., client_id: _Optional[int] = ..., message: _Optional[str] = ..., time: _Optional[float] = ..., launch_token: _Optional[str] = ...) -> None: ...
 
 class ListEventsRequest(_message.Message):
     __slots__ = ("run_id", "after_id", "limit")
@@ -209,18 +215,20 @@ class EventList(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class IssueGrantsRequest(_message.Message):
-    __slots__ = ("run_id", "round", "fetcher", "owners", "ttl_s")
+    __slots__ = ("run_id", "round", "fetcher", "owners", "ttl_s", "launch_token")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     FETCHER_FIELD_NUMBER: _ClassVar[int]
     OWNERS_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     round: int
     fetcher: int
     owners: _containers.RepeatedScalarFieldContainer[int]
     ttl_s: float
-    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., fetcher: _Optional[int] = ..., owners: _Optional[_Iterable[int]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+    launch_token: str
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., fetcher: _Optional[int] = ..., owners: _Optional[_Iterable[int]] = ..., ttl_s: _Optional[float] = ..., launch_token: _Optional[str] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("owner", "token")

@@ -134,7 +134,8 @@ class CoordinatorServicer:
 
     def CreateRun(self, request, context):
         """Start a run. An existing run_id with the same method and config is resumed, not
-        duplicated: the reply carries its last completed round.
+        duplicated: the reply carries its last completed round. Refused while another run is
+        active, and for a config the ServerApp could not run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,15 +169,15 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RecordRound(self, request, context):
-        """Record one completed round. Sending the same round again replaces it (a resumed run
-        may re-send its last round).
+        """Record one completed round: the round after the last completed one (0 first). Sending
+        the last round again replaces it (a retried call whose reply was lost).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RecordEvent(self, request, context):
-        """Record a fault or notice; event_id and time are assigned by the coordinator.
+        """Record a fault or notice of a run; event_id and time are assigned by the coordinator.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -8,6 +8,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 from rich.console import Console
+from support.coordinator import valid_request
 from typer.testing import CliRunner, Result
 
 from collabfl.coordinator import admin
@@ -46,25 +47,30 @@ class FakeSigner:
 
 
 @pytest.fixture
-def address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def state(tmp_path: Path) -> Iterator[CoordinatorState]:
+    with CoordinatorState(tmp_path / "coordinator.sqlite") as opened:
+        yield opened
+
+
+@pytest.fixture
+def address(state: CoordinatorState, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A live coordinator holding members, a run with two rounds, and events."""
     monkeypatch.setattr(admin, "console", Console(width=200))  # no wrapped table cells
-    with CoordinatorState(tmp_path / "coordinator.sqlite") as state:
-        state.register_members([Member(c, 1000 + c, f"10.0.0.{c}:9400", 50) for c in range(4)])
-        state.create_run("exp-1", "dpfl", {"budget": 1})
-        for round_index, edges in ROUNDS.items():
-            state.record_round("exp-1", round_index, edges, METRICS[round_index], num_clients=4)
-        state.record_event("exp-1", "peer_skipped", "digest mismatch", round=1, client_id=3)
-        state.create_run("market", "ipfl", {})
-        for round_index in (0, 1):
-            state.record_round("market", round_index, [(0, 1, 1.0)], LEDGER, num_clients=2)
-        state.create_run("wide", "pfedgraph", {})
-        state.record_round("wide", 0, [(i, (i + 1) % 20, 0.5) for i in range(20)], {})
-        server, port = serve(state, FakeSigner())
-        try:
-            yield f"127.0.0.1:{port}"
-        finally:
-            server.stop(None)
+    state.register_members([Member(c, 1000 + c, f"10.0.0.{c}:9400", 50) for c in range(4)])
+    state.create_run("exp-1", "dpfl", {"budget": 1})
+    for round_index, edges in ROUNDS.items():
+        state.record_round("exp-1", round_index, edges, METRICS[round_index], num_clients=4)
+    state.record_event("exp-1", "peer_skipped", "digest mismatch", round=1, client_id=3)
+    state.create_run("market", "ipfl", {})
+    for round_index in (0, 1):
+        state.record_round("market", round_index, [(0, 1, 1.0)], LEDGER, num_clients=2)
+    state.create_run("wide", "pfedgraph", {})
+    state.record_round("wide", 0, [(i, (i + 1) % 20, 0.5) for i in range(20)], {})
+    server, port = serve(state, FakeSigner())
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
 
 
 def _admin(address: str, *args: str) -> Result:
@@ -170,10 +176,13 @@ def test_payments_of_a_recorded_non_market_run_is_refused_in_one_line(tmp_path: 
 
 
 @pytest.fixture
-def collab(address: str) -> str:
+def collab(address: str, state: CoordinatorState) -> str:
     """A coalition run, recorded as the ServerApp records it: through the service."""
+    for earlier in ("exp-1", "market", "wide"):  # one active run at a time
+        state.finish_run(earlier, "finished")
     with CoordinatorClient(address) as client:
-        client.create_run("collab", "fedcollab", {})
+        client.create_run("collab", "fedcollab", valid_request("fedcollab"))
+        client.launch_token = state.new_launch("collab")
         for round_index, coalitions in COALITIONS.items():
             client.record_round("collab", round_index, [], {}, 6, coalitions=coalitions)
         client.record_round("collab", 3, [], {}, 6)  # a round without coalitions

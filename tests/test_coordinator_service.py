@@ -1,7 +1,5 @@
 """The coordinator service over a real gRPC server and SQLite file, through CoordinatorClient."""
 
-import datetime
-import ipaddress
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,10 +7,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from support.coordinator import FakeSigner, valid_request
+from support.pki import TestCA
 
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import (
@@ -26,13 +22,8 @@ from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
 
 MEMBERS = [Member(c, 2**63 + c, f"127.0.0.1:{9400 + c}", 100 + c) for c in range(4)]
-
-
-class FakeSigner:
-    """Stands in for GrantSigner: a readable token that says what it grants."""
-
-    def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes:
-        return f"{run}:{fetcher}->{owner}@{round}/{ttl_s:g}".encode()
+DPFL = valid_request("dpfl", "dpfl.budget=2")
+FEDCOLLAB = valid_request("fedcollab")
 
 
 @pytest.fixture
@@ -41,14 +32,29 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def client(db: Path) -> Iterator[CoordinatorClient]:
-    with CoordinatorState(db) as state:
-        server, port = serve(state, FakeSigner())
-        try:
-            with CoordinatorClient(f"127.0.0.1:{port}") as connected:
-                yield connected
-        finally:
-            server.stop(None)
+def state(db: Path) -> Iterator[CoordinatorState]:
+    with CoordinatorState(db) as opened:
+        yield opened
+
+
+@pytest.fixture
+def client(state: CoordinatorState) -> Iterator[CoordinatorClient]:
+    server, port = serve(state, FakeSigner())
+    try:
+        with CoordinatorClient(f"127.0.0.1:{port}") as connected:
+            yield connected
+    finally:
+        server.stop(None)
+
+
+@pytest.fixture
+def launch(client: CoordinatorClient, state: CoordinatorState):
+    """Launch a run as the daemon does: ``client`` then writes as its ServerApp."""
+
+    def launched(run_id: str) -> None:
+        client.launch_token = state.new_launch(run_id)
+
+    return launched
 
 
 def _dead_address() -> str:
@@ -66,9 +72,10 @@ def test_members_round_trip(client: CoordinatorClient) -> None:
     assert all(m.registered_at > 0 for m in registered)
 
 
-def test_runs_rounds_and_history(client: CoordinatorClient) -> None:
-    run = client.create_run("exp-1", "dpfl", {"budget": 2})
-    assert (run.status, run.last_completed_round, run.config) == ("running", None, {"budget": 2})
+def test_runs_rounds_and_history(client: CoordinatorClient, launch) -> None:
+    run = client.create_run("exp-1", "dpfl", DPFL)
+    assert (run.status, run.last_completed_round, run.config) == ("running", None, DPFL)
+    launch("exp-1")
     edges = [(0, 1, 0.5), (1, 0, 0.25)]
     metrics = {0: {"test_acc": 0.75, "bytes_fetched": 4096}, 1: {"test_acc": 0.5}}
     numpy_metrics = {
@@ -89,12 +96,13 @@ def test_runs_rounds_and_history(client: CoordinatorClient) -> None:
     assert client.get_metrics("exp-1") == {0: metrics, 1: {2: {"test_acc": 0.9}}}
     assert client.get_run("exp-1").last_completed_round == 1
     assert [r.run_id for r in client.list_runs()] == ["exp-1"]
-    resumed = client.create_run("exp-1", "dpfl", {"budget": 2})
+    resumed = client.create_run("exp-1", "dpfl", DPFL)
     assert resumed.last_completed_round == 1
 
 
-def test_coalitions_round_trip(client: CoordinatorClient) -> None:
-    client.create_run("collab", "fedcollab", {})
+def test_coalitions_round_trip(client: CoordinatorClient, launch) -> None:
+    client.create_run("collab", "fedcollab", FEDCOLLAB)
+    launch("collab")
     first = [[np.int64(2), 3], [1, 0]]
     client.record_round("collab", 0, [], {0: {"test_acc": 0.5}}, 4, coalitions=first)
     client.record_round("collab", 1, [(0, 1, 1.0)], {}, 4)
@@ -125,9 +133,10 @@ def test_coalitions_round_trip(client: CoordinatorClient) -> None:
     ],
 )
 def test_bad_coalitions_are_invalid_arguments(
-    client: CoordinatorClient, coalitions: list, details: str
+    client: CoordinatorClient, launch, coalitions: list, details: str
 ) -> None:
-    client.create_run("collab", "fedcollab", {})
+    client.create_run("collab", "fedcollab", FEDCOLLAB)
+    launch("collab")
     with pytest.raises(CoordinatorError, match=details) as caught:
         client.record_round("collab", 0, [], {0: {"test_acc": 0.5}}, 4, coalitions=coalitions)
     assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
@@ -137,7 +146,7 @@ def test_bad_coalitions_are_invalid_arguments(
 
 
 def test_coalitions_of_unknown_runs_and_rounds_are_not_found(client: CoordinatorClient) -> None:
-    client.create_run("collab", "fedcollab", {})
+    client.create_run("collab", "fedcollab", FEDCOLLAB)
     for call, details in [
         (lambda: client.get_coalitions("missing"), "no run 'missing'"),
         (lambda: client.get_coalitions("collab", round=5), "run collab has no recorded round 5"),
@@ -148,16 +157,18 @@ def test_coalitions_of_unknown_runs_and_rounds_are_not_found(client: Coordinator
     assert client.get_coalitions("collab") == {}
 
 
-def test_stop_is_seen_by_the_round_reply_then_finish(client: CoordinatorClient) -> None:
-    client.create_run("r", "dpfl", {})
+def test_stop_is_seen_by_the_round_reply_then_finish(client: CoordinatorClient, launch) -> None:
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
     assert client.stop_run("r").status == "stopping"
     assert client.record_round("r", 0, [], {}).status == "stopping"
     finished = client.finish_run("r", "stopped", "operator asked")
     assert (finished.status, finished.message) == ("stopped", "operator asked")
 
 
-def test_events(client: CoordinatorClient) -> None:
-    client.create_run("r", "dpfl", {})
+def test_events(client: CoordinatorClient, launch) -> None:
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
     vanished = client.record_event("r", "client_vanished", "no reply", level="error", client_id=3)
     skipped = client.record_event("r", "peer_skipped", "bad digest", round=2, client_id=1)
     assert (vanished.round, vanished.client_id, vanished.level) == (None, 3, "error")
@@ -165,9 +176,12 @@ def test_events(client: CoordinatorClient) -> None:
     assert client.list_events("r", after_id=vanished.event_id) == [skipped]
 
 
-def test_grants(client: CoordinatorClient) -> None:
+def test_grants(client: CoordinatorClient, launch) -> None:
     client.register_members(MEMBERS)
-    client.create_run("r", "dpfl", {})
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
+    for done in range(3):  # grants are for the round in progress: 3
+        client.record_round("r", done, [], {})
     tokens = client.issue_grants("r", round=3, fetcher=0, owners=[2, 1], ttl_s=30)
     assert tokens == {2: b"r:0->2@3/30", 1: b"r:0->1@3/30"}
     assert client.issue_grants("r", 3, 0, [], 30) == {}
@@ -187,28 +201,35 @@ def test_grants(client: CoordinatorClient) -> None:
     ],
 )
 def test_grant_refusals(
-    client: CoordinatorClient, args: tuple, code: grpc.StatusCode, details: str
+    client: CoordinatorClient, launch, args: tuple, code: grpc.StatusCode, details: str
 ) -> None:
     client.register_members(MEMBERS)
-    client.create_run("r", "dpfl", {})
-    client.create_run("ended", "dpfl", {})
+    client.create_run("ended", "dpfl", DPFL)
+    launch("ended")
     client.finish_run("ended")
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
     with pytest.raises(CoordinatorError, match=details) as caught:
         client.issue_grants(*args)
     assert caught.value.code == code
 
 
-def test_error_codes(client: CoordinatorClient) -> None:
-    client.create_run("r", "dpfl", {"a": 1})
+def test_error_codes(client: CoordinatorClient, launch) -> None:
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
     cases = [
         (lambda: client.get_run("missing"), grpc.StatusCode.NOT_FOUND, "no run 'missing'"),
         (lambda: client.get_round("r", 5), grpc.StatusCode.NOT_FOUND, "no recorded round 5"),
         (
-            lambda: client.create_run("r", "dpfl", {"a": 2}),
+            lambda: client.create_run("r", "dpfl", {**DPFL, "expected_clients": 2}),
             grpc.StatusCode.ALREADY_EXISTS,
             "exists",
         ),
-        (lambda: client.create_run("bad id", "dpfl", {}), grpc.StatusCode.INVALID_ARGUMENT, "id"),
+        (
+            lambda: client.create_run("bad id", "dpfl", DPFL),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "id",
+        ),
         (
             lambda: client.record_round("r", 0, [(0, 1, -1.0)], {}),
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -230,7 +251,7 @@ def test_malformed_json_and_enums_are_invalid_arguments(client: CoordinatorClien
     """What a non-Python caller could send: the service checks it, not only our client."""
     channel = grpc.insecure_channel(client.address)
     stub = pb_grpc.CoordinatorStub(channel)
-    client.create_run("r", "dpfl", {})
+    client.create_run("r", "dpfl", DPFL)
     bad_requests = [
         (stub.CreateRun, pb.CreateRunRequest(run_id="x", method="m", config_json="[1]")),
         (stub.CreateRun, pb.CreateRunRequest(run_id="x", method="m", config_json="{oops")),
@@ -249,12 +270,14 @@ def test_malformed_json_and_enums_are_invalid_arguments(client: CoordinatorClien
     channel.close()
 
 
-def test_status(client: CoordinatorClient, db: Path) -> None:
+def test_status(client: CoordinatorClient, launch, db: Path) -> None:
     client.register_members(MEMBERS)
-    client.create_run("a", "dpfl", {})
-    client.create_run("b", "fedavg", {})
-    client.record_round("a", 0, [], {})
+    client.create_run("b", "fedavg", valid_request("fedavg"))
+    launch("b")
     client.finish_run("b")
+    client.create_run("a", "dpfl", DPFL)
+    launch("a")
+    client.record_round("a", 0, [], {})
     status = client.status()
     assert status.uptime_s >= 0
     assert status.db_path == str(db)
@@ -263,11 +286,13 @@ def test_status(client: CoordinatorClient, db: Path) -> None:
 
 
 def test_restarted_coordinator_resumes(db: Path) -> None:
+    nine_rounds = valid_request("dpfl", "rounds=9")
     with CoordinatorState(db) as state:
         server, port = serve(state, FakeSigner())
         with CoordinatorClient(f"127.0.0.1:{port}") as client:
             client.register_members(MEMBERS)
-            client.create_run("r", "dpfl", {"rounds": 9})
+            client.create_run("r", "dpfl", nine_rounds)
+            client.launch_token = state.new_launch("r")
             for round_index in range(3):
                 client.record_round("r", round_index, [(0, 1, 0.5)], {0: {"test_acc": 0.5}})
         server.stop(None)
@@ -276,7 +301,7 @@ def test_restarted_coordinator_resumes(db: Path) -> None:
         server, port = serve(state, FakeSigner())
         try:
             with CoordinatorClient(f"127.0.0.1:{port}") as client:
-                run = client.create_run("r", "dpfl", {"rounds": 9})
+                run = client.create_run("r", "dpfl", nine_rounds)
                 assert (run.status, run.last_completed_round) == ("running", 2)
                 assert len(client.list_members()) == 4
                 assert len(client.get_graph_history("r")) == 3
@@ -296,40 +321,16 @@ def test_unreachable_coordinator_is_one_clear_error() -> None:
     assert "collabfl-coordinator is running" in message
 
 
-def _self_signed() -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "collabfl test coordinator")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
-def test_tls(db: Path) -> None:
-    cert, key = _self_signed()
+def test_tls(db: Path, tmp_path: Path) -> None:
+    ca = TestCA()
+    coordinator, operator = ca.coordinator(), ca.operator()
     with CoordinatorState(db) as state:
-        server, port = serve(state, FakeSigner(), tls=ServerTLS(cert, key))
+        tls = ServerTLS(coordinator.cert, coordinator.key, client_ca=ca.cert_pem)
+        server, port = serve(state, FakeSigner(), tls=tls)
         try:
             address = f"127.0.0.1:{port}"
-            with CoordinatorClient(address, tls=ClientTLS(cert)) as client:
+            mutual = ClientTLS(ca.cert_pem, operator.cert, operator.key)
+            with CoordinatorClient(address, tls=mutual) as client:
                 assert client.status().num_runs == 0
             with (
                 CoordinatorClient(address, timeout_s=2) as plain,

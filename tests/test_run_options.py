@@ -6,6 +6,7 @@ import tomllib
 
 from collabfl.coordinator.config import ExperimentConfig
 from collabfl.coordinator.daemon import write_app
+from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.run_options import RunOptions
 
@@ -41,6 +42,13 @@ def test_stored_request_round_trip():
 def test_the_flower_app_declares_the_defaults(tmp_path):
     pyproject = tomllib.loads((write_app(tmp_path) / "pyproject.toml").read_text())
     declared = pyproject["tool"]["flwr"]["app"]["config"]
-    launch_keys = {"run-id": "", "coordinator": "", "run-ticket": "", "node-bindings": ""}
-    assert declared == {**launch_keys, **RunOptions().to_run_config()}
+    assert declared == {**Launch().to_run_config(), **RunOptions().to_run_config()}
+    assert {
+        "run-id",
+        "coordinator",
+        "launch-token-file",
+        "coordinator-ca",
+        "run-ticket",
+        "node-bindings",
+    } <= set(declared)
     assert RunOptions.from_run_config(declared) == RunOptions()

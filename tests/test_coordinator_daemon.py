@@ -1,0 +1,147 @@
+"""The coordinator daemon's own defences: a damaged database, its TLS service, its launcher."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.coordinator import valid_request
+from support.pki import TestCA
+
+from collabfl.coordinator import daemon
+from collabfl.coordinator.daemon import RunLauncher
+from collabfl.coordinator.flower_runs import FlowerCliError
+from collabfl.coordinator.launch import Launch
+from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
+from collabfl.coordinator.state import CoordinatorState, CorruptDatabase
+from collabfl.kernel.tls import ClientTLS
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _daemon(state_dir: Path, *flags: str) -> list[str]:
+    superlink, service = _free_ports(2)
+    return [
+        sys.executable, "-m", "collabfl.coordinator.daemon", "--state-dir", str(state_dir),
+        "--superlink-port", str(superlink), "--service-port", str(service), *flags,
+    ]  # fmt: skip
+
+
+def _damaged_database(db: Path, start: int, stop: int) -> None:
+    """A database with some runs, then bytes ``start:stop`` of its file overwritten."""
+    with CoordinatorState(db) as state:
+        for index in range(40):
+            state.create_run(f"run-{index}", "dpfl", valid_request())
+    data = bytearray(db.read_bytes())
+    data[start:stop] = b"\xff" * (stop - start)
+    db.write_bytes(bytes(data))
+
+
+def test_a_damaged_database_is_refused_when_opened(tmp_path: Path) -> None:
+    for start, stop in [(0, 100), (4096 * 2, 4096 * 3)]:  # the header; one page inside
+        db = tmp_path / f"damaged-{start}.db"
+        _damaged_database(db, start, stop)
+        with pytest.raises(CorruptDatabase, match=f"coordinator database {db} is damaged"):
+            CoordinatorState(db)
+
+
+def test_corrupted_database_makes_the_daemon_exit_with_one_clear_line(tmp_path: Path) -> None:
+    db = tmp_path / "coordinator.db"
+    _damaged_database(db, 4096 * 2, 4096 * 3)  # opens fine; only a check finds the damage
+    done = subprocess.run(
+        _daemon(tmp_path, "--insecure"), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"coordinator database {db} is damaged" in lines[0]
+    assert "restore it from a backup" in lines[0]
+    assert not (tmp_path / "superlink.log").exists()  # nothing else was started
+
+
+def test_tls_daemon_admits_only_certified_callers(tmp_path: Path) -> None:
+    """The daemon gives its service the federation CA: no certificate, no answer."""
+    ca = TestCA()
+    ca_file = ca.write_ca(tmp_path)
+    cert, key = ca.coordinator().write(tmp_path, "coordinator")
+    command = _daemon(
+        tmp_path / "state",
+        *("--ssl-ca-certfile", str(ca_file), "--ssl-certfile", str(cert)),
+        *("--ssl-keyfile", str(key)),
+    )
+    address = f"127.0.0.1:{command[command.index('--service-port') + 1]}"
+    operator = ca.operator()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        mutual = ClientTLS(ca.cert_pem, operator.cert, operator.key)
+        with CoordinatorClient(address, timeout_s=2, tls=mutual) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    assert client.status().num_runs == 0
+                    break
+                except CoordinatorUnreachable:
+                    assert time.monotonic() < deadline and process.poll() is None
+                    time.sleep(0.5)
+        with (
+            CoordinatorClient(address, timeout_s=2, tls=ClientTLS(ca.cert_pem)) as anonymous,
+            pytest.raises(CoordinatorUnreachable),
+        ):
+            anonymous.list_members()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored request no ServerApp could run (written before CreateRun checked requests)
+    fails that run with the reason; the next run gets its launch, token and TLS files."""
+    submitted: list[str] = []
+
+    def submit(app_dir: Path, connection: str, overrides: str, env: dict) -> str:
+        submitted.append(overrides)
+        raise FlowerCliError("no SuperLink in this test")
+
+    monkeypatch.setattr(daemon, "submit_run", submit)
+    service = Launch(
+        coordinator="127.0.0.1:9300",
+        coordinator_ca="/etc/ca.pem",
+        coordinator_cert="/etc/c.pem",
+        coordinator_key="/etc/c.key",
+    )
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        state.create_run("bad", "dpfl", {**valid_request(), "expected_clients": "three"})
+        state.create_run("outside", "dpfl", valid_request(out_dir="/etc"))
+        state.create_run("good", "dpfl", valid_request())
+        launcher = RunLauncher(state, tmp_path, tmp_path / "runs", tmp_path / "app", {}, service)
+        launcher.check_runs()
+        assert state.run("bad").status == "failed"
+        assert "expected_clients must be int" in state.run("bad").message
+        assert state.run("outside").status == "failed"
+        assert "outside the coordinator's runs directory" in state.run("outside").message
+        assert state.run("good").status == "running"
+        [overrides] = submitted
+        settings = dict(item.split("=", 1) for item in overrides.split(" "))
+        assert settings["run-id"] == '"good"'
+        assert settings["coordinator-ca"] == '"/etc/ca.pem"'
+        assert settings["out-dir"] == f'"{(tmp_path / "runs" / "good").resolve()}"'
+        token_file = Path(settings["launch-token-file"].strip('"'))
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        state.check_launch("good", token_file.read_text())  # the latest launch's token
+        assert token_file.read_text() not in overrides  # only its path travels
