@@ -33,7 +33,7 @@ TENSOR_NAME = "weights"
 WEIGHTS_DIGEST = "weights_sha256"
 """Metadata key of the weights' SHA-256, recorded at publish time."""
 RUN_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""A run id usable as a folder name: no separators, no dot-only names."""
+"""A run id usable as a folder name: no separators, no leading dot (so never "..")."""
 _MAX_HEADER_BYTES = 1 << 20
 _ROUND_FILE = re.compile(r"round_(\d{6,})\.safetensors")
 _TEMP_PREFIX = ".publishing-"
@@ -221,7 +221,7 @@ class PublishedModels:
                 log.info("removed the published models of run %s", folder.name)
 
     def _folder(self, run: str) -> Path:
-        if not RUN_FOLDER.fullmatch(run) or set(run) == {"."}:
+        if not RUN_FOLDER.fullmatch(run):
             raise ValueError(f"run id {run!r} cannot name a folder")
         return self.root / run
 

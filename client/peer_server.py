@@ -19,11 +19,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from concurrent import futures
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 import grpc
 
-from collabfl.client.model_store import CorruptModel, DiskModelStore, PublishedModels
+from collabfl.client.model_store import (
+    CorruptModel,
+    DiskModelStore,
+    PublishedModels,
+    StoredModel,
+)
 from collabfl.client.stream_limits import SPARE_THREADS, StreamGuard, StreamLimits
 from collabfl.kernel.grants import GrantVerifier, InvalidGrant
 from collabfl.kernel.identity import Role, caller_identity
@@ -35,6 +40,8 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 1 << 20
 MAX_REQUEST_BYTES = 64 * 1024
 """Requests are tiny (ids and a grant); anything bigger is refused by gRPC itself."""
+ANONYMOUS = -1
+"""The stream-slot key of callers nobody identified (no TLS and no grant checks)."""
 
 
 class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
@@ -65,14 +72,8 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> peer_pb2.Manifest:
         _, store = self._authorise("GetManifest", request, context)
-        try:
-            stored = store.describe(request.round)
-        except FileNotFoundError:
-            self._refuse(
-                "GetManifest", request, context, grpc.StatusCode.NOT_FOUND, "no such round"
-            )
-        except CorruptModel as error:
-            self._refuse("GetManifest", request, context, grpc.StatusCode.DATA_LOSS, str(error))
+        file, stored = self._open("GetManifest", request, context, store)
+        file.close()
         manifest = peer_pb2.Manifest(
             owner=self.owner,
             round=stored.round,
@@ -95,13 +96,8 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         if stream is None:
             reason = f"too many concurrent model streams (client {fetcher} or all fetchers)"
             self._refuse("FetchModel", request, context, grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
-        try:
-            # Verified and streamed from one handle: a prune or republish cannot cut it short.
-            file, _ = store.open_verified(request.round)
-        except FileNotFoundError:
-            self._refuse("FetchModel", request, context, grpc.StatusCode.NOT_FOUND, "no such round")
-        except CorruptModel as error:
-            self._refuse("FetchModel", request, context, grpc.StatusCode.DATA_LOSS, str(error))
+        # Verified and streamed from one handle: a prune or republish cannot cut it short.
+        file, _ = self._open("FetchModel", request, context, store)
         with file:
             offset = 0
             while data := file.read(CHUNK_BYTES):
@@ -160,7 +156,22 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         store = self.models.for_serving(request.run)
         if store is None:
             self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "no such run")
-        return (-1 if fetcher is None else fetcher), store
+        return (ANONYMOUS if fetcher is None else fetcher), store
+
+    def _open(
+        self,
+        method: str,
+        request: peer_pb2.FetchRequest,
+        context: grpc.ServicerContext,
+        store: DiskModelStore,
+    ) -> tuple[BinaryIO, StoredModel]:
+        """The round's file once it matched its recorded digest, or abort."""
+        try:
+            return store.open_verified(request.round)
+        except FileNotFoundError:
+            self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "no such round")
+        except CorruptModel as error:
+            self._refuse(method, request, context, grpc.StatusCode.DATA_LOSS, str(error))
 
     def _authenticate(
         self, method: str, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
