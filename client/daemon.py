@@ -1,10 +1,12 @@
 """``collabfl-client``: the long-lived process of one participant.
 
-It runs the peer model server (serving this node's published models to peers holding a
-coordinator-signed grant) and supervises a Flower SuperNode whose ClientApp does the
-training, selection and evaluation. With TLS the SuperNode authenticates with a key pair
-kept in the state directory (flower/supernode_key.py) that the operator registers on the
-coordinator. With ``--runtime subprocess`` (the default) the SuperNode
+It runs the peer model server (serving this node's published models, per run, to peers
+holding a coordinator-signed grant made out to them; over mutual TLS, so the server knows
+which member calls, with the federation CA of ``--root-certificates`` as the client CA) and
+supervises a Flower SuperNode whose ClientApp does the training, selection and evaluation.
+With TLS the SuperNode authenticates with a key pair kept in the state directory
+(flower/supernode_key.py) that the operator registers on the coordinator. With
+``--runtime subprocess`` (the default) the SuperNode
 starts one ClientApp process per message; with ``--runtime warm`` it starts none and this
 daemon supervises one long-lived executor (flower/warm_executor.py) that serves every
 message with the node kept in memory. Everything that must outlive one message lives here or
@@ -23,8 +25,10 @@ from pathlib import Path
 
 from collabfl import __version__
 from collabfl.client.data.client_file import load_client_file
-from collabfl.client.model_store import DiskModelStore
+from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_server import PeerModelServer
+from collabfl.client.peers import MAX_PEER_WEIGHT
+from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.processes import (
     CLIENT_RUNTIMES,
     flower_binary,
@@ -34,6 +38,7 @@ from collabfl.flower.processes import (
 from collabfl.flower.session import NodeState
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
+from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.supervisor import Supervisor
 from collabfl.kernel.tls import ServerTLS
 
@@ -58,15 +63,45 @@ def parser() -> argparse.ArgumentParser:
         help="subprocess: a ClientApp process per message; warm: one long-lived executor",
     )
     p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
-    p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept")
+    p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept per run")
+    p.add_argument(
+        "--max-peer-weight",
+        type=float,
+        default=MAX_PEER_WEIGHT,
+        help="a peer model with a weight of larger magnitude is refused for the round",
+    )
+    limits = p.add_argument_group("peer server limits")
+    limits.add_argument(
+        "--peer-send-timeout",
+        type=float,
+        default=StreamLimits.send_timeout_s,
+        help="seconds a fetcher may take to read one 1 MiB chunk before its stream is cut",
+    )
+    limits.add_argument(
+        "--peer-streams-per-fetcher",
+        type=int,
+        default=StreamLimits.streams_per_fetcher,
+        help="concurrent model streams one member may hold",
+    )
+    limits.add_argument(
+        "--peer-max-streams",
+        type=int,
+        default=StreamLimits.max_streams,
+        help="concurrent model streams of all members together",
+    )
     p.add_argument("--cost", type=float, help="iPFL: sharing cost this participant reports")
     p.add_argument("--eagerness", type=float, help="iPFL: data eagerness it reports")
     tls = p.add_argument_group("TLS (omit all with --insecure)")
     tls.add_argument("--insecure", action="store_true", help="no TLS anywhere (loopback/tests)")
-    tls.add_argument("--root-certificates", type=Path, help="CA of the SuperLink and peers")
-    tls.add_argument("--peer-cert", type=Path, help="this daemon's peer server certificate")
+    tls.add_argument(
+        "--root-certificates", type=Path, help="the federation CA: of the SuperLink and members"
+    )
+    tls.add_argument(
+        "--peer-cert",
+        type=Path,
+        help="this member's certificate (collabfl://member/<client id>): serves and fetches",
+    )
     tls.add_argument("--peer-key", type=Path, help="its private key")
-    tls.add_argument("--peer-client-ca", type=Path, help="require client certs (mutual TLS)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -79,6 +114,8 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         "state-dir": f'"{args.state_dir.resolve()}"',
         "peer-address": f'"{args.peer_address}"',
         "coordinator-key": f'"{args.coordinator_key.resolve()}"',
+        "keep-rounds": str(args.keep_rounds),
+        "max-peer-weight": repr(float(args.max_peer_weight)),
     }
     if args.device:
         node_config["device"] = f'"{args.device}"'
@@ -86,8 +123,10 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         value = getattr(args, key)
         if value is not None:
             node_config[key] = repr(float(value))
-    if args.root_certificates:
+    if not args.insecure:  # the fetcher presents this member's certificate to its peers
         node_config["peer-ca"] = f'"{args.root_certificates.resolve()}"'
+        node_config["peer-cert"] = f'"{args.peer_cert.resolve()}"'
+        node_config["peer-key"] = f'"{args.peer_key.resolve()}"'
     command = [
         flower_binary("flower-supernode"),
         "--superlink",
@@ -117,8 +156,34 @@ def check_args(args: argparse.Namespace) -> None:
     load_client_file(args.data)  # raises with the file name when malformed
     if not args.coordinator_key.is_file():
         raise SystemExit(f"--coordinator-key {args.coordinator_key} does not exist")
-    if not args.insecure and not (args.root_certificates and args.peer_cert and args.peer_key):
+    if args.keep_rounds < 1:
+        raise ValueError(f"--keep-rounds must be >= 1, got {args.keep_rounds}")
+    if not 0 < args.max_peer_weight < float("inf"):
+        raise ValueError(
+            f"--max-peer-weight must be positive and finite, got {args.max_peer_weight}"
+        )
+    if args.insecure:
+        log.warning(
+            "client %s runs WITHOUT TLS: peers are not authenticated (loopback and tests only)",
+            args.client_id,
+        )
+        return
+    if not (args.root_certificates and args.peer_cert and args.peer_key):
         raise SystemExit("without --insecure, give --root-certificates, --peer-cert, --peer-key")
+    named = identity_of_pem(args.peer_cert.read_bytes())
+    if named != Identity.member(args.client_id):
+        raise ValueError(
+            f"--peer-cert {args.peer_cert} names {named}, not member {args.client_id}: "
+            "use the certificate issued for this --client-id"
+        )
+
+
+def stream_limits(args: argparse.Namespace) -> StreamLimits:
+    return StreamLimits(
+        send_timeout_s=args.peer_send_timeout,
+        streams_per_fetcher=args.peer_streams_per_fetcher,
+        max_streams=args.peer_max_streams,
+    )
 
 
 def start_flower(args: argparse.Namespace) -> list[Supervisor]:
@@ -150,16 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         check_args(args)
+        limits = stream_limits(args)
     except (ValueError, FileNotFoundError) as error:
         log.error("%s", error)
         return 2
     state = NodeState(args.state_dir)
-    store = DiskModelStore(state.published, owner=args.client_id, keep_rounds=args.keep_rounds)
+    models = PublishedModels(state.published, owner=args.client_id)
     verifier = GrantVerifier(load_public_key_bytes(args.coordinator_key))
     tls = None
     if not args.insecure:
-        tls = ServerTLS.from_files(args.peer_cert, args.peer_key, args.peer_client_ca)
-    server = PeerModelServer(store, verifier, address=args.peer_listen, tls=tls)
+        tls = ServerTLS.from_files(args.peer_cert, args.peer_key, args.root_certificates)
+    server = PeerModelServer(models, verifier, address=args.peer_listen, tls=tls, limits=limits)
     port = server.start()
     log.info(
         "client %s: peer server on port %s, advertised as %s",

@@ -1,31 +1,47 @@
-"""A client daemon's published models on disk, one safetensors file per round.
+"""A client daemon's published models on disk: one folder per run, one file per round.
 
 The peer server streams these files as they are, so what is on disk is exactly what goes on
 the wire. Files are written atomically (temporary file in the same folder, fsync, rename), so
 a fetcher or a restarted daemon sees either a complete round or none; only the last few
-rounds are kept, because peers fetch the current one.
+rounds of a run are kept, because peers fetch the current one. Runs never share a folder:
+pruning one run's old rounds cannot touch another run's, whatever their round numbers.
+
+The SHA-256 of the weights is recorded in the file's metadata when it is published and
+checked again every time the file is served, so a file that rotted or was altered on disk
+(even into other finite values) is refused instead of being handed out as this client's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file, save
 
 log = logging.getLogger(__name__)
 
 TENSOR_NAME = "weights"
+WEIGHTS_DIGEST = "weights_sha256"
+"""Metadata key of the weights' SHA-256, recorded at publish time."""
+RUN_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A run id usable as a folder name: no separators, no leading dot (so never "..")."""
+_MAX_HEADER_BYTES = 1 << 20
 _ROUND_FILE = re.compile(r"round_(\d{6,})\.safetensors")
 _TEMP_PREFIX = ".publishing-"
 _HASH_BLOCK = 1 << 20
+
+
+class CorruptModel(Exception):
+    """A published file no longer is what was published; it must not be served."""
 
 
 @dataclass(frozen=True)
@@ -48,15 +64,23 @@ class StoredModel:
 
 
 class DiskModelStore:
-    """Publishes one owner's flat model per round under ``root``; a ``ModelPublisher``."""
+    """Publishes one owner's flat model per round under ``root``; a ``ModelPublisher``.
 
-    def __init__(self, root: Path, owner: int, keep_rounds: int = 3) -> None:
+    ``read_only`` is the peer server's view: it creates and cleans nothing, so it never
+    removes the temporary file of a publish in progress in the ClientApp's process.
+    """
+
+    def __init__(
+        self, root: Path, owner: int, keep_rounds: int = 3, *, read_only: bool = False
+    ) -> None:
         if keep_rounds < 1:
             raise ValueError(f"keep_rounds must be >= 1, got {keep_rounds}")
         self.root = root
         self.owner = owner
         self.keep_rounds = keep_rounds
-        self._digests: dict[Path, tuple[tuple[int, int, int], str]] = {}
+        self.read_only = read_only
+        if read_only:
+            return
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.glob(_TEMP_PREFIX + "*"):
             leftover.unlink()  # an interrupted publish; never visible as a round
@@ -84,6 +108,8 @@ class DiskModelStore:
         num_samples: int | None = None,
     ) -> None:
         """Write ``vector`` (1-D float32) as round ``round_index``, then prune old rounds."""
+        if self.read_only:
+            raise PermissionError(f"the store in {self.root} is read-only")
         if owner != self.owner:
             raise ValueError(f"this store publishes for client {self.owner}, not {owner}")
         if vector.dtype != torch.float32 or vector.dim() != 1:
@@ -91,10 +117,11 @@ class DiskModelStore:
                 f"expected a 1-D float32 vector, got {vector.dtype} {tuple(vector.shape)}"
             )
         target = self.path(round_index)
+        weights = vector.detach().to("cpu").contiguous()
         metadata = {"owner": str(owner), "round": str(round_index)}
         if num_samples is not None:
             metadata["num_samples"] = str(num_samples)
-        weights = vector.detach().to("cpu").contiguous()
+        metadata[WEIGHTS_DIGEST] = hashlib.sha256(weights.numpy().tobytes()).hexdigest()
         payload = save({TENSOR_NAME: weights}, metadata=metadata)
         fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self.root)
         temp = Path(temp_name)
@@ -109,40 +136,35 @@ class DiskModelStore:
             temp.unlink(missing_ok=True)
             raise
         self._sync_root()
-        self._digests[target] = (_identity(target), hashlib.sha256(payload).hexdigest())
         self._prune()
 
     def describe(self, round_index: int) -> StoredModel:
-        """The manifest facts of a published round. Raises FileNotFoundError if there is none."""
-        path = self.path(round_index)
-        with safe_open(path, framework="pt") as file:
-            metadata = file.metadata() or {}
-            slices = [(name, file.get_slice(name)) for name in file.keys()]  # noqa: SIM118
-            tensors = tuple(
-                TensorInfo(name, tuple(part.get_shape()), part.get_dtype()) for name, part in slices
-            )
-        samples = metadata.get("num_samples")
-        return StoredModel(
-            round=round_index,
-            byte_size=path.stat().st_size,
-            sha256=self.digest(round_index),
-            tensors=tensors,
-            num_samples=int(samples) if samples is not None else None,
-        )
+        """The manifest facts of a published round, verified against its recorded digest.
+
+        Raises FileNotFoundError if there is none, CorruptModel if it changed on disk.
+        """
+        file, stored = self.open_verified(round_index)
+        file.close()
+        return stored
 
     def digest(self, round_index: int) -> str:
-        """SHA-256 of the round's file, cached while the file is unchanged."""
-        path = self.path(round_index)
-        identity = _identity(path)
-        cached = self._digests.get(path)
-        if cached is not None and cached[0] == identity:
-            return cached[1]
-        sha = hashlib.sha256()
-        with path.open("rb") as file:
-            while block := file.read(_HASH_BLOCK):
-                sha.update(block)
-        self._digests[path] = (identity, sha.hexdigest())
-        return sha.hexdigest()
+        """SHA-256 of the round's whole file, as a manifest announces it."""
+        return self.describe(round_index).sha256
+
+    def open_verified(self, round_index: int) -> tuple[BinaryIO, StoredModel]:
+        """The round's file, open at its start, once its weights matched the recorded digest.
+
+        Serving from this very handle means the bytes checked are the bytes sent, even if
+        the round is republished meanwhile. Raises FileNotFoundError or CorruptModel.
+        """
+        file = self.path(round_index).open("rb")
+        try:
+            stored = _verify(file, round_index)
+        except BaseException:
+            file.close()
+            raise
+        file.seek(0)
+        return file, stored
 
     def load(self, round_index: int) -> torch.Tensor:
         """The published vector of ``round_index`` (safetensors: no code is run on load)."""
@@ -155,7 +177,6 @@ class DiskModelStore:
         for old in self.rounds()[: -self.keep_rounds]:
             path = self.path(old)
             path.unlink(missing_ok=True)
-            self._digests.pop(path, None)
             log.debug("pruned round %s of client %s", old, self.owner)
 
     def _sync_root(self) -> None:
@@ -167,7 +188,80 @@ class DiskModelStore:
             os.close(fd)
 
 
-def _identity(path: Path) -> tuple[int, int, int]:
-    """Changes whenever the file is replaced or rewritten (inode, size, mtime)."""
-    stat = path.stat()
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+class PublishedModels:
+    """One owner's published models of every run, each run in ``root/<run id>/``."""
+
+    def __init__(self, root: Path, owner: int, keep_rounds: int = 3) -> None:
+        self.root = root
+        self.owner = owner
+        self.keep_rounds = keep_rounds
+
+    def for_publishing(self, run: str) -> DiskModelStore:
+        """The run's store, created if needed (the ClientApp's side)."""
+        return DiskModelStore(self._folder(run), self.owner, self.keep_rounds)
+
+    def for_serving(self, run: str) -> DiskModelStore | None:
+        """The run's store as the peer server reads it; None when it published nothing."""
+        try:
+            folder = self._folder(run)
+        except ValueError:
+            return None
+        if not folder.is_dir():
+            return None
+        return DiskModelStore(folder, self.owner, self.keep_rounds, read_only=True)
+
+    def retire_other_runs(self, run: str) -> None:
+        """Delete every run's models but ``run``'s: a node takes part in one run at a time."""
+        keep = self._folder(run)
+        if not self.root.is_dir():
+            return
+        for folder in self.root.iterdir():
+            if folder != keep and folder.is_dir() and RUN_FOLDER.fullmatch(folder.name):
+                shutil.rmtree(folder, ignore_errors=True)
+                log.info("removed the published models of run %s", folder.name)
+
+    def _folder(self, run: str) -> Path:
+        if not RUN_FOLDER.fullmatch(run):
+            raise ValueError(f"run id {run!r} cannot name a folder")
+        return self.root / run
+
+
+def _verify(file: BinaryIO, round_index: int) -> StoredModel:
+    """Read a published file once: its manifest facts, its digests, and the recorded check."""
+
+    def corrupt(reason: str) -> CorruptModel:
+        return CorruptModel(f"round {round_index}: {reason}")
+
+    length_bytes = file.read(8)
+    header_len = int.from_bytes(length_bytes, "little") if len(length_bytes) == 8 else -1
+    if not 0 < header_len <= _MAX_HEADER_BYTES:
+        raise corrupt("no readable safetensors header")
+    raw_header = file.read(header_len)
+    try:
+        header = json.loads(raw_header)
+        metadata = header.pop("__metadata__", {})
+        tensors = tuple(
+            TensorInfo(name, tuple(entry["shape"]), entry["dtype"])
+            for name, entry in header.items()
+        )
+        recorded = metadata[WEIGHTS_DIGEST]
+        samples = metadata.get("num_samples")
+        num_samples = int(samples) if samples is not None else None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise corrupt(f"header is damaged or has no recorded digest ({error!r})") from None
+    whole = hashlib.sha256(length_bytes + raw_header)
+    weights = hashlib.sha256()
+    size = 8 + len(raw_header)
+    while block := file.read(_HASH_BLOCK):
+        whole.update(block)
+        weights.update(block)
+        size += len(block)
+    if weights.hexdigest() != recorded:
+        raise corrupt("SHA-256 of the stored weights differs from the one recorded at publish")
+    return StoredModel(
+        round=round_index,
+        byte_size=size,
+        sha256=whole.hexdigest(),
+        tensors=tensors,
+        num_samples=num_samples,
+    )

@@ -36,11 +36,12 @@ _MESSAGE_SLACK = 64 * 1024
 
 
 class GrpcPeerSource:
-    """Fetches peer models over gRPC; one channel per peer address, reused across fetches.
+    """Fetches peer models of run ``run`` over gRPC; one channel per peer address.
 
     ``grants`` maps owner -> grant token for the round being fetched; it is read at fetch
     time, so the caller may update the mapping between rounds. ``timeout_s`` bounds one
-    whole fetch (manifest and transfer): no call can hang.
+    whole fetch (manifest and transfer): no call can hang. Over mutual TLS ``tls`` carries
+    this daemon's member certificate, which peers check the grants against.
     """
 
     def __init__(
@@ -51,7 +52,10 @@ class GrpcPeerSource:
         max_bytes: int,
         timeout_s: float,
         tls: ClientTLS | None = None,
+        *,
+        run: str,
     ) -> None:
+        self.run = run
         self.addresses = addresses
         self.grants = grants
         self.expected_numel = expected_numel
@@ -68,7 +72,7 @@ class GrpcPeerSource:
         grant = self.grants.get(owner)
         if grant is None:
             raise PeerUnavailable(f"no grant to fetch peer {owner}'s round {round_index}")
-        request = peer_pb2.FetchRequest(owner=owner, round=round_index, grant=grant)
+        request = peer_pb2.FetchRequest(owner=owner, round=round_index, grant=grant, run=self.run)
         stub = peer_pb2_grpc.PeerModelsStub(self._channel(address))
         deadline = time.monotonic() + self.timeout_s
         try:
@@ -82,10 +86,13 @@ class GrpcPeerSource:
             finally:
                 call.cancel()  # no-op after a complete stream; frees the peer if we gave up
         except grpc.RpcError as error:
-            raise PeerUnavailable(
+            reason = (
                 f"peer {owner} at {address}, round {round_index}: "
                 f"{error.code().name}: {error.details()}"
-            ) from None
+            )
+            if error.code() == grpc.StatusCode.DATA_LOSS:  # the peer's own file failed its check
+                raise InvalidPeerModel(reason) from None
+            raise PeerUnavailable(reason) from None
         return sink.finish(manifest.sha256)
 
     def close(self) -> None:

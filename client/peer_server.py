@@ -1,9 +1,17 @@
 """The gRPC server a client daemon runs so that authorised peers can fetch its models.
 
-It serves the files of a ``DiskModelStore`` as they are: the manifest describes a round's
-safetensors file, the fetch streams it from disk in chunks of at most 1 MiB, so serving a
-model never needs it in memory. Both model calls require a grant for this owner and round,
-signed by the coordinator; refusals are logged and answered with PERMISSION_DENIED.
+It serves the files of this owner's ``PublishedModels`` as they are: the manifest describes
+a run's round file, the fetch streams it from disk in chunks of at most 1 MiB, so serving a
+model never needs it in memory. Both model calls require a grant signed by the coordinator
+for this owner, the run and round asked for and, over TLS, for the member whose certificate
+the caller presented: a grant is useless to anyone but its fetcher. Over TLS the server
+demands a client certificate from the federation's CA (mutual TLS). A file whose weights no
+longer match the digest recorded at publish is refused. Refusals are logged.
+
+Health answers liveness (owner, status) to anyone who can reach the port, because probes
+and operators need it and the owner is named in the server's certificate anyway; the latest
+published round of a run, which tells how far a participant got, only to an authenticated
+member.
 """
 
 from __future__ import annotations
@@ -11,12 +19,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from concurrent import futures
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 import grpc
 
-from collabfl.client.model_store import DiskModelStore
+from collabfl.client.model_store import (
+    CorruptModel,
+    DiskModelStore,
+    PublishedModels,
+    StoredModel,
+)
+from collabfl.client.stream_limits import SPARE_THREADS, StreamGuard, StreamLimits
 from collabfl.kernel.grants import GrantVerifier, InvalidGrant
+from collabfl.kernel.identity import Role, caller_identity
 from collabfl.kernel.tls import ServerTLS
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
@@ -25,31 +40,42 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 1 << 20
 MAX_REQUEST_BYTES = 64 * 1024
 """Requests are tiny (ids and a grant); anything bigger is refused by gRPC itself."""
+ANONYMOUS = -1
+"""The stream-slot key of callers nobody identified (no TLS and no grant checks)."""
 
 
 class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
-    """The PeerModels RPCs over one store.
+    """The PeerModels RPCs over one owner's published models.
 
     ``verifier=None`` turns grant checks off: only for tests and setups where every caller
-    that can reach the port is trusted anyway.
+    that can reach the port is trusted anyway. ``authenticated`` says the link is mutual
+    TLS, so every caller has a certificate whose identity grants are checked against.
     """
 
-    def __init__(self, store: DiskModelStore, verifier: GrantVerifier | None) -> None:
-        self.store = store
+    def __init__(
+        self,
+        models: PublishedModels,
+        verifier: GrantVerifier | None,
+        guard: StreamGuard,
+        authenticated: bool,
+    ) -> None:
+        self.models = models
         self.verifier = verifier
+        self.guard = guard
+        self.authenticated = authenticated
+
+    @property
+    def owner(self) -> int:
+        return self.models.owner
 
     def GetManifest(
         self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> peer_pb2.Manifest:
-        self._authorise("GetManifest", request, context)
-        try:
-            stored = self.store.describe(request.round)
-        except FileNotFoundError:
-            self._refuse(
-                "GetManifest", request, context, grpc.StatusCode.NOT_FOUND, "no such round"
-            )
+        _, store = self._authorise("GetManifest", request, context)
+        file, stored = self._open("GetManifest", request, context, store)
+        file.close()
         manifest = peer_pb2.Manifest(
-            owner=self.store.owner,
+            owner=self.owner,
             round=stored.round,
             tensors=[
                 peer_pb2.TensorInfo(name=t.name, shape=t.shape, dtype=t.dtype)
@@ -65,56 +91,99 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
     def FetchModel(
         self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> Iterator[peer_pb2.Chunk]:
-        self._authorise("FetchModel", request, context)
-        try:
-            # Opened before streaming: a prune during the transfer cannot cut it short.
-            file = self.store.path(request.round).open("rb")
-        except FileNotFoundError:
-            self._refuse("FetchModel", request, context, grpc.StatusCode.NOT_FOUND, "no such round")
+        fetcher, store = self._authorise("FetchModel", request, context)
+        stream = self.guard.admit(fetcher, context)
+        if stream is None:
+            reason = f"too many concurrent model streams (client {fetcher} or all fetchers)"
+            self._refuse("FetchModel", request, context, grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
+        # Verified and streamed from one handle: a prune or republish cannot cut it short.
+        file, _ = self._open("FetchModel", request, context, store)
         with file:
             offset = 0
             while data := file.read(CHUNK_BYTES):
                 yield peer_pb2.Chunk(data=data, offset=offset)
+                stream.progress()  # the reader took the previous chunk
                 offset += len(data)
 
     def Health(
         self, request: peer_pb2.HealthRequest, context: grpc.ServicerContext
     ) -> peer_pb2.HealthReply:
-        reply = peer_pb2.HealthReply(owner=self.store.owner, status="SERVING")
-        latest = self.store.latest_round()
+        reply = peer_pb2.HealthReply(owner=self.owner, status="SERVING")
+        caller = caller_identity(context) if self.authenticated else None
+        if caller is None or caller.role is not Role.MEMBER or not request.run:
+            return reply
+        store = self.models.for_serving(request.run)
+        latest = store.latest_round() if store is not None else None
         if latest is not None:
             reply.latest_round = latest
         return reply
 
     def _authorise(
         self, method: str, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
-    ) -> None:
-        """Abort unless the request carries a valid grant for this owner and round.
+    ) -> tuple[int, DiskModelStore]:
+        """The fetcher's client id and the run's store, or abort.
 
-        The grant is checked before anything else so that an unauthorised caller learns
-        nothing, not even which rounds exist.
+        The caller's certificate and the grant are checked before anything else so that an
+        unauthorised caller learns nothing, not even which runs or rounds exist.
         """
+        fetcher = self._authenticate(method, request, context)
         if self.verifier is not None:
             try:
                 grant = self.verifier.verify(
-                    request.grant, owner=self.store.owner, round=request.round
+                    request.grant,
+                    run=request.run,
+                    owner=self.owner,
+                    round=request.round,
+                    fetcher=fetcher,
                 )
             except InvalidGrant as error:
                 self._refuse(
                     method, request, context, grpc.StatusCode.PERMISSION_DENIED, str(error)
                 )
+            fetcher = grant.fetcher
             log.debug(
-                "%s: client %s fetches round %s (run %s)",
+                "%s: client %s fetches round %s of run %s",
                 method,
-                grant.fetcher,
-                grant.round,
-                grant.run,
+                fetcher,
+                request.round,
+                request.run,
             )
-        if request.owner != self.store.owner:
-            reason = f"this peer serves client {self.store.owner}, not {request.owner}"
+        if request.owner != self.owner:
+            reason = f"this peer serves client {self.owner}, not {request.owner}"
             self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, reason)
         if request.round < 0:
             self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "negative round")
+        store = self.models.for_serving(request.run)
+        if store is None:
+            self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "no such run")
+        return (ANONYMOUS if fetcher is None else fetcher), store
+
+    def _open(
+        self,
+        method: str,
+        request: peer_pb2.FetchRequest,
+        context: grpc.ServicerContext,
+        store: DiskModelStore,
+    ) -> tuple[BinaryIO, StoredModel]:
+        """The round's file once it matched its recorded digest, or abort."""
+        try:
+            return store.open_verified(request.round)
+        except FileNotFoundError:
+            self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "no such round")
+        except CorruptModel as error:
+            self._refuse(method, request, context, grpc.StatusCode.DATA_LOSS, str(error))
+
+    def _authenticate(
+        self, method: str, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
+    ) -> int | None:
+        """The caller's client id from its certificate; None on an unauthenticated link."""
+        if not self.authenticated:
+            return None
+        caller = caller_identity(context)
+        if caller is None or caller.client_id is None:
+            reason = f"a member certificate is required, the caller is {caller or 'anonymous'}"
+            self._refuse(method, request, context, grpc.StatusCode.PERMISSION_DENIED, reason)
+        return caller.client_id
 
     def _refuse(
         self,
@@ -126,10 +195,11 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
     ) -> NoReturn:
         """Log the refusal and end the call with ``code`` (context.abort raises)."""
         log.warning(
-            "client %s refused %s of round %s to %s: %s: %s",
-            self.store.owner,
+            "client %s refused %s of round %s (run %r) to %s: %s: %s",
+            self.owner,
             method,
             request.round,
+            request.run,
             context.peer(),
             code.name,
             reason,
@@ -139,26 +209,37 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
 
 
 class PeerModelServer:
-    """Runs ``PeerModelService`` on ``address``, over TLS when ``tls`` is given."""
+    """Runs ``PeerModelService`` on ``address``; over mutual TLS when ``tls`` is given."""
 
     def __init__(
         self,
-        store: DiskModelStore,
+        models: PublishedModels,
         verifier: GrantVerifier | None,
         address: str = "127.0.0.1:0",
         tls: ServerTLS | None = None,
-        max_workers: int = 8,
+        limits: StreamLimits | None = None,
     ) -> None:
+        if tls is not None and tls.client_ca is None:
+            raise ValueError("the peer server needs mutual TLS: give it the CA of members")
         if verifier is None:
-            log.warning("peer server for client %s runs WITHOUT grant checks", store.owner)
+            log.warning("peer server for client %s runs WITHOUT grant checks", models.owner)
+        if tls is None:
+            log.warning(
+                "peer server for client %s runs WITHOUT TLS: grants are bearer tokens and "
+                "callers are not authenticated (loopback and tests only)",
+                models.owner,
+            )
+        limits = limits or StreamLimits()
         self.address = address
+        self._guard = StreamGuard(limits)
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="peer-server"),
+            futures.ThreadPoolExecutor(
+                max_workers=limits.max_streams + SPARE_THREADS, thread_name_prefix="peer-server"
+            ),
             options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
         )
-        peer_pb2_grpc.add_PeerModelsServicer_to_server(
-            PeerModelService(store, verifier), self._server
-        )
+        service = PeerModelService(models, verifier, self._guard, authenticated=tls is not None)
+        peer_pb2_grpc.add_PeerModelsServicer_to_server(service, self._server)
         self._tls = tls
 
     def start(self) -> int:
@@ -175,3 +256,4 @@ class PeerModelServer:
     def stop(self, grace: float | None = None) -> None:
         """Stop serving; in-flight calls get ``grace`` seconds to finish (None: cancel now)."""
         self._server.stop(grace).wait()
+        self._guard.stop()

@@ -19,6 +19,15 @@ import torch
 
 log = logging.getLogger(__name__)
 
+MAX_PEER_WEIGHT = 1e4
+"""Default bound on |weight| of a peer model.
+
+Trained weights of the models here stay far below 10; a finite 3e38 is no model but an
+attack on the aggregate (a weighted sum of such values overflows to Inf, or one peer
+drowns all others). 1e4 leaves three orders of magnitude of room for honest models and
+still keeps any average of them far from float32 overflow.
+"""
+
 
 class PeerUnavailable(Exception):
     """The peer's model for that round cannot be had (peer gone, round not published)."""
@@ -61,11 +70,20 @@ class FetchStats:
 
 
 class PeerFetcher:
-    """Fetches batches of peer models while enforcing a cap on resident models."""
+    """Fetches batches of peer models while enforcing a cap on resident models.
 
-    def __init__(self, source: PeerModelSource, expected_numel: int) -> None:
+    A peer model is refused (the peer skipped for the round) unless every weight is finite
+    and at most ``max_weight`` in magnitude.
+    """
+
+    def __init__(
+        self, source: PeerModelSource, expected_numel: int, max_weight: float = MAX_PEER_WEIGHT
+    ) -> None:
+        if not max_weight > 0:
+            raise ValueError(f"max_weight must be positive, got {max_weight}")
         self.source = source
         self.expected_numel = expected_numel
+        self.max_weight = max_weight
         self.resident = 0
         self.stats = FetchStats()
         self.skipped: list[str] = []
@@ -134,6 +152,12 @@ class PeerFetcher:
             )
         if not bool(torch.isfinite(vector).all()):
             raise InvalidPeerModel(f"peer {owner} sent NaN or Inf weights")
+        largest = float(vector.abs().max()) if vector.numel() else 0.0
+        if largest > self.max_weight:
+            raise InvalidPeerModel(
+                f"peer {owner} sent a weight of magnitude {largest:.3g}, above the limit "
+                f"of {self.max_weight:g}"
+            )
 
 
 class MemoryModelStore:

@@ -5,8 +5,8 @@ runs it for every message in one process (flower/warm_executor.py), where the op
 stays in memory between messages (flower/session.py's NodeCache). Either way, everything
 durable lives elsewhere: the node's state directory, saved after every message, and the
 client daemon's peer server, which
-serves what this app publishes into ``<state-dir>/published``. Peer models are fetched
-directly from their owners over gRPC with the grants the coordinator attached; the
+serves what this app publishes into ``<state-dir>/published/<run id>``. Peer models are
+fetched directly from their owners over gRPC with the grants the coordinator attached; the
 coordinator only ever sends indices, sizes, addresses and grants.
 
 Only runs the coordinator launched are served: every message's run config must carry a
@@ -18,8 +18,11 @@ Node config (set by the client daemon on the SuperNode): ``client-id`` (int),
 ``data-path`` (this participant's data file), ``state-dir``, ``peer-address`` (where peers
 reach this daemon's peer server), ``coordinator-key`` (PEM of the coordinator's public
 key, which signs tickets and grants), and optionally ``device`` (overrides the run's device,
-e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the CA of peers' TLS certificates),
-``cost`` and ``eagerness`` (the iPFL market profile this participant reports).
+e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the federation CA), ``peer-cert`` and
+``peer-key`` (this member's certificate and key, presented to peers: mutual TLS),
+``keep-rounds`` (published rounds kept per run), ``max-peer-weight`` (peer models with a
+larger weight magnitude are refused), ``cost`` and ``eagerness`` (the iPFL market profile
+this participant reports).
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ from pathlib import Path
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from collabfl.client.model_store import DiskModelStore
+from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
-from collabfl.client.peers import PeerModelSource, PeerUnavailable
+from collabfl.client.peers import MAX_PEER_WEIGHT, PeerModelSource, PeerUnavailable
 from collabfl.flower.codec import decode_instruction, encode_reply
 from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
 from collabfl.flower.session import NodeCache, NodeState, describe
@@ -73,6 +76,10 @@ class NodeSettings:
     peer_address: str
     device: str
     peer_ca: Path | None
+    peer_cert: Path | None
+    peer_key: Path | None
+    keep_rounds: int
+    max_peer_weight: float
     market: dict[str, float]
     """iPFL profile the participant reports: sharing ``cost`` and data ``eagerness``."""
 
@@ -83,14 +90,22 @@ class NodeSettings:
         missing = [k for k in required if k not in config]
         if missing:
             raise ValueError(f"node config lacks {', '.join(missing)}")
-        peer_ca = str(config.get("peer-ca", ""))
+
+        def path(key: str) -> Path | None:
+            value = str(config.get(key, ""))
+            return Path(value) if value else None
+
         return cls(
             client_id=int(config["client-id"]),
             data_path=Path(str(config["data-path"])),
             state_dir=Path(str(config["state-dir"])),
             peer_address=str(config["peer-address"]),
             device=str(config.get("device", "")),
-            peer_ca=Path(peer_ca) if peer_ca else None,
+            peer_ca=path("peer-ca"),
+            peer_cert=path("peer-cert"),
+            peer_key=path("peer-key"),
+            keep_rounds=int(config.get("keep-rounds", 3)),
+            max_peer_weight=float(config.get("max-peer-weight", MAX_PEER_WEIGHT)),
             market={k: float(config[k]) for k in ("cost", "eagerness") if k in config},
         )
 
@@ -145,7 +160,9 @@ def setup(message: Message, context: Context) -> Message:
         raise RunNotAuthorized(f"set-up names run {settings.run_id!r}, not the ticket's run")
     if node.device:
         settings = replace(settings, device=node.device)
-    NodeState(node.state_dir).write_settings(settings)
+    state = NodeState(node.state_dir)
+    state.write_settings(settings)
+    PublishedModels(state.published, node.client_id).retire_other_runs(settings.run_id)
     description = describe(node.client_id, node.data_path, node.peer_address, node.market)
     return Message(encode_description(description), reply_to=message)
 
@@ -157,10 +174,13 @@ def handle(message: Message, context: Context) -> Message:
     state = NodeState(settings.state_dir)
     step = _step_name(instruction.task)
     state.begin(instruction.round, step)
-    store = DiskModelStore(state.published, owner=settings.client_id)
+    run = state.read_settings().run_id
+    published = PublishedModels(state.published, settings.client_id, settings.keep_rounds)
+    store = published.for_publishing(run)
     node = nodes.open(settings.client_id, settings.data_path, state, store, NoPeers())
+    node.fetcher.max_weight = settings.max_peer_weight
     if isinstance(instruction.task, Collaborate):
-        node.fetcher.source = _peer_source(instruction.task, node.workspace.numel, settings)
+        node.fetcher.source = _peer_source(instruction.task, node.workspace.numel, settings, run)
     try:
         reply = node.handle(instruction)
     finally:
@@ -189,11 +209,15 @@ def _step_name(task: Task) -> str:
     return name if step is None else f"{name}:{step}"
 
 
-def _peer_source(task: Collaborate, numel: int, settings: NodeSettings) -> PeerModelSource:
+def _peer_source(
+    task: Collaborate, numel: int, settings: NodeSettings, run: str
+) -> PeerModelSource:
     candidates = task.candidates
     if len(task.peer_addresses) != len(candidates) or len(task.peer_grants) != len(candidates):
         raise ValueError("collaborate needs one peer address and one grant per candidate")
-    tls = None if settings.peer_ca is None else ClientTLS.from_files(settings.peer_ca)
+    tls = None
+    if settings.peer_ca is not None:
+        tls = ClientTLS.from_files(settings.peer_ca, settings.peer_cert, settings.peer_key)
     return GrpcPeerSource(
         addresses=dict(zip(candidates, task.peer_addresses, strict=True)),
         grants=dict(zip(candidates, task.peer_grants, strict=True)),
@@ -201,4 +225,5 @@ def _peer_source(task: Collaborate, numel: int, settings: NodeSettings) -> PeerM
         max_bytes=numel * 4 + HEADER_ALLOWANCE,
         timeout_s=FETCH_TIMEOUT_S,
         tls=tls,
+        run=run,
     )

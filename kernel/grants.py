@@ -3,7 +3,9 @@
 The coordinator decides who collaborates with whom; a serving daemon must not have to ask
 it on every fetch. So the coordinator signs a short-lived grant with its Ed25519 key, the
 fetcher presents it, and the serving daemon checks it offline with the coordinator's public
-key. A token is ``base64url(payload) "." base64url(signature)`` where the payload is
+key. A grant is bound, not a bearer token: the serving daemon checks that the run, owner
+and round are the ones asked for and that the fetcher is the member whose certificate the
+caller presented. A token is ``base64url(payload) "." base64url(signature)`` where the payload is
 compact, key-sorted JSON: easy to inspect, nothing executable, and the signature covers the
 exact bytes that are parsed.
 """
@@ -84,19 +86,34 @@ class GrantVerifier:
     def __init__(self, public_key_bytes: bytes) -> None:
         self._key = Ed25519PublicKey.from_public_bytes(public_key_bytes)
 
-    def verify(self, token: bytes, *, owner: int, round: int, now: float | None = None) -> Grant:
-        """The grant in ``token`` if it is genuine, unexpired and for (owner, round).
+    def verify(
+        self,
+        token: bytes,
+        *,
+        run: str,
+        owner: int,
+        round: int,
+        fetcher: int | None,
+        now: float | None = None,
+    ) -> Grant:
+        """The grant in ``token`` if it is genuine, unexpired and for exactly this fetch.
 
-        Raises InvalidGrant whose message says which check failed.
+        ``fetcher`` is the caller's client id as its certificate proves it; None only where
+        the link authenticates nobody (insecure loopback mode), so the grant stays a bearer
+        token there. Raises InvalidGrant whose message says which check failed.
         """
         grant = self._decode(token)
         now = time.time() if now is None else now
         if now >= grant.expires_at:
             raise InvalidGrant(f"expired {now - grant.expires_at:.1f} s ago")
+        if grant.run != run:
+            raise InvalidGrant(f"grant is for run {grant.run!r}, not {run!r}")
         if grant.owner != owner:
             raise InvalidGrant(f"grant is for owner {grant.owner}, not {owner}")
         if grant.round != round:
             raise InvalidGrant(f"grant is for round {grant.round}, not {round}")
+        if fetcher is not None and grant.fetcher != fetcher:
+            raise InvalidGrant(f"grant is for fetcher {grant.fetcher}, not caller {fetcher}")
         return grant
 
     def _decode(self, token: bytes) -> Grant:

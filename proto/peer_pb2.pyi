@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class FetchRequest(_message.Message):
-    __slots__ = ("owner", "round", "grant")
+    __slots__ = ("owner", "round", "grant", "run")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
     owner: int
     round: int
     grant: bytes
-    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., grant: _Optional[bytes] = ...) -> None: ...
+    run: str
+    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., grant: _Optional[bytes] = ..., run: _Optional[str] = ...) -> None: ...
 
 class TensorInfo(_message.Message):
     __slots__ = ("name", "shape", "dtype")
@@ -51,8 +53,10 @@ class Chunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class HealthRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    def __init__(self, run: _Optional[str] = ...) -> None: ...
 
 class HealthReply(_message.Message):
     __slots__ = ("owner", "latest_round", "status")

@@ -69,7 +69,7 @@ class PeerModelsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Health(self, request, context):
-        """Liveness and the latest published round; unauthenticated.
+        """Liveness for anyone; the latest published round of a run only for members.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

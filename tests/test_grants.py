@@ -37,7 +37,7 @@ def b64(data: bytes) -> bytes:
 
 def test_genuine_grant_verifies(signer, verifier):
     token = signer.issue("run-a", fetcher=3, owner=5, round=2, ttl_s=60)
-    grant = verifier.verify(token, owner=5, round=2)
+    grant = verifier.verify(token, run="run-a", owner=5, round=2, fetcher=3)
     assert (grant.run, grant.fetcher, grant.owner, grant.round) == ("run-a", 3, 5, 2)
     assert time.time() < grant.expires_at <= time.time() + 60
     payload = base64.urlsafe_b64decode(token.split(b".")[0] + b"==")
@@ -56,13 +56,15 @@ def test_genuine_grant_verifies(signer, verifier):
 def test_mismatched_grant_is_refused(signer, verifier, owner, round, later_s, reason):
     token = signer.issue("run-a", fetcher=3, owner=5, round=2, ttl_s=60)
     with pytest.raises(InvalidGrant, match=reason):
-        verifier.verify(token, owner=owner, round=round, now=time.time() + later_s)
+        verifier.verify(
+            token, run="run-a", owner=owner, round=round, fetcher=3, now=time.time() + later_s
+        )
 
 
 def test_grant_signed_by_another_key_is_refused(verifier):
     forged = GrantSigner(generate_private_key()).issue("run-a", 3, 5, 2, ttl_s=60)
     with pytest.raises(InvalidGrant, match="bad signature"):
-        verifier.verify(forged, owner=5, round=2)
+        verifier.verify(forged, run="run-a", owner=5, round=2, fetcher=3)
 
 
 def test_tampered_payload_is_refused(signer, verifier):
@@ -71,7 +73,7 @@ def test_tampered_payload_is_refused(signer, verifier):
     fields["fetcher"] = 4
     tampered = b64(json.dumps(fields).encode()) + b"." + signature
     with pytest.raises(InvalidGrant, match="bad signature"):
-        verifier.verify(tampered, owner=5, round=2)
+        verifier.verify(tampered, run="run-a", owner=5, round=2, fetcher=3)
 
 
 @pytest.mark.parametrize(
@@ -87,7 +89,7 @@ def test_tampered_payload_is_refused(signer, verifier):
 )
 def test_malformed_token_is_refused(verifier, token, reason):
     with pytest.raises(InvalidGrant, match=reason):
-        verifier.verify(token, owner=5, round=2)
+        verifier.verify(token, run="run-a", owner=5, round=2, fetcher=3)
 
 
 @pytest.mark.parametrize(
@@ -106,7 +108,7 @@ def test_signed_but_unexpected_payload_is_refused(payload):
     verifier = GrantVerifier(GrantSigner(key).public_key_bytes())
     token = b64(payload) + b"." + b64(key.sign(payload))
     with pytest.raises(InvalidGrant, match="malformed"):
-        verifier.verify(token, owner=5, round=2)
+        verifier.verify(token, run="run-a", owner=5, round=2, fetcher=3)
 
 
 def test_issue_rejects_nonsense(signer):
@@ -127,4 +129,20 @@ def test_keys_round_trip_through_pem_files(tmp_path):
     save_public_key(loaded.public_key_bytes(), public)
     verifier = GrantVerifier(load_public_key_bytes(public))
     token = GrantSigner(key).issue("run-a", 1, 2, 3, ttl_s=5)
-    assert verifier.verify(token, owner=2, round=3).fetcher == 1
+    assert verifier.verify(token, run="run-a", owner=2, round=3, fetcher=1).fetcher == 1
+
+
+@pytest.mark.parametrize(
+    ("run", "fetcher", "reason"),
+    [("run-b", 3, "for run 'run-a', not 'run-b'"), ("run-a", 4, "for fetcher 3, not caller 4")],
+    ids=["other-run", "other-fetcher"],
+)
+def test_grant_is_bound_to_its_run_and_fetcher(signer, verifier, run, fetcher, reason):
+    token = signer.issue("run-a", fetcher=3, owner=5, round=2, ttl_s=60)
+    with pytest.raises(InvalidGrant, match=reason):
+        verifier.verify(token, run=run, owner=5, round=2, fetcher=fetcher)
+
+
+def test_unauthenticated_link_leaves_the_fetcher_unchecked(signer, verifier):
+    token = signer.issue("run-a", fetcher=3, owner=5, round=2, ttl_s=60)
+    assert verifier.verify(token, run="run-a", owner=5, round=2, fetcher=None).fetcher == 3

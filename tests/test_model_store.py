@@ -21,7 +21,12 @@ def test_publish_load_round_trip_in_safetensors(tmp_path):
     assert torch.equal(store.load(7), vector)
     with safe_open(store.path(7), framework="pt") as file:
         assert list(file.keys()) == ["weights"]
-        assert file.metadata() == {"owner": "4", "round": "7", "num_samples": "123"}
+        assert file.metadata() == {
+            "owner": "4",
+            "round": "7",
+            "num_samples": "123",
+            "weights_sha256": hashlib.sha256(vector.numpy().tobytes()).hexdigest(),
+        }
     described = store.describe(7)
     assert described.byte_size == store.path(7).stat().st_size
     assert described.sha256 == hashlib.sha256(store.path(7).read_bytes()).hexdigest()

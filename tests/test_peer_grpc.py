@@ -11,7 +11,7 @@ import grpc
 import pytest
 import torch
 
-from collabfl.client.model_store import DiskModelStore
+from collabfl.client.model_store import DiskModelStore, PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.peers import InvalidPeerModel, PeerFetcher, PeerUnavailable
@@ -19,6 +19,7 @@ from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
 OWNER, FETCHER, ROUND, NUMEL = 3, 1, 4, 300_000  # 1.2 MB: the stream spans two chunks
+RUN = "run"
 
 
 @pytest.fixture
@@ -27,15 +28,20 @@ def signer() -> GrantSigner:
 
 
 @pytest.fixture
-def store(tmp_path) -> DiskModelStore:
-    store = DiskModelStore(tmp_path, owner=OWNER)
+def published(tmp_path) -> PublishedModels:
+    return PublishedModels(tmp_path, owner=OWNER)
+
+
+@pytest.fixture
+def store(published) -> DiskModelStore:
+    store = published.for_publishing(RUN)
     store.publish(OWNER, ROUND, torch.randn(NUMEL, generator=torch.Generator().manual_seed(0)))
     return store
 
 
 @pytest.fixture
-def address(store, signer):
-    server = PeerModelServer(store, GrantVerifier(signer.public_key_bytes()))
+def address(published, store, signer):
+    server = PeerModelServer(published, GrantVerifier(signer.public_key_bytes()))
     port = server.start()
     yield f"127.0.0.1:{port}"
     server.stop(None)
@@ -44,7 +50,7 @@ def address(store, signer):
 def source_for(address: str, grant: bytes | None, **overrides) -> GrpcPeerSource:
     settings = dict(expected_numel=NUMEL, max_bytes=8 * NUMEL, timeout_s=5.0) | overrides
     grants = {} if grant is None else {OWNER: grant}
-    return GrpcPeerSource({OWNER: address}, grants, **settings)
+    return GrpcPeerSource({OWNER: address}, grants, **settings, run=RUN)
 
 
 def test_fetch_returns_the_published_model(store, signer, address):
@@ -59,7 +65,7 @@ def test_manifest_reports_the_stored_file(store, signer, address):
     grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
     with grpc.insecure_channel(address) as channel:
         stub = peer_pb2_grpc.PeerModelsStub(channel)
-        request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=grant)
+        request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=grant, run=RUN)
         manifest = stub.GetManifest(request, timeout=5)
         chunks = list(stub.FetchModel(request, timeout=5))
     assert manifest.byte_size == store.path(ROUND).stat().st_size
@@ -68,14 +74,16 @@ def test_manifest_reports_the_stored_file(store, signer, address):
     assert [c.offset for c in chunks] == [0, 1 << 20]
 
 
-def test_health_needs_no_grant(address):
+def test_health_needs_no_grant_and_tells_an_anonymous_caller_only_liveness(address):
     with grpc.insecure_channel(address) as channel:
-        reply = peer_pb2_grpc.PeerModelsStub(channel).Health(peer_pb2.HealthRequest(), timeout=5)
-    assert (reply.owner, reply.latest_round, reply.status) == (OWNER, ROUND, "SERVING")
+        stub = peer_pb2_grpc.PeerModelsStub(channel)
+        reply = stub.Health(peer_pb2.HealthRequest(run=RUN), timeout=5)
+    assert (reply.owner, reply.status) == (OWNER, "SERVING")
+    assert not reply.HasField("latest_round")  # progress is for authenticated members only
 
 
 def test_health_of_an_empty_store(tmp_path):
-    server = PeerModelServer(DiskModelStore(tmp_path, owner=OWNER), verifier=None)
+    server = PeerModelServer(PublishedModels(tmp_path, owner=OWNER), verifier=None)
     port = server.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -94,10 +102,13 @@ def grant_cases(signer: GrantSigner) -> dict[str, tuple[bytes | None, str]]:
         "expired": (signer.issue("run", FETCHER, OWNER, ROUND, 0.001), "expired"),
         "other-owner": (signer.issue("run", FETCHER, OWNER + 1, ROUND, 30), "for owner"),
         "other-round": (signer.issue("run", FETCHER, OWNER, ROUND - 1, 30), "for round"),
+        "other-run": (signer.issue("run-a", FETCHER, OWNER, ROUND, 30), "for run 'run-a'"),
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "forged", "expired", "other-owner", "other-round"])
+@pytest.mark.parametrize(
+    "case", ["missing", "forged", "expired", "other-owner", "other-round", "other-run"]
+)
 def test_bad_grants_are_refused(signer, address, case, caplog):
     token, reason = grant_cases(signer)[case]
     time.sleep(0.002)  # let the short grant expire
@@ -107,13 +118,13 @@ def test_bad_grants_are_refused(signer, address, case, caplog):
         pytest.raises(PeerUnavailable, match=f"PERMISSION_DENIED: .*{reason}"),
     ):
         source.fetch(OWNER, ROUND)
-    assert f"client {OWNER} refused GetManifest of round {ROUND}" in caplog.text
+    assert f"client {OWNER} refused GetManifest of round {ROUND} (run {RUN!r})" in caplog.text
 
 
 def test_fetch_stream_also_checks_the_grant(address):
     with grpc.insecure_channel(address) as channel:
         stub = peer_pb2_grpc.PeerModelsStub(channel)
-        request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=b"nope")
+        request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=b"nope", run=RUN)
         with pytest.raises(grpc.RpcError) as error:
             list(stub.FetchModel(request, timeout=5))
     assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -179,9 +190,9 @@ def test_corrupted_file_fails_the_digest(store, signer, address):
 
 
 def test_nan_weights_never_reach_the_aggregate(tmp_path, signer):
-    store = DiskModelStore(tmp_path, owner=OWNER)
-    store.publish(OWNER, ROUND, torch.tensor([1.0, float("nan"), 2.0]))
-    server = PeerModelServer(store, GrantVerifier(signer.public_key_bytes()))
+    published = PublishedModels(tmp_path, owner=OWNER)
+    published.for_publishing(RUN).publish(OWNER, ROUND, torch.tensor([1.0, float("nan"), 2.0]))
+    server = PeerModelServer(published, GrantVerifier(signer.public_key_bytes()))
     address = f"127.0.0.1:{server.start()}"
     grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
     try:

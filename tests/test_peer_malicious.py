@@ -102,7 +102,12 @@ def serve():
 
 def fetch_from(address: str, numel: int = NUMEL, timeout_s: float = 5.0) -> torch.Tensor:
     with GrpcPeerSource(
-        {OWNER: address}, {OWNER: b"grant"}, numel, max_bytes=16 * MIB, timeout_s=timeout_s
+        {OWNER: address},
+        {OWNER: b"grant"},
+        numel,
+        max_bytes=16 * MIB,
+        timeout_s=timeout_s,
+        run="run",
     ) as source:
         return source.fetch(OWNER, ROUND)
 
