@@ -84,13 +84,16 @@ def coordinator_command(
     service_port: int,
     host: str = HOST,
     tls: FederationCredentials | None = None,
+    runs_dir: Path | None = None,
 ) -> list[str]:
-    """The coordinator daemon bound to ``host``; with ``tls``, TLS on every surface."""
+    """The coordinator daemon bound to ``host``; with ``tls``, TLS on every surface; runs may
+    write only inside ``runs_dir`` (default: the daemon's, inside its state)."""
+    runs = ["--runs-dir", str(runs_dir)] if runs_dir is not None else []
     return [
         sys.executable, "-m", "collabfl.coordinator.daemon",
         "--state-dir", str(state_dir), "--host", host,
         "--superlink-port", str(superlink_port), "--service-port", str(service_port),
-        *coordinator_tls_flags(tls),
+        *runs, *coordinator_tls_flags(tls),
     ]  # fmt: skip
 
 
@@ -129,14 +132,14 @@ def client_command(
 
 
 def client_tls_flags(client_id: int, tls: FederationCredentials | None) -> list[str]:
-    """A client's TLS flags: the federation CA, its member pair, mutual TLS on its peers."""
+    """A client's TLS flags: the federation CA (also the client CA of its peer server: mutual
+    TLS) and its member pair."""
     if tls is None:
         return ["--insecure"]
     member = tls.members[client_id]
     return [
         "--root-certificates", str(tls.ca),
         "--peer-cert", str(member.cert), "--peer-key", str(member.key),
-        "--peer-client-ca", str(tls.ca),
     ]  # fmt: skip
 
 
@@ -148,6 +151,8 @@ class LocalFederation:
     CLIENT_RUNTIMES). ``hosts``: where each daemon runs (default: all on loopback).
     ``tls``: issue a CA and role certificates into ``work_dir/tls`` and run every daemon
     with TLS; the launcher's own service calls then present the operator certificate.
+    ``runs_dir``: the folder run directories must lie in (default: ``work_dir``'s parent,
+    where ``federation up`` writes them).
     """
 
     work_dir: Path
@@ -155,6 +160,7 @@ class LocalFederation:
     runtime: str = "subprocess"
     hosts: Hosts = field(default_factory=Loopback)
     tls: bool = False
+    runs_dir: Path | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
 
@@ -195,6 +201,7 @@ class LocalFederation:
             self.service_port,
             self.coordinator_host,
             self.credentials,
+            self.runs_dir or self.work_dir.parent,
         )
         self._spawn("coordinator", command)
         self._wait_ready(timeout_s)

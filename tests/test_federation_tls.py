@@ -48,14 +48,14 @@ def test_daemon_commands_carry_the_role_certificates(tmp_path):
     )
     client = client_daemon.parser().parse_args(command[3:])
     assert not client.insecure and client.peer_listen == client.peer_address == "10.9.0.4:5"
-    assert (client.root_certificates, client.peer_client_ca) == (tls.ca, tls.ca)
+    assert client.root_certificates == tls.ca  # also its peer server's client CA
     assert (client.peer_cert, client.peer_key) == (tls.members[1].cert, tls.members[1].key)
 
 
 def test_the_operator_reaches_a_coordinator_serving_its_certificate(tmp_path):
     tls = FederationCredentials.issue(tmp_path / "tls", "127.0.0.1", {})
     state = CoordinatorState(tmp_path / "coordinator.db")
-    server_tls = ServerTLS.from_files(tls.coordinator.cert, tls.coordinator.key)
+    server_tls = ServerTLS.from_files(tls.coordinator.cert, tls.coordinator.key, tls.ca)
     server, port = serve(state, GrantSigner(generate_private_key()), "127.0.0.1:0", server_tls)
     try:
         with CoordinatorClient(f"127.0.0.1:{port}", tls=tls.operator_tls()) as client:
