@@ -84,7 +84,7 @@ class RunOptions:
 
     @classmethod
     def _read(cls, source: Mapping[str, Any], spell: Callable[[str], str]) -> RunOptions:
-        values = {}
+        values: dict[str, Any] = {}
         for option in fields(cls):
             key = spell(option.metadata["key"])
             if key in source:

@@ -100,10 +100,10 @@ def caller_identity(context: grpc.ServicerContext) -> Identity | None:
     gRPC has already checked the chain against the server's client CA when this is called,
     so the certificate is genuine; a certificate without a collabfl identity counts as none.
     """
-    pems = context.auth_context().get("x509_pem_cert") or []
-    if not pems:
+    found = context.auth_context().get("x509_pem_cert")  # one PEM per certificate, leaf first
+    if not isinstance(found, list) or not found:
         return None
     try:
-        return identity_of_pem(pems[0])
+        return identity_of_pem(found[0])
     except (UnknownIdentity, ValueError):
         return None
