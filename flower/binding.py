@@ -5,9 +5,10 @@ started with ``--client-id 1`` would take turns with the real one. With SuperNod
 authentication the operator registered each member's SuperNode key, and Flower derives the
 node id from the key, so the coordinator knows the one node allowed to be client k (the
 ``node-bindings`` run-config entry). Without it (insecure, loopback only) the first node to
-claim an id keeps it for the run; another node may take it over only once that node is
-offline (a restarted daemon is a new Flower node). Everything refused is reported, so the
-ServerApp records it as an event.
+claim an id keeps it for the run; another node may take it over once that node is offline,
+or at once when it advertises the same peer address (a restarted daemon is a new Flower
+node at the same address, and its old node may still count as online for a while).
+Everything refused is reported, so the ServerApp records it as an event.
 """
 
 from __future__ import annotations
@@ -23,19 +24,39 @@ class NodeBinder:
         """Flower node id -> client id from SuperNode registration; empty: first come."""
         self.bound: dict[int, int] = {}
         """Client id -> the node currently speaking for it."""
-        self.refused: set[int] = set()
-        """Nodes refused for good in this run: they get no instruction and no grant."""
+        self.addresses: dict[int, str] = {}
+        """Client id -> the peer address its node advertised."""
+        self._for_good: set[int] = set()
+        """Nodes whose registered key contradicts them: refused for the whole run."""
+        self._waiting: dict[int, int] = {}
+        """First come: node -> the client id it claimed while another online node held it."""
 
-    def claim(self, node: int, client_id: int, online: Collection[int]) -> str | None:
-        """Bind ``client_id`` to ``node`` and return None, or say why ``node`` is refused."""
-        reason = self._refusal(node, client_id, online)
+    def claim(
+        self, node: int, client_id: int, online: Collection[int], address: str = ""
+    ) -> str | None:
+        """Bind ``client_id`` to ``node`` (advertising peer ``address``) and return None, or
+        say why ``node`` is refused."""
+        reason = self._refusal(node, client_id, online, address)
         if reason is None:
             self.bound[client_id] = node
+            self.addresses[client_id] = address
+            self._waiting.pop(node, None)
+        elif self.registered:
+            self._for_good.add(node)
         else:
-            self.refused.add(node)
+            self._waiting[node] = client_id
         return reason
 
-    def _refusal(self, node: int, client_id: int, online: Collection[int]) -> str | None:
+    def refused(self, online: Collection[int]) -> set[int]:
+        """Nodes that get no instruction, no grant and no new set-up while ``online`` are
+        the nodes online: those refused for good, and those whose claimed id is still held
+        by an online node (once it is offline they may ask again)."""
+        held = {n for n, client_id in self._waiting.items() if self.bound.get(client_id) in online}
+        return self._for_good | held
+
+    def _refusal(
+        self, node: int, client_id: int, online: Collection[int], address: str
+    ) -> str | None:
         if self.registered:
             owner = self.registered.get(node)
             if owner is None:
@@ -44,7 +65,8 @@ class NodeBinder:
                 return f"node {node} claims client {client_id} but is registered as {owner}"
             return None
         current = self.bound.get(client_id)
-        if current is not None and current != node and current in online:
+        restarted = bool(address) and address == self.addresses.get(client_id)
+        if current is not None and current != node and current in online and not restarted:
             return f"node {node} claims client {client_id}, which node {current} holds"
         return None
 

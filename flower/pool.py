@@ -51,7 +51,7 @@ class FlowerClientPool:
         admit: Admitter,
         timeout_s: float = 600.0,
         poll_s: float = 0.25,
-        refused: Collection[int] = frozenset(),
+        refused: Callable[[Collection[int]], Collection[int]] = lambda online: (),
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -64,7 +64,8 @@ class FlowerClientPool:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.refused = refused
-        """Nodes the run's binding refused (flower/binding.py): never offered set-up again."""
+        """Given the nodes online, those the run's binding refuses (flower/binding.py): they
+        are not offered set-up again."""
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
@@ -122,7 +123,7 @@ class FlowerClientPool:
         it takes over that member's place. Returns the node ids online now.
         """
         online = set(self.grid.get_node_ids())
-        new = sorted(online - set(self.by_node) - set(self.refused))
+        new = sorted(online - set(self.by_node) - set(self.refused(online)))
         if new:
             for member in self.admit(new):
                 self._add(member)

@@ -207,7 +207,7 @@ def admit(
         except ValueError as error:
             log.warning("node %s sent an unusable description: %s", node, error)
             continue
-        refusal = gate.binder.claim(node, described.client_id, online)
+        refusal = gate.binder.claim(node, described.client_id, online, described.peer_address)
         if refusal is not None:
             gate.refuse(node, described.client_id, refusal)
             continue

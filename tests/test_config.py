@@ -24,10 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 COUNTS20 = dict.fromkeys(range(20), 100)
 
 
-def test_quickstart_file_spells_out_the_defaults():
+def test_quickstart_file_spells_out_the_defaults_but_the_federation_size():
     quickstart = load_config(ROOT / "examples" / "quickstart.toml")
     defaults = ExperimentConfig()
-    assert quickstart.model_dump(exclude={"name"}) == defaults.model_dump(exclude={"name"})
+    assert quickstart.data.num_clients == 50 != defaults.data.num_clients  # see the file's note
+    same_size = quickstart.model_copy(update={"data": defaults.data})
+    assert quickstart.data.model_dump(exclude={"num_clients"}) == defaults.data.model_dump(
+        exclude={"num_clients"}
+    )
+    assert same_size.model_dump(exclude={"name"}) == defaults.model_dump(exclude={"name"})
 
 
 @pytest.mark.parametrize(

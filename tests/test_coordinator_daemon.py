@@ -19,6 +19,8 @@ from collabfl.coordinator.flower_runs import FlowerCliError
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase
+from collabfl.kernel.grants import generate_private_key
+from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ClientTLS
 
 
@@ -128,7 +130,10 @@ def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
         state.create_run("bad", "dpfl", {**valid_request(), "expected_clients": "three"})
         state.create_run("outside", "dpfl", valid_request(out_dir="/etc"))
         state.create_run("good", "dpfl", valid_request())
-        launcher = RunLauncher(state, tmp_path, tmp_path / "runs", tmp_path / "app", {}, service)
+        tickets = TicketSigner(generate_private_key())
+        launcher = RunLauncher(
+            state, tmp_path, tmp_path / "runs", tmp_path / "app", {}, service, tickets, 60.0
+        )
         launcher.check_runs()
         assert state.run("bad").status == "failed"
         assert "expected_clients must be int" in state.run("bad").message
@@ -138,6 +143,7 @@ def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
         [overrides] = submitted
         settings = dict(item.split("=", 1) for item in overrides.split(" "))
         assert settings["run-id"] == '"good"'
+        assert settings["run-ticket"] != '""' and settings["node-bindings"] == '""'
         assert settings["coordinator-ca"] == '"/etc/ca.pem"'
         assert settings["out-dir"] == f'"{(tmp_path / "runs" / "good").resolve()}"'
         token_file = Path(settings["launch-token-file"].strip('"'))

@@ -30,18 +30,18 @@ class Grid:
         return sorted(self.online)
 
 
-def _answers(claims: dict[int, int]):
-    """Fake set-up replies: node -> the client id it claims."""
+def _answers(claims: dict[int, int], addresses: dict[int, str] | None = None):
+    """Fake set-up replies: node -> the client id it claims (and the peer address it
+    advertises; default: one address per node)."""
+    addresses = addresses or {}
 
     def exchange(grid, messages, timeout_s, poll_s):
-        return {
-            m.metadata.dst_node_id: encode_description(
-                Description(
-                    claims[m.metadata.dst_node_id], 10, 10, f"h:{claims[m.metadata.dst_node_id]}"
-                )
-            )
-            for m in messages
-        }
+        answers = {}
+        for m in messages:
+            node = m.metadata.dst_node_id
+            address = addresses.get(node, f"h:{node}")
+            answers[node] = encode_description(Description(claims[node], 10, 10, address))
+        return answers
 
     return exchange
 
@@ -73,8 +73,33 @@ def test_impostor_claiming_a_bound_client_id_is_refused_and_recorded(monkeypatch
     assert pool.refresh() == {11, 12, 99}
     assert pool.members[1].flower_node_id == 12 and 99 not in pool.by_node
     assert events == [(99, 1, "node 99 claims client 1, which node 12 holds")]
-    pool.refresh()  # refused for good: not offered set-up (nor recorded) again
+    pool.refresh()  # refused while node 12 is online: not offered set-up (nor recorded) again
     assert len(events) == 1
+
+
+def test_restarted_daemon_refused_while_its_old_node_lingers_joins_once_it_is_gone(monkeypatch):
+    """A killed daemon's old node can still count as online when the new one first claims."""
+    events: list = []
+    binder = NodeBinder({})
+    gate = _gate(binder, events)
+    grid = Grid({11, 12})
+    monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 1, 13: 1}))
+    members, _, _ = server_app.admit(grid, [11, 12], _settings(), gate, 1.0)
+    pool = FlowerClientPool(
+        grid,
+        members,
+        None,
+        None,
+        lambda nodes: server_app.admit(grid, nodes, _settings(), gate, 1.0)[0],
+        refused=binder.refused,
+    )
+    grid.online.add(13)  # client 1 restarted; its old node 12 has not timed out yet
+    pool.refresh()
+    assert pool.members[1].flower_node_id == 12 and len(events) == 1
+    grid.online.discard(12)  # the SuperLink notices node 12 is gone
+    pool.refresh()
+    assert pool.members[1].flower_node_id == 13 and 13 in pool.by_node
+    assert len(events) == 1  # the takeover itself is not an impostor
 
 
 def test_restarted_daemon_takes_over_once_its_old_node_is_offline(monkeypatch):
@@ -84,6 +109,16 @@ def test_restarted_daemon_takes_over_once_its_old_node_is_offline(monkeypatch):
     server_app.admit(Grid({11}), [11], _settings(), gate, 1.0)
     members, _, _ = server_app.admit(Grid({13}), [13], _settings(), gate, 1.0)
     assert [m.flower_node_id for m in members] == [13] and events == []
+
+
+def test_restarted_daemon_at_the_same_address_takes_over_at_once(monkeypatch):
+    binder = NodeBinder({})
+    gate = _gate(binder, events := [])
+    same = {12: "lab-b:9200", 13: "lab-b:9200"}
+    monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 1, 13: 1}, same))
+    server_app.admit(Grid({11, 12}), [11, 12], _settings(), gate, 1.0)
+    members, _, _ = server_app.admit(Grid({11, 12, 13}), [13], _settings(), gate, 1.0)
+    assert [(m.client_id, m.flower_node_id) for m in members] == [(1, 13)] and events == []
 
 
 def test_registered_key_decides_which_node_is_which_client(monkeypatch):
