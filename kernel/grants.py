@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from collabfl.kernel.atomic import write_bytes
 
 VERSION = 1
 MAX_TOKEN_BYTES = 1024
@@ -182,10 +183,7 @@ def save_private_key(key: Ed25519PrivateKey, path: Path) -> None:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        os.fchmod(file.fileno(), 0o600)  # the file may have existed with wider permissions
-        file.write(pem)
+    write_bytes(path, pem, private=True)  # 0600 even if the file existed with wider ones
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from pathlib import Path
 
 from cryptography import x509
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from collabfl.kernel.atomic import write_bytes
 from collabfl.kernel.identity import Identity
 
 CA_NAME = "collabfl federation CA"
@@ -91,10 +91,7 @@ def write_private_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        handle.write(pem)
+    write_bytes(path, pem, private=True)
 
 
 def write_certificate(cert: x509.Certificate, path: Path) -> None:

@@ -52,6 +52,18 @@ def _gate(binder: NodeBinder, events: list):
     )
 
 
+def _pool(grid: Grid, members, gate) -> FlowerClientPool:
+    """A pool whose newcomers go through ``gate``'s binding, as in the ServerApp."""
+    return FlowerClientPool(
+        grid,
+        members,
+        None,
+        None,
+        lambda nodes: server_app.admit(grid, nodes, _settings(), gate, 1.0)[0],
+        refused=gate.binder.refused,
+    )
+
+
 def test_impostor_claiming_a_bound_client_id_is_refused_and_recorded(monkeypatch):
     events: list = []
     binder = NodeBinder({})
@@ -62,14 +74,7 @@ def test_impostor_claiming_a_bound_client_id_is_refused_and_recorded(monkeypatch
     assert {m.client_id: m.flower_node_id for m in members} == {0: 11, 1: 12}
 
     grid.online.add(99)  # a second daemon started with --client-id 1 mid-run
-    pool = FlowerClientPool(
-        grid,
-        members,
-        None,
-        None,
-        lambda nodes: server_app.admit(grid, nodes, _settings(), gate, 1.0)[0],
-        refused=binder.refused,
-    )
+    pool = _pool(grid, members, gate)
     assert pool.refresh() == {11, 12, 99}
     assert pool.members[1].flower_node_id == 12 and 99 not in pool.by_node
     assert events == [(99, 1, "node 99 claims client 1, which node 12 holds")]
@@ -85,14 +90,7 @@ def test_restarted_daemon_refused_while_its_old_node_lingers_joins_once_it_is_go
     grid = Grid({11, 12})
     monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 1, 13: 1}))
     members, _, _ = server_app.admit(grid, [11, 12], _settings(), gate, 1.0)
-    pool = FlowerClientPool(
-        grid,
-        members,
-        None,
-        None,
-        lambda nodes: server_app.admit(grid, nodes, _settings(), gate, 1.0)[0],
-        refused=binder.refused,
-    )
+    pool = _pool(grid, members, gate)
     grid.online.add(13)  # client 1 restarted; its old node 12 has not timed out yet
     pool.refresh()
     assert pool.members[1].flower_node_id == 12 and len(events) == 1
