@@ -5,26 +5,21 @@ it on every fetch. So the coordinator signs a short-lived grant with its Ed25519
 fetcher presents it, and the serving daemon checks it offline with the coordinator's public
 key. A grant is bound, not a bearer token: the serving daemon checks that the run, owner
 and round are the ones asked for and that the fetcher is the member whose certificate the
-caller presented. A token is ``base64url(payload) "." base64url(signature)`` where the payload is
-compact, key-sorted JSON: easy to inspect, nothing executable, and the signature covers the
-exact bytes that are parsed.
+caller presented. Tokens are sealed compact JSON (kernel/sealed.py).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from collabfl.kernel.atomic import write_bytes
+from collabfl.kernel.sealed import seal, unseal
 
 VERSION = 1
 MAX_TOKEN_BYTES = 1024
@@ -62,17 +57,15 @@ class GrantSigner:
         for name, value in zip(_INT_FIELDS, (fetcher, owner, round), strict=True):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        payload = _canonical(
-            {
-                "v": VERSION,
-                "run": run,
-                "fetcher": fetcher,
-                "owner": owner,
-                "round": round,
-                "exp": time.time() + ttl_s,
-            }
-        )
-        return _b64encode(payload) + b"." + _b64encode(self._key.sign(payload))
+        fields = {
+            "v": VERSION,
+            "run": run,
+            "fetcher": fetcher,
+            "owner": owner,
+            "round": round,
+            "exp": time.time() + ttl_s,
+        }
+        return seal(self._key, fields)
 
     def public_key_bytes(self) -> bytes:
         """The raw 32-byte public key that serving daemons verify with."""
@@ -120,24 +113,10 @@ class GrantVerifier:
     def _decode(self, token: bytes) -> Grant:
         if not token:
             raise InvalidGrant("no grant presented")
-        if len(token) > MAX_TOKEN_BYTES:
-            raise InvalidGrant(f"malformed: token of {len(token)} bytes is too long")
-        parts = token.split(b".")
-        if len(parts) != 2:
-            raise InvalidGrant("malformed: expected payload.signature")
         try:
-            payload, signature = (_b64decode(part) for part in parts)
-        except ValueError:
-            raise InvalidGrant("malformed: not base64url") from None
-        try:
-            self._key.verify(signature, payload)
-        except InvalidSignature:
-            raise InvalidGrant("bad signature (not issued by this coordinator)") from None
-        try:
-            fields = json.loads(payload)
-        except ValueError:
-            raise InvalidGrant("malformed: signed payload is not JSON") from None
-        return _grant_from(fields)
+            return _grant_from(unseal(self._key, token, MAX_TOKEN_BYTES, "token"))
+        except ValueError as error:
+            raise InvalidGrant(str(error)) from None
 
 
 def _grant_from(fields: Any) -> Grant:
@@ -154,22 +133,6 @@ def _grant_from(fields: Any) -> Grant:
     if not ints_ok or not isinstance(fields["run"], str) or type(exp) not in (int, float):
         raise InvalidGrant("malformed: payload field of the wrong type")
     return Grant(fields["run"], fields["fetcher"], fields["owner"], fields["round"], float(exp))
-
-
-def _canonical(fields: dict[str, Any]) -> bytes:
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _b64encode(data: bytes) -> bytes:
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
-
-
-def _b64decode(data: bytes) -> bytes:
-    """Strict base64url without padding: any other character is an error."""
-    try:
-        return base64.b64decode(data + b"=" * (-len(data) % 4), altchars=b"-_", validate=True)
-    except binascii.Error as error:
-        raise ValueError(str(error)) from None
 
 
 def generate_private_key() -> Ed25519PrivateKey:

@@ -5,21 +5,19 @@ that ServerApp's messages to every SuperNode. A client must therefore tell the
 coordinator's runs from anyone else's: the coordinator signs a ticket for each launch with
 the same Ed25519 key that signs fetch grants (clients already hold its public half), puts
 it in the Flower run config, and the ClientApp serves a run's messages only when its
-ticket verifies offline. Tokens have the grants' form (``base64url(payload) "."
-base64url(signature)``) with a ``kind`` field, so a grant never passes as a ticket.
+ticket verifies offline. Tokens are sealed like grants (kernel/sealed.py) and carry a
+``kind`` field, so a grant never passes as a ticket.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from collabfl.kernel.grants import _b64decode, _b64encode, _canonical
+from collabfl.kernel.sealed import seal, unseal
 
 VERSION = 1
 KIND = "run-ticket"
@@ -51,8 +49,8 @@ class TicketSigner:
             raise ValueError(f"ttl_s must be positive, got {ttl_s}")
         if not run:
             raise ValueError("a ticket names a run")
-        payload = _canonical({"v": VERSION, "kind": KIND, "run": run, "exp": time.time() + ttl_s})
-        return (_b64encode(payload) + b"." + _b64encode(self._key.sign(payload))).decode()
+        fields = {"v": VERSION, "kind": KIND, "run": run, "exp": time.time() + ttl_s}
+        return seal(self._key, fields).decode()
 
 
 class TicketVerifier:
@@ -78,24 +76,10 @@ class TicketVerifier:
         if not token:
             raise InvalidTicket("the run carries no ticket")
         raw = token.encode("ascii", errors="replace")
-        if len(raw) > MAX_TICKET_BYTES:
-            raise InvalidTicket(f"malformed: ticket of {len(raw)} bytes is too long")
-        parts = raw.split(b".")
-        if len(parts) != 2:
-            raise InvalidTicket("malformed: expected payload.signature")
         try:
-            payload, signature = (_b64decode(part) for part in parts)
-        except ValueError:
-            raise InvalidTicket("malformed: not base64url") from None
-        try:
-            self._key.verify(signature, payload)
-        except InvalidSignature:
-            raise InvalidTicket("bad signature (not issued by this coordinator)") from None
-        try:
-            fields = json.loads(payload)
-        except ValueError:
-            raise InvalidTicket("malformed: signed payload is not JSON") from None
-        return _ticket_from(fields)
+            return _ticket_from(unseal(self._key, raw, MAX_TICKET_BYTES, "ticket"))
+        except ValueError as error:
+            raise InvalidTicket(str(error)) from None
 
 
 def _ticket_from(fields: Any) -> Ticket:
