@@ -2,13 +2,16 @@
 
 Tensors (FedAvg's global model, anywhere in nested dicts and lists: a coalition method keeps
 one state per coalition) go to a safetensors file under their dotted path, and the JSON holds
-a ``{"$tensor": path}`` marker in their place. Both files are replaced atomically, JSON last,
-so a reader sees either the old or the new checkpoint.
+a ``{"$tensor": path}`` marker in their place. Each round's checkpoint has a folder of its
+own (``round-<t>``) and the previous round's is kept: the runtime saves round t before the
+coordinator records it, so if that record fails (or the process dies in between) the
+resume after round t-1 still finds its checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +29,28 @@ TENSOR_MARK = "$tensor"
 
 
 def save_checkpoint(folder: Path, round_index: int, checkpoint: dict[str, Any]) -> None:
+    """Save round ``round_index``'s checkpoint; keep the previous round's, drop older ones."""
     tensors: dict[str, torch.Tensor] = {}
     plain = _extract(checkpoint, "", tensors)
-    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"round-{round_index}"
+    target.mkdir(parents=True, exist_ok=True)
     if tensors:
-        with replacing(folder / TENSORS) as tmp:
+        with replacing(target / TENSORS) as tmp:
             save_file(tensors, str(tmp))
     record = {"round": round_index, "state": plain, "tensors": sorted(tensors)}
-    write_text(folder / STATE, json.dumps(record))
+    write_text(target / STATE, json.dumps(record))
+    for old in folder.glob("round-*"):
+        number = old.name.removeprefix("round-")
+        if number.isdigit() and int(number) < round_index - 1:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def load_checkpoint(folder: Path, expected_round: int) -> Resume:
-    """The checkpoint of ``expected_round``; ValueError if the folder holds another."""
-    path = folder / STATE
+    """The checkpoint of ``expected_round``; ValueError if the folder holds none."""
+    source = folder / f"round-{expected_round}"
+    if not (source / STATE).exists():
+        source = folder  # the layout before per-round folders: one checkpoint, the last
+    path = source / STATE
     if not path.exists():
         raise ValueError(f"no checkpoint in {folder} to resume round {expected_round + 1} from")
     record = json.loads(path.read_text())
@@ -46,7 +58,7 @@ def load_checkpoint(folder: Path, expected_round: int) -> Resume:
         raise ValueError(
             f"checkpoint in {folder} is of round {record['round']}, not {expected_round}"
         )
-    tensors = load_file(folder / TENSORS) if record["tensors"] else {}
+    tensors = load_file(source / TENSORS) if record["tensors"] else {}
     checkpoint = _restore(dict(record["state"]), tensors)
     for name in record["tensors"]:  # files written before markers: top-level tensors only
         checkpoint.setdefault(name, tensors[name])

@@ -142,7 +142,9 @@ def run_federated(
     if resume is not None:
         log.warning("run %s resumes after round %s", run_id, last)
         coordinator.record_event(run_id, "resumed", f"resuming after round {last}", "info")
-    recorder = MethodRecorder(spec, run_dir, len(members), model, workspace.nbytes, last)
+    # Graphs span client ids 0..n-1 even when some expected client has not joined (yet).
+    num_clients = max(options.expected_clients, 1 + max(m.client_id for m in members))
+    recorder = MethodRecorder(spec, run_dir, num_clients, model, workspace.nbytes, last)
     method = build_method(spec, pool.sample_counts, workspace, reports)
 
     def after_round(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
@@ -153,7 +155,7 @@ def run_federated(
             outcome.round,
             outcome.graph or [],
             {row["client"]: row for row in rows},
-            num_clients=len(members),
+            num_clients=num_clients,
             coalitions=outcome.coalitions,
         )
         if run.status == "stopping":

@@ -5,3 +5,29 @@ import torch
 # The models under test are tiny: one thread is fastest and avoids oversubscribing a shared
 # two-core machine when other processes (benchmarks, a second test run) are busy.
 torch.set_num_threads(1)
+
+SLOWEST_FIRST = (
+    "test_federation_e2e.py",
+    "test_federation_restart.py",
+    "test_federation_coalitions.py",
+    "test_federation_kill.py",
+    "test_federation_stop.py",
+    "test_warm_runtime.py",
+    "test_federation_impostor.py",
+    "test_multihost.py",
+    "test_daemons.py",
+    "test_spo_federated.py",
+    "test_admin_cli.py",
+    "test_coordinator_daemon.py",
+)
+"""Files that start real federations, longest first: with ``--dist loadfile`` the workers
+take files in collection order, so starting these first keeps one of them from being the
+last thing a run waits for (they mostly wait on Flower's polls, not on the CPU)."""
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        name = item.path.name
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file and among the rest is kept

@@ -341,3 +341,15 @@ def test_a_client_that_misses_the_search_trains_alone():
     search = outcome.checkpoint["search"]
     assert search["failed"] == [4]
     assert search["problems"] == ["client 4 did not train its warm-up model"]
+
+
+def test_a_checkpoint_saved_ahead_of_the_coordinator_record_keeps_the_previous_one(tmp_path):
+    """Round t is saved before the coordinator records it; a failed record resumes at t-1."""
+    save_checkpoint(tmp_path, 0, {"chosen": {"0": [1]}})
+    save_checkpoint(tmp_path, 1, {"chosen": {"0": [2]}})
+    save_checkpoint(tmp_path, 2, {"chosen": {"0": [3]}})  # its record failed
+    assert load_checkpoint(tmp_path, 1).checkpoint == {"chosen": {"0": [2]}}
+    assert load_checkpoint(tmp_path, 2).checkpoint == {"chosen": {"0": [3]}}
+    assert not (tmp_path / "round-0").exists()  # only the last two rounds are kept
+    with pytest.raises(ValueError, match="resume round 1"):
+        load_checkpoint(tmp_path, 0)
