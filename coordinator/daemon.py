@@ -387,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded Fleet call
     if not args.insecure and not (args.ssl_ca_certfile and args.ssl_certfile and args.ssl_keyfile):
         log.error("without --insecure, give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
         return 2

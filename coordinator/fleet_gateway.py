@@ -11,10 +11,18 @@ cannot submit a ServerApp or read a run from another host.
 
 The SuperLink behind it speaks TLS too (Flower requires TLS for SuperNode authentication),
 with a loopback-only certificate from a throwaway CA of its own (``LoopbackTLS``).
+
+The gateway also holds a SuperNode's empty pull (``LongPoll``). A Flower 1.41 SuperNode
+sleeps a fixed 3 s after every pull that brings no message, so a message pushed just after
+a pull waited up to 3 s, three times per DPFL round. Here an empty pull is asked again on
+loopback until a message arrives or the hold ends, and the SuperNode gets the message
+within a fraction of a second; its 3 s sleep comes only after a hold of ``hold_s`` with
+nothing to do. The answer the SuperNode gets is the SuperLink's own, unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import socket
@@ -26,6 +34,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from flwr.proto.fleet_pb2 import PullMessagesResponse
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -39,6 +48,8 @@ FLEET_PATH = re.compile(r"/v1/fleet/[a-z][a-z-]{0,63}")
 """A Fleet call, spelled plainly: no dots, slashes or escapes that could be normalised
 into another API on the way to the SuperLink."""
 HEALTH_PATH = "/health"
+PULL_PATH = "/v1/fleet/pull-messages"
+PROTOBUF = "application/protobuf"
 UPSTREAM_TIMEOUT_S = 300.0
 """A Fleet call carries at most one message chunk; far longer means the SuperLink hangs."""
 
@@ -60,6 +71,47 @@ _HOP_HEADERS = frozenset(
 """Headers that describe one hop, not the call: each side sets its own."""
 
 
+@dataclass(frozen=True)
+class LongPoll:
+    """How long an empty pull is held, and how often it is asked again meanwhile.
+
+    ``hold_s`` stays well below the SuperNode's 30 s HTTP timeout. The interval starts at
+    ``first_s`` (a round's next message usually follows a reply within a second) and grows
+    by ``growth`` up to ``max_s``, so an idle federation costs the SuperLink a few cheap
+    loopback pulls per node per second.
+    """
+
+    hold_s: float = 15.0
+    first_s: float = 0.02
+    max_s: float = 0.25
+    growth: float = 1.5
+
+    def intervals(self) -> list[float]:
+        """The waits between asks, in order, adding up to about ``hold_s``."""
+        waits, wait, total = [], self.first_s, 0.0
+        while total < self.hold_s:
+            waits.append(wait)
+            total += wait
+            wait = min(wait * self.growth, self.max_s)
+        return waits
+
+
+NO_LONG_POLL = LongPoll(hold_s=0.0)
+"""Every pull answered at once, as the SuperLink itself does."""
+
+
+def is_empty_pull(response: httpx.Response) -> bool:
+    """Whether a pull's answer carries no message (and could be asked again)."""
+    if response.status_code != 200 or not response.headers.get("content-type", "").startswith(
+        PROTOBUF
+    ):
+        return False
+    try:
+        return not PullMessagesResponse.FromString(response.content).messages_list
+    except Exception:  # not ours to judge: pass it on as it came
+        return False
+
+
 def forwarded(method: str, path: str) -> bool:
     """Whether a request reaches the SuperLink: Fleet calls and the health check only."""
     if method == "POST":
@@ -70,9 +122,12 @@ def forwarded(method: str, path: str) -> bool:
 class FleetOnlyProxy:
     """ASGI app forwarding allowed requests to the loopback SuperLink; 403 for the rest."""
 
-    def __init__(self, upstream: str, verify: ssl.SSLContext | bool) -> None:
+    def __init__(
+        self, upstream: str, verify: ssl.SSLContext | bool, long_poll: LongPoll = LongPoll()
+    ) -> None:
         self.upstream = upstream
         self.verify = verify
+        self.long_poll = long_poll
         self.client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -96,10 +151,21 @@ class FleetOnlyProxy:
                 base_url=self.upstream, verify=self.verify, timeout=UPSTREAM_TIMEOUT_S
             )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
+        body = await request.body()
+        waits = self.long_poll.intervals() if request.url.path == PULL_PATH else []
         try:
             upstream = await self.client.request(
-                request.method, request.url.path, content=await request.body(), headers=headers
+                request.method, request.url.path, content=body, headers=headers
             )
+            for wait in waits:
+                if not is_empty_pull(upstream) or await request.is_disconnected():
+                    break
+                await asyncio.sleep(wait)
+                # The same signed request again: node authentication signs a timestamp
+                # that stays valid for minutes, far longer than a hold.
+                upstream = await self.client.request(
+                    request.method, request.url.path, content=body, headers=headers
+                )
         except httpx.TransportError as error:
             log.warning("fleet gateway: SuperLink unreachable: %s", error)
             return PlainTextResponse("the SuperLink is not answering", 503)
@@ -125,12 +191,13 @@ class FleetGateway:
         upstream: str,
         upstream_ca: Path | None,
         tls: GatewayTLS | None,
+        long_poll: LongPoll = LongPoll(),
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if upstream_ca is not None:
             verify = ssl.create_default_context(cafile=str(upstream_ca))
         config = uvicorn.Config(
-            FleetOnlyProxy(upstream, verify),
+            FleetOnlyProxy(upstream, verify, long_poll),
             host=host,
             port=port,
             lifespan="off",

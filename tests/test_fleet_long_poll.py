@@ -1,0 +1,135 @@
+"""The Fleet gateway holds a SuperNode's empty pull until a message is there.
+
+A real gateway (uvicorn, httpx) is put in front of a real HTTP upstream standing in for the
+SuperLink's Fleet API, whose pull answers empty until the test queues a message. A pull made
+before the message exists must come back with it (the gateway asked again), a pull with
+nothing to get comes back empty when the hold ends, and other calls are forwarded once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from flwr.proto.fleet_pb2 import PullMessagesResponse
+from flwr.proto.message_pb2 import Message as MessageProto
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from collabfl.coordinator.fleet_gateway import PROTOBUF, PULL_PATH, FleetGateway, LongPoll
+
+
+class FakeFleet:
+    """Counts calls; a pull answers the queued message once, else an empty answer."""
+
+    def __init__(self) -> None:
+        self.pulls = 0
+        self.other_calls = 0
+        self.queued: PullMessagesResponse | None = None
+        self.lock = threading.Lock()
+
+    async def pull(self, request: Request) -> Response:
+        with self.lock:
+            self.pulls += 1
+            answer, self.queued = self.queued or PullMessagesResponse(), None
+        return Response(answer.SerializeToString(), media_type=PROTOBUF)
+
+    async def other(self, request: Request) -> Response:
+        with self.lock:
+            self.other_calls += 1
+        return Response(b"", media_type=PROTOBUF)
+
+    def queue(self, message_id: str) -> None:
+        answer = PullMessagesResponse(messages_list=[MessageProto()])
+        answer.messages_list[0].metadata.message_id = message_id
+        with self.lock:
+            self.queued = answer
+
+
+def _serve(app) -> tuple[uvicorn.Server, int]:
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.01)
+    return server, server.servers[0].sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+def fleet() -> Iterator[FakeFleet]:
+    yield FakeFleet()
+
+
+def _gateway(fleet: FakeFleet, long_poll: LongPoll) -> Iterator[str]:
+    routes = [
+        Route(PULL_PATH, fleet.pull, methods=["POST"]),
+        Route("/v1/fleet/send-node-heartbeat", fleet.other, methods=["POST"]),
+    ]
+    upstream, upstream_port = _serve(Starlette(routes=routes))
+    gateway = FleetGateway(
+        "127.0.0.1", 0, f"http://127.0.0.1:{upstream_port}", None, None, long_poll
+    )
+    port = gateway.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        gateway.stop()
+        upstream.should_exit = True
+
+
+@pytest.fixture
+def held(fleet: FakeFleet) -> Iterator[str]:
+    yield from _gateway(fleet, LongPoll(hold_s=60.0, first_s=0.01, max_s=0.05))
+
+
+@pytest.fixture
+def short_hold(fleet: FakeFleet) -> Iterator[str]:
+    yield from _gateway(fleet, LongPoll(hold_s=0.5, first_s=0.01, max_s=0.05))
+
+
+def _pull(base: str) -> PullMessagesResponse:
+    response = httpx.post(base + PULL_PATH, content=b"", timeout=120)
+    response.raise_for_status()
+    return PullMessagesResponse.FromString(response.content)
+
+
+def test_a_pull_made_before_the_message_exists_returns_it(fleet, held):
+    answer: list[PullMessagesResponse] = []
+    puller = threading.Thread(target=lambda: answer.append(_pull(held)))
+    puller.start()
+    while fleet.pulls < 3:  # the gateway is asking again: the pull is being held
+        time.sleep(0.01)
+    fleet.queue("m-1")
+    puller.join(timeout=60)
+    assert not puller.is_alive()
+    assert [m.metadata.message_id for m in answer[0].messages_list] == ["m-1"]
+
+
+def test_a_pull_with_nothing_to_get_ends_empty_when_the_hold_ends(fleet, short_hold):
+    assert not _pull(short_hold).messages_list
+    assert fleet.pulls > 1
+
+
+def test_a_pull_that_finds_a_message_is_not_asked_again(fleet, held):
+    fleet.queue("m-2")
+    assert [m.metadata.message_id for m in _pull(held).messages_list] == ["m-2"]
+    assert fleet.pulls == 1
+
+
+def test_other_fleet_calls_are_forwarded_once(fleet, held):
+    response = httpx.post(held + "/v1/fleet/send-node-heartbeat", content=b"", timeout=30)
+    assert response.status_code == 200 and fleet.other_calls == 1 and fleet.pulls == 0
+
+
+def test_long_poll_intervals_grow_to_their_cap_and_fill_the_hold():
+    waits = LongPoll(hold_s=2.0, first_s=0.02, max_s=0.25, growth=1.5).intervals()
+    assert waits[0] == 0.02 and max(waits) == 0.25
+    assert all(a <= b for a, b in itertools.pairwise(waits))
+    assert 2.0 <= sum(waits) < 2.0 + 0.25
