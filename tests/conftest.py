@@ -19,6 +19,7 @@ SLOWEST_FIRST = (
     "test_spo_federated.py",
     "test_admin_cli.py",
     "test_coordinator_daemon.py",
+    "test_flower_floor.py",
 )
 """Files that start real federations, longest first: with ``--dist loadfile`` the workers
 take files in collection order, so starting these first keeps one of them from being the
