@@ -14,7 +14,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from collabfl.coordinator.recording import MethodRecorder
-from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, Reply
+from collabfl.strategies.protocol import (
+    ClientPool,
+    FlatVector,
+    Instruction,
+    Program,
+    Reply,
+    run_programs,
+)
 from collabfl.strategies.rounds import Method, Resume, RoundOutcome
 
 
@@ -44,9 +51,21 @@ class MeteredPool:
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
         replies = self.pool.send(instructions)
         for k, reply in replies.items():
-            moved = _model_bytes(instructions[k].model) + _model_bytes(reply.model)
-            self._bytes[k] = self._bytes.get(k, 0) + moved
+            self._charge(k, instructions[k], reply)
         return replies
+
+    def send_programs(self, programs: Mapping[int, Program]) -> dict[int, list[Reply]]:
+        """Programs as the wrapped pool runs them (one message each, or step by step)."""
+        by_step = run_programs(self.pool, programs)
+        answered = sorted(by_step[-1]) if by_step else []
+        for i, replies in enumerate(by_step):
+            for k, reply in replies.items():
+                self._charge(k, programs[k][i], reply)
+        return {k: [replies[k] for replies in by_step] for k in answered}
+
+    def _charge(self, client: int, instruction: Instruction, reply: Reply) -> None:
+        moved = _model_bytes(instruction.model) + _model_bytes(reply.model)
+        self._bytes[client] = self._bytes.get(client, 0) + moved
 
     def take_coordinator_bytes(self) -> dict[int, int]:
         """Model bytes per client since the last call (the round just finished)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,12 +39,20 @@ from flwr.clientapp import ClientApp
 from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peers import MAX_PEER_WEIGHT, PeerModelSource, PeerUnavailable
-from collabfl.flower.codec import decode_instruction, encode_reply
+from collabfl.flower.codec import (
+    MESSAGE_PREFIX,
+    PROGRAM_MESSAGE,
+    decode_instruction,
+    decode_program,
+    encode_replies,
+    encode_reply,
+)
 from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
 from collabfl.flower.session import NodeCache, NodeState, describe
 from collabfl.kernel.grants import load_public_key_bytes
 from collabfl.kernel.tickets import InvalidTicket, TicketVerifier
 from collabfl.kernel.tls import ClientTLS
+from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import (
     Collaborate,
     Discriminate,
@@ -169,32 +177,54 @@ def setup(message: Message, context: Context) -> Message:
 
 def handle(message: Message, context: Context) -> Message:
     """Run one instruction against the node's saved state and save the new state."""
+    (reply,) = run_steps([decode_instruction(message.content)], context)
+    return Message(encode_reply(reply), reply_to=message)
+
+
+def handle_program(message: Message, context: Context) -> Message:
+    """Run a round's steps in one message (strategies.protocol.Program), in order."""
+    replies = run_steps(decode_program(message.content), context)
+    return Message(encode_replies(replies), reply_to=message)
+
+
+def run_steps(steps: Sequence[Instruction], context: Context) -> list[Reply]:
+    """Open the node, run ``steps`` in order, save its state once after the last.
+
+    The replay guard sees the steps as one unit: a program replayed after a coordinator
+    restart starts again from the state its round began with.
+    """
     settings = NodeSettings.from_context(context)
-    instruction = decode_instruction(message.content)
     state = NodeState(settings.state_dir)
-    step = _step_name(instruction.task)
-    state.begin(instruction.round, step)
+    round_index, names = steps[0].round, [_step_name(step.task) for step in steps]
+    if any(step.round != round_index for step in steps):
+        raise ValueError("a program's steps must belong to one round")
+    state.begin(round_index, names[0])
     run = state.read_settings().run_id
     published = PublishedModels(state.published, settings.client_id, settings.keep_rounds)
     store = published.for_publishing(run)
     node = nodes.open(settings.client_id, settings.data_path, state, store, NoPeers())
     node.fetcher.max_weight = settings.max_peer_weight
-    if isinstance(instruction.task, Collaborate):
-        node.fetcher.source = _peer_source(instruction.task, node.workspace.numel, settings, run)
-    try:
-        reply = node.handle(instruction)
-    finally:
-        close = getattr(node.fetcher.source, "close", None)
-        if close is not None:
-            close()
+    replies = []
+    for step in steps:
+        if isinstance(step.task, Collaborate):
+            node.fetcher.source = _peer_source(step.task, node.workspace.numel, settings, run)
+        try:
+            replies.append(node.handle(step))
+        finally:
+            close = getattr(node.fetcher.source, "close", None)
+            if close is not None:
+                close()
+            node.fetcher.source = NoPeers()
     state.save(node)
     nodes.keep(node, settings.data_path, state)
-    state.done(instruction.round, step)
-    return Message(encode_reply(reply), reply_to=message)
+    for name in names:
+        state.done(round_index, name)
+    return replies
 
 
 for _verb in Verb:  # every verb's messages go to the same handler; a new verb needs no edit
     app.query(_verb.value)(ticketed(handle))
+app.query(PROGRAM_MESSAGE.removeprefix(MESSAGE_PREFIX))(ticketed(handle_program))
 
 
 def _step_name(task: Task) -> str:
@@ -223,7 +253,7 @@ def _peer_source(
         grants=dict(zip(candidates, task.peer_grants, strict=True)),
         expected_numel=numel,
         max_bytes=numel * 4 + HEADER_ALLOWANCE,
-        timeout_s=FETCH_TIMEOUT_S,
+        timeout_s=task.peer_wait_s or FETCH_TIMEOUT_S,
         tls=tls,
         run=run,
     )

@@ -5,9 +5,15 @@ encodes instructions, the ClientApp decodes them, and the reply travels the othe
 message holds one ConfigRecord (the task's or the metrics' fields in the one wire encoding
 of strategies.wire, plus the instruction's round and verb) and at most one ArrayRecord (the
 flat float32 vector).
+
+A program (strategies.protocol.Program: a client's steps of one round) travels as one
+``query.program`` message: step i's records are those of one instruction, named with the
+suffix ``.i``, and its reply holds the steps' replies the same way.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -20,6 +26,9 @@ from collabfl.strategies.wire import decode, encode
 
 MESSAGE_PREFIX = "query."
 """Every verb travels as a Flower query message named ``query.<verb>``."""
+PROGRAM_MESSAGE = MESSAGE_PREFIX + "program"
+MAX_PROGRAM_STEPS = 16
+"""More steps than any method's round has: a longer program is refused as malformed."""
 
 _CONFIG, _METRICS, _MODEL, _ARRAY = "config", "metrics", "model", "weights"
 _ROUND, _VERB = "_round", "_verb"
@@ -56,6 +65,49 @@ def decode_reply(content: RecordDict) -> Reply:
     """The reply a message carries; ValueError if it is malformed in any way."""
     metrics = decode(ClientMetrics, _config(content, _METRICS, "reply"))
     return Reply(metrics, _vector(content))
+
+
+def encode_program(program: Sequence[Instruction]) -> RecordDict:
+    return _joined([encode_instruction(instruction) for instruction in program])
+
+
+def decode_program(content: RecordDict) -> list[Instruction]:
+    """The steps a program message carries; ValueError if any is malformed."""
+    return [decode_instruction(step) for step in _split(content, _CONFIG, "program")]
+
+
+def encode_replies(replies: Sequence[Reply]) -> RecordDict:
+    return _joined([encode_reply(reply) for reply in replies])
+
+
+def decode_replies(content: RecordDict, steps: int) -> list[Reply]:
+    """A program's replies, exactly ``steps`` of them; ValueError otherwise."""
+    replies = [decode_reply(step) for step in _split(content, _METRICS, "program reply")]
+    if len(replies) != steps:
+        raise ValueError(f"program reply has {len(replies)} steps, expected {steps}")
+    return replies
+
+
+def _joined(parts: Sequence[RecordDict]) -> RecordDict:
+    """Single-step contents as one, each record renamed ``<key>.<step>``."""
+    joined = RecordDict()
+    for i, part in enumerate(parts):
+        for key, record in part.items():
+            joined[f"{key}.{i}"] = record
+    return joined
+
+
+def _split(content: RecordDict, key: str, what: str) -> list[RecordDict]:
+    """``_joined``'s parts back; ValueError for gaps, strays or too many steps."""
+    parts: dict[int, RecordDict] = {}
+    for name, record in content.items():
+        base, _, index = name.rpartition(".")
+        if base not in (key, _MODEL) or not index.isdigit() or index != str(int(index)):
+            raise ValueError(f"{what} has an unexpected record {name!r}")
+        parts.setdefault(int(index), RecordDict())[base] = record
+    if not parts or sorted(parts) != list(range(len(parts))) or len(parts) > MAX_PROGRAM_STEPS:
+        raise ValueError(f"{what} steps must be 0..n-1 with 1 <= n <= {MAX_PROGRAM_STEPS}")
+    return [parts[i] for i in range(len(parts))]
 
 
 def _content(key: str, config: ConfigRecord, model: FlatVector | None) -> RecordDict:

@@ -1,10 +1,11 @@
 """The ClientPool adapter for a real federation: instructions become Flower Messages.
 
-The methods in strategies/ call ``send`` exactly as in the in-process runtime. This adapter
-adds what only a real federation needs: mapping client ids to Flower node ids, attaching
-peer addresses and coordinator-signed grants to COLLABORATE instructions, polling for
-replies with a deadline, and turning silence or errors into recorded events instead of
-hangs. A client that does not answer in time is simply absent from that round's replies.
+The methods in strategies/ call ``send`` (and ``send_programs``: a round's steps as one
+message per client) exactly as in the in-process runtime. This adapter adds what only a
+real federation needs: mapping client ids to Flower node ids, attaching peer addresses and
+coordinator-signed grants to COLLABORATE steps, polling for replies with a deadline, timing
+each message, and turning silence or errors into recorded events instead of hangs. A client
+that does not answer in time is simply absent from that round's replies.
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from collabfl.coordinator.state import Member
 from collabfl.flower.codec import (
+    PROGRAM_MESSAGE,
+    decode_replies,
     decode_reply,
     encode_instruction,
+    encode_program,
     message_type,
 )
-from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.protocol import Instruction, Program, Reply
 from collabfl.strategies.verbs import Collaborate
 
 log = logging.getLogger(__name__)
@@ -50,8 +54,9 @@ class FlowerClientPool:
         on_event: EventSink,
         admit: Admitter,
         timeout_s: float = 600.0,
-        poll_s: float = 0.25,
+        poll_s: float = 0.1,
         refused: Callable[[Collection[int]], Collection[int]] = lambda online: (),
+        on_timing: Callable[[MessageTiming], None] = lambda timing: None,
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -64,6 +69,11 @@ class FlowerClientPool:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.refused = refused
+        self.on_timing = on_timing
+        """Where each answered message's timing goes (the run's messages.jsonl)."""
+        self.silent: set[int] = set()
+        """Clients whose last message got no valid reply: no peer waits for their models
+        until they answer again (a hung client must not hold up everyone's round)."""
         """Given the nodes online, those the run's binding refuses (flower/binding.py): they
         are not offered set-up again."""
 
@@ -72,47 +82,47 @@ class FlowerClientPool:
         return {k: m.num_samples for k, m in self.members.items()}
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
-        round_index = next(iter(instructions.values())).round if instructions else -1
+        answered = self.send_programs({k: [ins] for k, ins in instructions.items()})
+        return {k: replies[0] for k, replies in answered.items()}
+
+    def send_programs(self, programs: Mapping[int, Program]) -> dict[int, list[Reply]]:
+        """One message per client: a lone step as its verb's message, more as a program."""
+        round_index = next(iter(programs.values()))[0].round if programs else -1
         online = self.refresh()
-        messages = []
-        for client_id, instruction in instructions.items():
+        messages, steps = [], {}
+        for client_id, program in programs.items():
             member = self.members.get(client_id)
             if member is None:
                 continue
             if member.flower_node_id not in online:
                 self.on_event(round_index, "offline", client_id, "node is offline; skipped")
                 continue
-            if isinstance(instruction.task, Collaborate):
-                task = self._with_peer_access(client_id, instruction.round, instruction.task)
-                instruction = replace(instruction, task=task)
-            messages.append(
-                Message(
-                    encode_instruction(instruction),
-                    dst_node_id=member.flower_node_id,
-                    message_type=message_type(instruction.verb),
-                    group_id=str(instruction.round),
-                )
-            )
-        replies = {}
-        for client_id, content in exchange(
-            self.grid, messages, self.timeout_s, self.poll_s
-        ).items():
-            sender = self.by_node.get(client_id)
+            program = [self._with_peer_access(client_id, step, online) for step in program]
+            steps[member.flower_node_id] = len(program)
+            messages.append(_message(program, member.flower_node_id))
+        replies: dict[int, list[Reply]] = {}
+        for node, answer in exchange(self.grid, messages, self.timeout_s, self.poll_s).items():
+            sender = self.by_node.get(node)
             if sender is None:
                 continue
-            if isinstance(content, str):
-                self.on_event(round_index, "client_error", sender, content)
+            if isinstance(answer.content, str):
+                self.on_event(round_index, "client_error", sender, answer.content)
                 continue
             try:
-                replies[sender] = reply = decode_reply(content)
+                replies[sender] = _decode(answer.content, steps[node])
             except ValueError as error:
                 self.on_event(round_index, "bad_reply", sender, str(error))
                 continue
-            for reason in reply.metrics.skipped_peers or ():
-                self.on_event(round_index, "peer_skipped", sender, reason)
+            self.on_timing(message_timing(round_index, sender, answer, replies[sender]))
+            for reply in replies[sender]:
+                for reason in reply.metrics.skipped_peers or ():
+                    self.on_event(round_index, "peer_skipped", sender, reason)
         for message in messages:
             client_id = self.by_node[message.metadata.dst_node_id]
-            if client_id not in replies:
+            if client_id in replies:
+                self.silent.discard(client_id)
+            else:
+                self.silent.add(client_id)
                 self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
         return dict(sorted(replies.items()))  # arrival order must not leak into the method
 
@@ -137,39 +147,122 @@ class FlowerClientPool:
         self.members[member.client_id] = member
         self.by_node[member.flower_node_id] = member.client_id
 
-    def _with_peer_access(self, client_id: int, round_index: int, task: Collaborate) -> Collaborate:
-        """Attach owners' addresses and grants; unknown peers are dropped from the list."""
-        known = tuple(j for j in task.candidates if j in self.members)
+    def _with_peer_access(self, client_id: int, step: Instruction, online: set[int]) -> Instruction:
+        """A COLLABORATE step with its owners' addresses and grants attached, and how long a
+        fetch may wait for a peer: half the message deadline, so that the client still
+        answers in time when a peer never publishes. Peers that are unknown, offline or
+        silent are dropped from its list. Other steps as they are."""
+        task = step.task
+        if not isinstance(task, Collaborate):
+            return step
+        known = tuple(
+            j
+            for j in task.candidates
+            if j in self.members
+            and self.members[j].flower_node_id in online
+            and j not in self.silent
+        )
         weights = dict(zip(task.candidates, task.weights, strict=True))
-        grants = self.issue_grants(client_id, known, round_index) if known else {}
-        return replace(
+        grants = self.issue_grants(client_id, known, step.round) if known else {}
+        task = replace(
             task,
             candidates=known,
             weights=tuple(weights[j] for j in known),
             peer_addresses=tuple(self.members[j].peer_address for j in known),
             peer_grants=tuple(grants[j] for j in known),
+            peer_wait_s=self.timeout_s / 2,
         )
+        return replace(step, task=task)
+
+
+def _message(program: Program, node: int) -> Message:
+    """A lone step as its verb's message, several as one program message."""
+    if len(program) == 1:
+        step = program[0]
+        content, kind = encode_instruction(step), message_type(step.verb)
+    else:
+        content, kind = encode_program(program), PROGRAM_MESSAGE
+    return Message(content, dst_node_id=node, message_type=kind, group_id=str(program[0].round))
+
+
+def _decode(content: RecordDict, steps: int) -> list[Reply]:
+    return [decode_reply(content)] if steps == 1 else decode_replies(content, steps)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One node's reply to a message, and when it travelled (Unix seconds)."""
+
+    content: RecordDict | str
+    """The reply's content, or the error text of a reply that carries an error."""
+    sent_at: float
+    """When the coordinator created the message."""
+    replied_at: float
+    """When the client created its reply (its clock)."""
+    seen_at: float
+    """When the coordinator pulled the reply."""
+
+
+@dataclass(frozen=True)
+class MessageTiming:
+    """Where one message's round trip went (messages.jsonl): the client's work (its
+    verbs' seconds), getting the message to the client and the work started
+    (``to_client_s``: delivery, the ClientApp's start, state loading and saving), and
+    getting the reply back (``to_coordinator_s``). Client and coordinator clocks are
+    compared, so on separate machines the split is only as good as their synchronisation.
+    """
+
+    round: int
+    client: int
+    steps: int
+    round_trip_s: float
+    work_s: float
+    to_client_s: float
+    to_coordinator_s: float
+
+
+WORK_FIELDS = ("train_s", "collaborate_s", "evaluate_s", "discriminate_s", "gradient_s")
+"""The verbs' seconds (fetch_s is part of collaborate_s)."""
+
+
+def message_timing(
+    round_index: int, client: int, answer: Answer, replies: list[Reply]
+) -> MessageTiming:
+    work = sum(getattr(r.metrics, name) or 0.0 for r in replies for name in WORK_FIELDS)
+    return MessageTiming(
+        round=round_index,
+        client=client,
+        steps=len(replies),
+        round_trip_s=answer.seen_at - answer.sent_at,
+        work_s=work,
+        to_client_s=answer.replied_at - answer.sent_at - work,
+        to_coordinator_s=answer.seen_at - answer.replied_at,
+    )
 
 
 def exchange(
     grid: Grid, messages: list[Message], timeout_s: float, poll_s: float
-) -> dict[int, RecordDict | str]:
+) -> dict[int, Answer]:
     """Push messages and poll for replies until all arrive or the deadline passes.
 
-    Returns reply content per source node id, or the error text for replies that carry an
-    error. Flower's own send_and_receive sleeps 3 s between polls; rounds here are short.
+    Returns the answer per source node id. Flower's own send_and_receive sleeps 3 s between
+    polls; rounds here are short.
     """
+    sent_at = {m.metadata.message_id: m.metadata.created_at for m in messages}
     pending = set(grid.push_messages(messages))
     deadline = time.monotonic() + timeout_s
-    replies: dict[int, RecordDict | str] = {}
+    answers: dict[int, Answer] = {}
     while pending and time.monotonic() < deadline:
         for reply in grid.pull_messages(list(pending)):
-            pending.discard(reply.metadata.reply_to_message_id)
-            source = reply.metadata.src_node_id
-            if reply.has_error():
-                replies[source] = f"error {reply.error.code}: {reply.error.reason}"
-            else:
-                replies[source] = reply.content
+            meta = reply.metadata
+            pending.discard(meta.reply_to_message_id)
+            content: RecordDict | str = (
+                f"error {reply.error.code}: {reply.error.reason}"
+                if reply.has_error()
+                else reply.content
+            )
+            sent = sent_at.get(meta.reply_to_message_id, meta.created_at)
+            answers[meta.src_node_id] = Answer(content, sent, meta.created_at, time.time())
         if pending:
             time.sleep(poll_s)
-    return replies
+    return answers

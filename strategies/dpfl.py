@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from collabfl.strategies.greedy import TieRule
-from collabfl.strategies.protocol import ClientPool, Instruction, Reply, broadcast
+from collabfl.strategies.protocol import ClientPool, Instruction, Reply, run_programs
 from collabfl.strategies.rounds import (
     Edge,
     Resume,
@@ -64,52 +64,69 @@ class DPFL:
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
+        # Each round is one program per client (strategies.protocol.run_programs): train,
+        # then collaborate on peers' models of this round, then evaluate.
         if resume is None:
             if num_rounds < 1:
                 return
-            trained = self._train_and_publish(pool, 0, self.init_epochs)
+            clients = sorted(pool.sample_counts)
             first_search: Search = "greedy" if self.graph == "ggc" else "random"
-            # Sorted: replies arrive in any order in a real federation, and the candidate order
-            # seeds GGC's visiting order.
-            everyone = {k: [j for j in sorted(trained) if j != k] for k in sorted(trained)}
-            collaborated = self._collaborate(pool, 0, everyone, first_search)
+            # Sorted: the candidate order seeds GGC's visiting order.
+            everyone = {k: [j for j in clients if j != k] for k in clients}
+            trained, collaborated, evaluated = self._collaborating_round(
+                pool, 0, self.init_epochs, everyone, first_search
+            )
             candidates = chosen_peers(collaborated)
             chosen = candidates
-            yield self._outcome(pool, 0, trained, collaborated, candidates, chosen)
+            yield self._outcome(pool, 0, trained, collaborated, evaluated, candidates, chosen)
         else:
             # A coalition that starts mid-run (strategies.coalitions) resumes from nothing.
             candidates = _int_lists(resume.checkpoint.get("candidates", {}))
             chosen = _int_lists(resume.checkpoint.get("chosen", {}))
 
         for t in range(max(1, first_round(resume)), num_rounds):
+            clients = sorted(pool.sample_counts)
             if t % self.collaborate_every:
-                trained = broadcast(pool, t, Train(self.epochs, score_local=self.score_local))
-                evaluated = broadcast(pool, t, Evaluate(), clients=sorted(trained))
+                train = Instruction(t, Train(self.epochs, score_local=self.score_local))
+                local = {k: [train, Instruction(t, Evaluate())] for k in clients}
+                trained, evaluated = run_programs(pool, local)
                 checkpoint = {"candidates": candidates, "chosen": chosen}
                 yield RoundOutcome(t, merge_metrics(trained, evaluated), None, checkpoint)
                 continue
-            trained = self._train_and_publish(pool, t, self.epochs)
             search_now = self.graph == "ggc" and (t - 1) % self.select_every == 0
             lists = candidates if search_now else chosen
-            alive = {k: [j for j in lists.get(k, []) if j in trained] for k in trained}
-            collaborated = self._collaborate(pool, t, alive, "greedy" if search_now else "none")
-            chosen = chosen_peers(collaborated)
-            yield self._outcome(pool, t, trained, collaborated, candidates, chosen)
-
-    def _train_and_publish(self, pool: ClientPool, t: int, epochs: float) -> dict[int, Reply]:
-        return broadcast(pool, t, Train(epochs, publish=True, score_local=self.score_local))
-
-    def _collaborate(
-        self, pool: ClientPool, t: int, candidates: Mapping[int, list[int]], search: Search
-    ) -> dict[int, Reply]:
-        counts = pool.sample_counts
-        instructions = {
-            k: Instruction(
-                t, Collaborate.weighted_by_samples(search, peers, counts, self.budget, tie=self.tie)
+            peers = {k: [j for j in lists.get(k, []) if j in pool.sample_counts] for k in clients}
+            trained, collaborated, evaluated = self._collaborating_round(
+                pool, t, self.epochs, peers, "greedy" if search_now else "none"
             )
-            for k, peers in candidates.items()
+            chosen = chosen_peers(collaborated)
+            yield self._outcome(pool, t, trained, collaborated, evaluated, candidates, chosen)
+
+    def _collaborating_round(
+        self,
+        pool: ClientPool,
+        t: int,
+        epochs: float,
+        peers: Mapping[int, list[int]],
+        search: Search,
+    ) -> list[dict[int, Reply]]:
+        """Train and publish, collaborate over ``peers``, evaluate: replies of each step."""
+        counts = pool.sample_counts
+        train = Instruction(t, Train(epochs, publish=True, score_local=self.score_local))
+        programs = {
+            k: [
+                train,
+                Instruction(
+                    t,
+                    Collaborate.weighted_by_samples(
+                        search, candidates, counts, self.budget, tie=self.tie
+                    ),
+                ),
+                Instruction(t, Evaluate()),
+            ]
+            for k, candidates in peers.items()
         }
-        return pool.send(instructions)
+        return run_programs(pool, programs)
 
     def _outcome(
         self,
@@ -117,10 +134,10 @@ class DPFL:
         t: int,
         trained: Mapping[int, Reply],
         collaborated: Mapping[int, Reply],
+        evaluated: Mapping[int, Reply],
         candidates: dict[int, list[int]],
         chosen: dict[int, list[int]],
     ) -> RoundOutcome:
-        evaluated = broadcast(pool, t, Evaluate(), clients=sorted(trained))
         return RoundOutcome(
             t,
             merge_metrics(trained, collaborated, evaluated),

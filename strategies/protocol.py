@@ -11,9 +11,9 @@ sees indices, sizes and metrics.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -110,3 +110,42 @@ def broadcast(
     targets = sorted(pool.sample_counts) if clients is None else clients
     instruction = Instruction(round_index, task, model)
     return pool.send({k: instruction for k in targets})
+
+
+Program = Sequence[Instruction]
+"""One client's instructions for one round, run in order (DPFL's train, collaborate and
+evaluate): a real federation delivers them as one message."""
+
+
+@runtime_checkable
+class ProgramPool(Protocol):
+    """A pool that delivers a client's whole program at once."""
+
+    def send_programs(self, programs: Mapping[int, Program]) -> dict[int, list[Reply]]:
+        """Run each client's program; a client that fails any step is absent."""
+        ...
+
+
+def run_programs(pool: ClientPool, programs: Mapping[int, Program]) -> list[dict[int, Reply]]:
+    """Run every client's program; return each step's replies (step i: ``result[i]``).
+
+    A ``ProgramPool`` runs each program as one unit, so its clients go through their steps
+    without waiting for each other (a step that needs a peer's model of this round waits for
+    that peer to publish it). Any other pool runs step i of every client before step i+1.
+    Both give the same replies, because a step reads other clients' models only as published
+    by earlier steps. A client that fails a step takes no further steps of the round.
+    """
+    lengths = {len(program) for program in programs.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"programs of one round must have the same length, got {lengths}")
+    steps = lengths.pop() if lengths else 0
+    if isinstance(pool, ProgramPool):
+        answered = pool.send_programs(programs)
+        return [{k: replies[i] for k, replies in answered.items()} for i in range(steps)]
+    by_step: list[dict[int, Reply]] = []
+    alive = sorted(programs)
+    for i in range(steps):
+        replies = pool.send({k: programs[k][i] for k in alive})
+        alive = [k for k in alive if k in replies]
+        by_step.append(replies)
+    return by_step

@@ -108,7 +108,9 @@ class Collaborate:
     caps the peer models held at once and the collaborators chosen (None: unlimited).
     ``step`` tells repeated searches within a round apart; ``tie``: the greedy search's rule
     when neither gain is positive (strategies.greedy.TieRule). A real federation attaches one
-    peer address and one fetch grant per candidate (flower/pool.py).
+    peer address and one fetch grant per candidate, and ``peer_wait_s``: how long a fetch
+    may wait for a peer to publish this round's model and send it (flower/pool.py); a peer
+    that has not by then is skipped for the round.
     """
 
     verb: ClassVar[Verb] = Verb.COLLABORATE
@@ -123,6 +125,7 @@ class Collaborate:
     tie: TieRule = "add"
     peer_addresses: tuple[str, ...] = ()
     peer_grants: tuple[bytes, ...] = ()
+    peer_wait_s: float | None = None
 
     def __post_init__(self) -> None:
         _one_of("search", self.search, Search)
@@ -137,6 +140,10 @@ class Collaborate:
         _require(
             self.budget is None or self.budget >= 0,
             f"budget must be >= 0 or None (unlimited), got {self.budget}",
+        )
+        _require(
+            self.peer_wait_s is None or (math.isfinite(self.peer_wait_s) and self.peer_wait_s > 0),
+            f"peer_wait_s must be finite and > 0, got {self.peer_wait_s}",
         )
         for name, values in (("peer_addresses", self.peer_addresses), ("grants", self.peer_grants)):
             _require(len(values) in (0, count), f"{len(values)} {name} for {count} candidates")

@@ -8,7 +8,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from collabfl.flower import server_app
 from collabfl.flower.binding import NodeBinder, format_bindings, parse_bindings
-from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.pool import Answer, FlowerClientPool
 from collabfl.flower.run_setup import Description, encode_description
 from tests.test_session import _settings
 
@@ -40,7 +40,8 @@ def _answers(claims: dict[int, int], addresses: dict[int, str] | None = None):
         for m in messages:
             node = m.metadata.dst_node_id
             address = addresses.get(node, f"h:{node}")
-            answers[node] = encode_description(Description(claims[node], 10, 10, address))
+            content = encode_description(Description(claims[node], 10, 10, address))
+            answers[node] = Answer(content, 0.0, 0.0, 0.0)
         return answers
 
     return exchange

@@ -23,13 +23,17 @@ from collabfl.strategies.verbs import Collaborate, Train, Verb
 
 
 class ScriptedPool:
-    """Clients whose 'training' adds their id to the model; records every instruction."""
+    """Clients whose 'training' adds their id to the model; records every instruction.
+
+    A collaboration can only choose peers that published a model in that round, as a real
+    fetch can only get those."""
 
     def __init__(self, counts: Mapping[int, int], vanish_after: dict[int, int] | None = None):
         self._counts = dict(counts)
         self.models = {k: torch.zeros(2) for k in counts}
         self.log: list[tuple[int, Instruction]] = []
         self.vanish_after = vanish_after or {}
+        self.published: set[tuple[int, int]] = set()
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
@@ -46,10 +50,12 @@ class ScriptedPool:
             task = ins.task
             if isinstance(task, Train):
                 self.models[k] = self.models[k] + k
+                if task.publish:
+                    self.published.add((k, ins.round))
                 upload = self.models[k].clone() if task.upload else None
                 replies[k] = Reply(ClientMetrics(train_loss=1.0), upload)
             elif isinstance(task, Collaborate):
-                candidates = task.candidates
+                candidates = tuple(j for j in task.candidates if (j, ins.round) in self.published)
                 chosen = candidates if task.budget is None else candidates[: task.budget]
                 replies[k] = Reply(ClientMetrics(chosen=chosen, num_collaborators=len(chosen)))
             else:
@@ -145,12 +151,13 @@ def test_pfedgraph_local_steps_reach_every_train():
 
 def test_dpfl_random_graph_and_vanished_peer():
     pool = ScriptedPool(COUNTS, vanish_after={2: 0})
-    list(DPFL(epochs=1, init_epochs=1, budget=None, graph="random").rounds(pool, 2))
+    outcomes = list(DPFL(epochs=1, init_epochs=1, budget=None, graph="random").rounds(pool, 2))
     first = [ins.task.search for _, ins in pool.log if ins.verb is Verb.COLLABORATE]
     assert first[:3] == ["random"] * 3
     round_one = {k: ins for k, ins in pool.log if ins.verb is Verb.COLLABORATE and ins.round == 1}
     assert sorted(round_one) == [0, 1]
-    assert 2 not in round_one[0].task.candidates
+    # Client 2 published nothing in round 1: nobody can choose it, and the graph says so.
+    assert {j for _, j, _ in outcomes[1].graph} == {0, 1}
 
 
 def test_ditto_evaluates_the_personal_model_with_prox_to_global():
