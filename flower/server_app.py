@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,15 +124,6 @@ def run_federated(
             coordinator.register_members(joined)
         return joined
 
-    pool = FlowerClientPool(
-        grid,
-        members,
-        issue,
-        on_event,
-        admit_new,
-        timeout_s=options.message_timeout_s,
-        refused=binder.refused,
-    )
     model = model_name(spec.config)
     workspace = FlatModel(build_model(model, num_classes, spec.config.seed))
     out_dir = Path(options.out_dir)
@@ -145,6 +136,16 @@ def run_federated(
     # Graphs span client ids 0..n-1 even when some expected client has not joined (yet).
     num_clients = max(options.expected_clients, 1 + max(m.client_id for m in members))
     recorder = MethodRecorder(spec, run_dir, num_clients, model, workspace.nbytes, last)
+    pool = FlowerClientPool(
+        grid,
+        members,
+        issue,
+        on_event,
+        admit_new,
+        timeout_s=options.message_timeout_s,
+        refused=binder.refused,
+        on_timing=lambda timing: recorder.writer.log_message(asdict(timing)),
+    )
     method = build_method(spec, pool.sample_counts, workspace, reports)
 
     def after_round(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
@@ -198,9 +199,10 @@ def admit(
         for node in nodes
     ]
     members, classes, reports = [], set(), {}
-    answers = exchange(grid, messages, timeout_s, 0.25)
+    answers = exchange(grid, messages, timeout_s, 0.1)
     online = set(grid.get_node_ids())
-    for node, content in answers.items():
+    for node, answer in answers.items():
+        content = answer.content
         if isinstance(content, str):
             log.warning("node %s failed to join: %s", node, content)
             continue

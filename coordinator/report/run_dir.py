@@ -2,7 +2,8 @@
 
 Layout: config.json, metrics.jsonl (one row per round and client), graphs/round_NNNN.json
 (one collaboration graph per round, graph methods only), coalitions.jsonl (one line per round,
-coalition methods only) and summary.json. Whole files are written through a temporary file and
+coalition methods only), messages.jsonl (a real federation's message timings, one line per
+answered message) and summary.json. Whole files are written through a temporary file and
 os.replace, so a crash never leaves half a config, graph or summary behind; the .jsonl files
 are append-only and flushed after every round.
 """
@@ -21,6 +22,7 @@ from collabfl.kernel.atomic import write_text
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 COALITIONS_FILE = "coalitions.jsonl"
+MESSAGES_FILE = "messages.jsonl"
 SUMMARY_FILE = "summary.json"
 GRAPHS_DIR = "graphs"
 
@@ -86,7 +88,7 @@ class RunWriter:
         (self.path / METRICS_FILE).touch()
 
     def _truncate_after(self, last_round: int) -> None:
-        for name in (METRICS_FILE, COALITIONS_FILE):
+        for name in (METRICS_FILE, COALITIONS_FILE, MESSAGES_FILE):
             _truncate_jsonl(self.path / name, last_round)
         graphs = self.path / GRAPHS_DIR
         if graphs.exists():
@@ -116,6 +118,10 @@ class RunWriter:
         """Append the round's coalitions (member lists); the file exists only for such methods."""
         record = {"round": int(round), "coalitions": [[int(c) for c in m] for m in coalitions]}
         _append(self.path / COALITIONS_FILE, _dumps(record) + "\n")
+
+    def log_message(self, record: dict[str, Any]) -> None:
+        """Append one message's timing (it names its round; a resumed run rewrites later ones)."""
+        _append(self.path / MESSAGES_FILE, _dumps(record) + "\n")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Record the final summary; written last, so its presence marks a finished run."""
