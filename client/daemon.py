@@ -31,6 +31,7 @@ from collabfl.client.peers import MAX_PEER_WEIGHT
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.processes import (
     CLIENT_RUNTIMES,
+    DEFAULT_RUNTIME,
     flower_binary,
     flower_env,
     warm_executor_command,
@@ -59,8 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runtime",
         choices=CLIENT_RUNTIMES,
-        default="subprocess",
-        help="subprocess: a ClientApp process per message; warm: one long-lived executor",
+        default=DEFAULT_RUNTIME,
+        help="warm: one long-lived executor (default); subprocess: a ClientApp process per message",
     )
     p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
     p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept per run")

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from collabfl.coordinator.admin import admin_app
-from collabfl.flower.processes import CLIENT_RUNTIMES
+from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 
 if TYPE_CHECKING:
     from collabfl.coordinator.config import ExperimentConfig
@@ -203,7 +203,7 @@ def federation_up_command(
             click_type=click.Choice(CLIENT_RUNTIMES),
             help="how clients run messages: a process per message, or one warm executor",
         ),
-    ] = "subprocess",
+    ] = DEFAULT_RUNTIME,
     tls: Annotated[
         bool,
         typer.Option(

@@ -37,7 +37,7 @@ from collabfl.coordinator.report.comparison import write_comparison
 from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
-from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.flower.processes import DEFAULT_RUNTIME, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group
 
@@ -115,7 +115,7 @@ def client_command(
     peer_port: int,
     runtime_port: int,
     key: Path,
-    runtime: str = "subprocess",
+    runtime: str = DEFAULT_RUNTIME,
     host: str = HOST,
     tls: FederationCredentials | None = None,
 ) -> list[str]:
@@ -157,7 +157,7 @@ class LocalFederation:
 
     work_dir: Path
     client_files: list[Path]
-    runtime: str = "subprocess"
+    runtime: str = DEFAULT_RUNTIME
     hosts: Hosts = field(default_factory=Loopback)
     tls: bool = False
     runs_dir: Path | None = None
@@ -383,7 +383,7 @@ def federation_up(
     out_dir: Path,
     console: Console,
     timeout_s: float = 3600.0,
-    runtime: str = "subprocess",
+    runtime: str = DEFAULT_RUNTIME,
     tls: bool = False,
 ) -> list[dict[str, Any]]:
     """Prepare each client's data file, start the federation, run every spec, tear down.

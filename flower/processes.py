@@ -7,19 +7,29 @@ import os
 import sys
 from pathlib import Path
 
-CLIENT_RUNTIMES = ("subprocess", "warm")
-"""How a client daemon runs ClientApp messages: Flower's fresh process per message
-(``subprocess``), or one long-lived executor that keeps the node in memory (``warm``)."""
+CLIENT_RUNTIMES = ("warm", "subprocess")
+"""How a client daemon runs ClientApp messages: one long-lived executor that keeps torch,
+the data and the node in memory (``warm``, the default), or Flower's fresh process per
+message (``subprocess``: slower, nothing of ours outlives a message)."""
+DEFAULT_RUNTIME = CLIENT_RUNTIMES[0]
+
+
+SUPEREXEC_POLL_S = 0.1
+"""How often a SuperExec asks for a task (a ServerApp to launch on the coordinator, a
+ClientApp message in the ``subprocess`` runtime). Flower's default is 1 s, which every run
+launch and every such message would wait out; one loopback poll costs about a millisecond."""
 
 
 def flower_env(flwr_home: Path) -> dict[str, str]:
-    """Environment for Flower processes: no telemetry, our FLWR_HOME, and this interpreter's
-    scripts first on PATH (Flower starts ``flower-superexec`` and ``flwr-*`` by name, which
-    must resolve to the same installation even when the venv is not activated)."""
+    """Environment for Flower processes: no telemetry, our FLWR_HOME, the SuperExec's poll
+    interval, and this interpreter's scripts first on PATH (Flower starts
+    ``flower-superexec`` and ``flwr-*`` by name, which must resolve to the same installation
+    even when the venv is not activated)."""
     scripts = str(Path(sys.executable).parent)
     return {
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(SUPEREXEC_POLL_S),
         "FLWR_HOME": str(flwr_home.resolve()),
         "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
     }
