@@ -11,6 +11,7 @@ SLOWEST_FIRST = (
     "test_federation_restart.py",
     "test_federation_coalitions.py",
     "test_federation_kill.py",
+    "test_federation_hang.py",
     "test_federation_stop.py",
     "test_warm_runtime.py",
     "test_federation_impostor.py",

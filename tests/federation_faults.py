@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -58,3 +60,28 @@ def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 3
             pass  # the coordinator is restarting
         time.sleep(1.0)
     raise AssertionError(f"run {run_id} did not reach the expected state in {limit_s} s")
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it (a client daemon, its SuperNode and executor,
+    which run in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, rest = stat.read_text().split(" ", 1)
+        except OSError:
+            continue
+        parent = int(rest.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(pid))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def send_signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
