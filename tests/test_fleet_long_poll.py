@@ -133,3 +133,13 @@ def test_long_poll_intervals_grow_to_their_cap_and_fill_the_hold():
     assert waits[0] == 0.02 and max(waits) == 0.25
     assert all(a <= b for a, b in itertools.pairwise(waits))
     assert 2.0 <= sum(waits) < 2.0 + 0.25
+
+
+def test_the_pull_the_gateway_holds_is_flowers_fleet_pull():
+    """The long poll keys on this flwr's Fleet route and answer; an upgrade that renames
+    either would quietly bring back the SuperNode's 3 s sleep after every empty pull."""
+    from flwr.superlink.routers.fleet.router import router
+
+    routes = {(route.path, method) for route in router.routes for method in route.methods}
+    assert (PULL_PATH, "POST") in routes
+    assert "messages_list" in PullMessagesResponse.DESCRIPTOR.fields_by_name
