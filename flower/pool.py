@@ -248,8 +248,9 @@ def exchange(
     Returns the answer per source node id. Flower's own send_and_receive sleeps 3 s between
     polls; rounds here are short.
     """
-    sent_at = {m.metadata.message_id: m.metadata.created_at for m in messages}
     pending = set(grid.push_messages(messages))
+    # Pushing gives each message its id (before, every id is empty).
+    sent_at = {m.metadata.message_id: m.metadata.created_at for m in messages}
     deadline = time.monotonic() + timeout_s
     answers: dict[int, Answer] = {}
     while pending and time.monotonic() < deadline:

@@ -46,7 +46,10 @@ class ScriptedGrid:
                 assert message.metadata.message_type == PROGRAM_MESSAGE
                 steps = decode_program(message.content)
                 content = encode_replies([Reply() for _ in steps])
-                self.replies[message.metadata.message_id] = Message(content, reply_to=message)
+                reply = Message(content, reply_to=message)
+                # as if the client had answered 5 s after the message was made
+                reply.metadata.__dict__["_created_at"] = message.metadata.created_at + 5.0
+                self.replies[message.metadata.message_id] = reply
         return ids
 
     def pull_messages(self, ids: list[str]) -> list[Message]:
@@ -95,6 +98,7 @@ def test_each_client_gets_its_round_as_one_message_with_peer_access():
     assert task.peer_grants == (b"grant", b"grant") and task.peer_wait_s == pytest.approx(0.15)
     assert sorted(t.client for t in timings) == [0, 1, 2]
     assert all(isinstance(t, MessageTiming) and t.steps == 3 for t in timings)
+    assert all(t.to_client_s + t.work_s == pytest.approx(5.0) for t in timings)
 
 
 def test_a_client_that_went_silent_is_nobodys_peer_until_it_answers_again():
