@@ -66,10 +66,13 @@ def test_manifest_reports_the_stored_file(store, signer, address):
     with grpc.insecure_channel(address) as channel:
         stub = peer_pb2_grpc.PeerModelsStub(channel)
         request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=grant, run=RUN)
-        manifest = stub.GetManifest(request, timeout=5)
         chunks = list(stub.FetchModel(request, timeout=5))
+    manifest = chunks[0].manifest
+    with store.open_round(ROUND) as published:
+        assert manifest.weights_sha256 == published.stored.weights_sha256
     assert manifest.byte_size == store.path(ROUND).stat().st_size
-    assert manifest.sha256 == store.digest(ROUND)
+    assert (manifest.owner, manifest.round) == (OWNER, ROUND)
+    assert [c.HasField("manifest") for c in chunks] == [True, False]  # on the first only
     assert [len(c.data) for c in chunks] == [1 << 20, manifest.byte_size - (1 << 20)]
     assert [c.offset for c in chunks] == [0, 1 << 20]
 
@@ -118,7 +121,7 @@ def test_bad_grants_are_refused(signer, address, case, caplog):
         pytest.raises(PeerUnavailable, match=f"PERMISSION_DENIED: .*{reason}"),
     ):
         source.fetch(OWNER, ROUND)
-    assert f"client {OWNER} refused GetManifest of round {ROUND} (run {RUN!r})" in caplog.text
+    assert f"client {OWNER} refused FetchModel of round {ROUND} (run {RUN!r})" in caplog.text
 
 
 def test_fetch_stream_also_checks_the_grant(address):
@@ -178,7 +181,6 @@ def test_wrong_length_model_is_refused(signer, address):
 
 def test_corrupted_file_fails_the_digest(store, signer, address):
     grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
-    store.digest(ROUND)  # the digest the server announces, cached before the disk goes bad
     path = store.path(ROUND)
     stat = path.stat()
     with path.open("r+b") as file:
