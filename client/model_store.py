@@ -205,10 +205,13 @@ class PublishedModels:
         return DiskModelStore(folder, self.owner, self.keep_rounds, read_only=True)
 
     def retire_other_runs(self, run: str) -> None:
-        """Delete every run's models but ``run``'s: a node takes part in one run at a time."""
+        """Delete every run's models but ``run``'s: a node takes part in one run at a time.
+
+        ``run``'s folder is made ready, so that from now on a peer's fetch of a round not
+        published yet waits for it instead of failing as for a run this node is not in.
+        """
         keep = self._folder(run)
-        if not self.root.is_dir():
-            return
+        keep.mkdir(parents=True, exist_ok=True)
         for folder in self.root.iterdir():
             if folder != keep and folder.is_dir() and RUN_FOLDER.fullmatch(folder.name):
                 shutil.rmtree(folder, ignore_errors=True)

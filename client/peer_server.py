@@ -1,7 +1,7 @@
 """The gRPC server a client daemon runs so that authorised peers can fetch its models.
 
 It serves the files of this owner's ``PublishedModels`` as they are: a fetch streams a run's
-round file from disk in chunks of at most 1 MiB, the first carrying the manifest, so serving
+round file from disk in chunks of ``CHUNK_BYTES``, the first carrying the manifest, so serving
 a model never needs it in memory. A fetch requires a grant signed by the coordinator for
 this owner, the run and round asked for and, over TLS, for the member whose certificate the
 caller presented: a grant is useless to anyone but its fetcher. Over TLS the server demands
@@ -43,7 +43,10 @@ from collabfl.proto import peer_pb2, peer_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 256 * 1024
+"""Small enough that the reader hashes one chunk while the next is read and sent, and that
+little is buffered in flight; large enough that per-message costs stay small (clients
+accept up to 1 MiB)."""
 MAX_REQUEST_BYTES = 64 * 1024
 """Requests are tiny (ids and a grant); anything bigger is refused by gRPC itself."""
 ANONYMOUS = -1
@@ -161,7 +164,9 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         """
         wait_s = self.guard.limits.publish_wait_s
         remaining = context.time_remaining()
-        until = time.monotonic() + (wait_s if remaining is None else min(wait_s, remaining))
+        if remaining is not None:  # never past the caller's deadline
+            wait_s = min(wait_s, remaining)
+        until = time.monotonic() + wait_s
         stream.wait_until(until)
         while True:
             try:
@@ -171,7 +176,7 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
                     self._refuse(request, context, grpc.StatusCode.NOT_FOUND, "no such round")
                 left = until - time.monotonic()
                 if left <= 0:
-                    reason = f"round {request.round} was not published within {wait_s:g} s"
+                    reason = f"round {request.round} was not published within {wait_s:.3g} s"
                     self._refuse(request, context, grpc.StatusCode.NOT_FOUND, reason)
                 if not context.is_active():  # the caller gave up or the server is stopping
                     context.abort(grpc.StatusCode.CANCELLED, "the call ended while waiting")

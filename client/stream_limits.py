@@ -27,7 +27,7 @@ class StreamLimits:
     """The peer server's stream admission settings."""
 
     send_timeout_s: float = 30.0
-    """A chunk (1 MiB) not taken by the reader within this cuts the stream: ~35 KB/s."""
+    """A chunk not taken by the reader within this cuts the stream."""
     publish_wait_s: float = 30.0
     """How long a fetch of a round not published yet waits for it (and for no longer than
     the caller's deadline); 0: such a fetch fails at once."""

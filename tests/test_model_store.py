@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from collabfl.client.model_store import CorruptModel, DiskModelStore, StoredModel
+from collabfl.client.model_store import CorruptModel, DiskModelStore, PublishedModels, StoredModel
 from collabfl.client.peers import ModelPublisher
 
 
@@ -151,3 +151,11 @@ def test_awaits_only_rounds_past_the_latest(tmp_path):
     for round_index in range(3):
         store.publish(0, round_index, torch.zeros(3))
     assert [store.awaits(r) for r in range(5)] == [False, False, False, True, True]
+
+
+def test_joining_a_run_makes_its_folder_ready_for_serving(tmp_path):
+    published = PublishedModels(tmp_path / "published", owner=0)
+    published.for_publishing("old").publish(0, 0, torch.zeros(3))
+    published.retire_other_runs("new")
+    assert published.for_serving("old") is None
+    assert published.for_serving("new").rounds() == []  # a run it is in, nothing out yet

@@ -13,12 +13,12 @@ import torch
 
 from collabfl.client.model_store import DiskModelStore, PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
-from collabfl.client.peer_server import PeerModelServer
+from collabfl.client.peer_server import CHUNK_BYTES, PeerModelServer
 from collabfl.client.peers import InvalidPeerModel, PeerFetcher, PeerUnavailable
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
-OWNER, FETCHER, ROUND, NUMEL = 3, 1, 4, 300_000  # 1.2 MB: the stream spans two chunks
+OWNER, FETCHER, ROUND, NUMEL = 3, 1, 4, 300_000  # 1.2 MB: the stream spans several chunks
 RUN = "run"
 
 
@@ -72,9 +72,10 @@ def test_manifest_reports_the_stored_file(store, signer, address):
         assert manifest.weights_sha256 == published.stored.weights_sha256
     assert manifest.byte_size == store.path(ROUND).stat().st_size
     assert (manifest.owner, manifest.round) == (OWNER, ROUND)
-    assert [c.HasField("manifest") for c in chunks] == [True, False]  # on the first only
-    assert [len(c.data) for c in chunks] == [1 << 20, manifest.byte_size - (1 << 20)]
-    assert [c.offset for c in chunks] == [0, 1 << 20]
+    full, rest = divmod(manifest.byte_size, CHUNK_BYTES)
+    assert [len(c.data) for c in chunks] == [CHUNK_BYTES] * full + [rest]
+    assert [c.offset for c in chunks] == [n * CHUNK_BYTES for n in range(full + 1)]
+    assert [c.HasField("manifest") for c in chunks] == [True] + [False] * full  # the first only
 
 
 def test_health_needs_no_grant_and_tells_an_anonymous_caller_only_liveness(address):
@@ -134,9 +135,10 @@ def test_fetch_stream_also_checks_the_grant(address):
 
 
 def test_unknown_round_is_unavailable(signer, address):
-    grant = signer.issue("run", FETCHER, OWNER, ROUND + 1, ttl_s=30)
+    """A round before the latest published one that is not there will never come."""
+    grant = signer.issue("run", FETCHER, OWNER, ROUND - 1, ttl_s=30)
     with source_for(address, grant) as source, pytest.raises(PeerUnavailable, match="NOT_FOUND"):
-        source.fetch(OWNER, ROUND + 1)
+        source.fetch(OWNER, ROUND - 1)
 
 
 def test_no_grant_or_address_fails_without_a_call(address):
