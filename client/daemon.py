@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
         "--peer-send-timeout",
         type=float,
         default=StreamLimits.send_timeout_s,
-        help="seconds a fetcher may take to read one 1 MiB chunk before its stream is cut",
+        help="seconds a fetcher may take to read one chunk before its stream is cut",
     )
     limits.add_argument(
         "--peer-streams-per-fetcher",
@@ -89,6 +89,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=StreamLimits.max_streams,
         help="concurrent model streams of all members together",
+    )
+    limits.add_argument(
+        "--peer-publish-wait",
+        type=float,
+        default=StreamLimits.publish_wait_s,
+        help="seconds a fetch of a round this node has not published yet waits for it",
     )
     p.add_argument("--cost", type=float, help="iPFL: sharing cost this participant reports")
     p.add_argument("--eagerness", type=float, help="iPFL: data eagerness it reports")
@@ -184,6 +190,7 @@ def stream_limits(args: argparse.Namespace) -> StreamLimits:
         send_timeout_s=args.peer_send_timeout,
         streams_per_fetcher=args.peer_streams_per_fetcher,
         max_streams=args.peer_max_streams,
+        publish_wait_s=args.peer_publish_wait,
     )
 
 

@@ -7,8 +7,9 @@ rounds of a run are kept, because peers fetch the current one. Runs never share 
 pruning one run's old rounds cannot touch another run's, whatever their round numbers.
 
 The SHA-256 of the weights is recorded in the file's metadata when it is published and
-checked again every time the file is served, so a file that rotted or was altered on disk
-(even into other finite values) is refused instead of being handed out as this client's.
+checked again every time the file is served, while it is read for sending (no pass of its
+own): a file that rotted or was altered on disk (even into other finite values) fails before
+its last chunk leaves, instead of being handed out as this client's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -37,7 +39,7 @@ RUN_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _MAX_HEADER_BYTES = 1 << 20
 _ROUND_FILE = re.compile(r"round_(\d{6,})\.safetensors")
 _TEMP_PREFIX = ".publishing-"
-_HASH_BLOCK = 1 << 20
+_LENGTH_BYTES = 8
 
 
 class CorruptModel(Exception):
@@ -54,11 +56,12 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class StoredModel:
-    """What a manifest says about one published round's file."""
+    """What a manifest says about one published round's file (read from its header)."""
 
     round: int
     byte_size: int
-    sha256: str
+    weights_sha256: str
+    """The digest of the tensor bytes recorded at publish."""
     tensors: tuple[TensorInfo, ...]
     num_samples: int | None
 
@@ -138,33 +141,24 @@ class DiskModelStore:
         self._sync_root()
         self._prune()
 
-    def describe(self, round_index: int) -> StoredModel:
-        """The manifest facts of a published round, verified against its recorded digest.
+    def awaits(self, round_index: int) -> bool:
+        """Whether ``round_index`` may still be published: it is past every published round."""
+        latest = self.latest_round()
+        return latest is None or round_index > latest
 
-        Raises FileNotFoundError if there is none, CorruptModel if it changed on disk.
-        """
-        file, stored = self.open_verified(round_index)
-        file.close()
-        return stored
-
-    def digest(self, round_index: int) -> str:
-        """SHA-256 of the round's whole file, as a manifest announces it."""
-        return self.describe(round_index).sha256
-
-    def open_verified(self, round_index: int) -> tuple[BinaryIO, StoredModel]:
-        """The round's file, open at its start, once its weights matched the recorded digest.
+    def open_round(self, round_index: int) -> PublishedRound:
+        """The round's file, open for serving, its manifest facts read from its header.
 
         Serving from this very handle means the bytes checked are the bytes sent, even if
-        the round is republished meanwhile. Raises FileNotFoundError or CorruptModel.
+        the round is republished meanwhile. Raises FileNotFoundError, or CorruptModel when
+        the header is unreadable.
         """
         file = self.path(round_index).open("rb")
         try:
-            stored = _verify(file, round_index)
+            return PublishedRound(file, round_index)
         except BaseException:
             file.close()
             raise
-        file.seek(0)
-        return file, stored
 
     def load(self, round_index: int) -> torch.Tensor:
         """The published vector of ``round_index`` (safetensors: no code is run on load)."""
@@ -211,10 +205,13 @@ class PublishedModels:
         return DiskModelStore(folder, self.owner, self.keep_rounds, read_only=True)
 
     def retire_other_runs(self, run: str) -> None:
-        """Delete every run's models but ``run``'s: a node takes part in one run at a time."""
+        """Delete every run's models but ``run``'s: a node takes part in one run at a time.
+
+        ``run``'s folder is made ready, so that from now on a peer's fetch of a round not
+        published yet waits for it instead of failing as for a run this node is not in.
+        """
         keep = self._folder(run)
-        if not self.root.is_dir():
-            return
+        keep.mkdir(parents=True, exist_ok=True)
         for folder in self.root.iterdir():
             if folder != keep and folder.is_dir() and RUN_FOLDER.fullmatch(folder.name):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -226,42 +223,67 @@ class PublishedModels:
         return self.root / run
 
 
-def _verify(file: BinaryIO, round_index: int) -> StoredModel:
-    """Read a published file once: its manifest facts, its digests, and the recorded check."""
+class PublishedRound:
+    """One published round's file, open for serving: its manifest facts, then its bytes.
 
-    def corrupt(reason: str) -> CorruptModel:
-        return CorruptModel(f"round {round_index}: {reason}")
+    ``chunks`` reads the file once and hashes the weights on the way; when they no longer
+    match the digest recorded at publish it raises CorruptModel instead of yielding the last
+    chunk, so a damaged file never leaves complete and the check costs no pass of its own.
+    """
 
-    length_bytes = file.read(8)
-    header_len = int.from_bytes(length_bytes, "little") if len(length_bytes) == 8 else -1
-    if not 0 < header_len <= _MAX_HEADER_BYTES:
-        raise corrupt("no readable safetensors header")
-    raw_header = file.read(header_len)
-    try:
-        header = json.loads(raw_header)
-        metadata = header.pop("__metadata__", {})
-        tensors = tuple(
-            TensorInfo(name, tuple(entry["shape"]), entry["dtype"])
-            for name, entry in header.items()
+    def __init__(self, file: BinaryIO, round_index: int) -> None:
+        self._file = file
+        length_bytes = file.read(_LENGTH_BYTES)
+        header_len = int.from_bytes(length_bytes, "little") if len(length_bytes) == 8 else -1
+        if not 0 < header_len <= _MAX_HEADER_BYTES:
+            raise self._corrupt(round_index, "no readable safetensors header")
+        raw_header = file.read(header_len)
+        try:
+            header = json.loads(raw_header)
+            metadata = header.pop("__metadata__", {})
+            tensors = tuple(
+                TensorInfo(name, tuple(entry["shape"]), entry["dtype"])
+                for name, entry in header.items()
+            )
+            recorded = metadata[WEIGHTS_DIGEST]
+            samples = metadata.get("num_samples")
+            num_samples = int(samples) if samples is not None else None
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            reason = f"header is damaged or has no recorded digest ({error!r})"
+            raise self._corrupt(round_index, reason) from None
+        self._head = length_bytes + raw_header
+        self.stored = StoredModel(
+            round=round_index,
+            byte_size=os.fstat(file.fileno()).st_size,
+            weights_sha256=recorded,
+            tensors=tensors,
+            num_samples=num_samples,
         )
-        recorded = metadata[WEIGHTS_DIGEST]
-        samples = metadata.get("num_samples")
-        num_samples = int(samples) if samples is not None else None
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise corrupt(f"header is damaged or has no recorded digest ({error!r})") from None
-    whole = hashlib.sha256(length_bytes + raw_header)
-    weights = hashlib.sha256()
-    size = 8 + len(raw_header)
-    while block := file.read(_HASH_BLOCK):
-        whole.update(block)
-        weights.update(block)
-        size += len(block)
-    if weights.hexdigest() != recorded:
-        raise corrupt("SHA-256 of the stored weights differs from the one recorded at publish")
-    return StoredModel(
-        round=round_index,
-        byte_size=size,
-        sha256=whole.hexdigest(),
-        tensors=tensors,
-        num_samples=num_samples,
-    )
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        """The whole file in pieces of ``size`` bytes (at least its header's length)."""
+        weights = hashlib.sha256()
+        first = self._file.read(max(size - len(self._head), 0))
+        weights.update(first)
+        pending = self._head + first
+        while following := self._file.read(size):
+            weights.update(following)
+            yield pending
+            pending = following
+        if weights.hexdigest() != self.stored.weights_sha256:
+            reason = "SHA-256 of the stored weights differs from the one recorded at publish"
+            raise self._corrupt(self.stored.round, reason)
+        yield pending
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> PublishedRound:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _corrupt(round_index: int, reason: str) -> CorruptModel:
+        return CorruptModel(f"round {round_index}: {reason}")

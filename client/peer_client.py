@@ -1,11 +1,13 @@
 """The gRPC adapter of ``PeerModelSource``: fetch a peer's model from its daemon.
 
-Everything a peer sends is untrusted. The manifest is checked against what this client
-expects before any bulk transfer; the streamed safetensors payload is parsed here, header
-included, and its tensor bytes are written straight into a preallocated tensor while the
-SHA-256 of the whole payload is computed on the way, so a fetch needs about one model's
-worth of memory plus one chunk. Network trouble becomes ``PeerUnavailable``, a payload
-that must not be used becomes ``InvalidPeerModel``; either way the fetcher skips the peer.
+Everything a peer sends is untrusted. One call fetches a model: the manifest on its first
+chunk is checked against what this client expects before any of the payload is used; the
+streamed safetensors payload is parsed here, header included, and its tensor bytes are
+written straight into a preallocated tensor while their SHA-256 is computed on the way and
+compared, at the end, with the digest the owner recorded at publish. So a fetch needs about
+one model's worth of memory plus a chunk or two. Network trouble becomes
+``PeerUnavailable``, a payload that must not be used becomes ``InvalidPeerModel``; either
+way the fetcher skips the peer.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -40,8 +41,9 @@ class GrpcPeerSource:
 
     ``grants`` maps owner -> grant token for the round being fetched; it is read at fetch
     time, so the caller may update the mapping between rounds. ``timeout_s`` bounds one
-    whole fetch (manifest and transfer): no call can hang. Over mutual TLS ``tls`` carries
-    this daemon's member certificate, which peers check the grants against.
+    whole fetch (the wait for an owner that has not published the round yet, and the
+    transfer): no call can hang. Over mutual TLS ``tls`` carries this daemon's member
+    certificate, which peers check the grants against.
     """
 
     def __init__(
@@ -74,17 +76,9 @@ class GrpcPeerSource:
             raise PeerUnavailable(f"no grant to fetch peer {owner}'s round {round_index}")
         request = peer_pb2.FetchRequest(owner=owner, round=round_index, grant=grant, run=self.run)
         stub = peer_pb2_grpc.PeerModelsStub(self._channel(address))
-        deadline = time.monotonic() + self.timeout_s
+        call = stub.FetchModel(request, timeout=self.timeout_s)
         try:
-            manifest = stub.GetManifest(request, timeout=self.timeout_s)
-            self._check_manifest(owner, round_index, manifest)
-            sink = _PayloadSink(owner, round_index, self.expected_numel, manifest.byte_size)
-            call = stub.FetchModel(request, timeout=max(deadline - time.monotonic(), 0.0))
-            try:
-                for chunk in call:
-                    sink.feed(chunk.offset, chunk.data)
-            finally:
-                call.cancel()  # no-op after a complete stream; frees the peer if we gave up
+            return self._receive(owner, round_index, call)
         except grpc.RpcError as error:
             reason = (
                 f"peer {owner} at {address}, round {round_index}: "
@@ -93,7 +87,8 @@ class GrpcPeerSource:
             if error.code() == grpc.StatusCode.DATA_LOSS:  # the peer's own file failed its check
                 raise InvalidPeerModel(reason) from None
             raise PeerUnavailable(reason) from None
-        return sink.finish(manifest.sha256)
+        finally:
+            call.cancel()  # no-op after a complete stream; frees the peer if we gave up
 
     def close(self) -> None:
         """Close every channel; the source can still be used (channels reopen on demand)."""
@@ -120,8 +115,31 @@ class GrpcPeerSource:
                 self._channels[address] = channel
             return channel
 
+    def _receive(
+        self, owner: int, round_index: int, chunks: Iterable[peer_pb2.Chunk]
+    ) -> torch.Tensor:
+        """The model in ``chunks``: the first one's manifest checked before any data is used."""
+
+        def invalid(reason: str) -> InvalidPeerModel:
+            return InvalidPeerModel(f"peer {owner} round {round_index}: {reason}")
+
+        sink: _PayloadSink | None = None
+        for chunk in chunks:
+            has_manifest = chunk.HasField("manifest")
+            if sink is None:
+                if not has_manifest:
+                    raise invalid("the first chunk carries no manifest")
+                self._check_manifest(owner, round_index, chunk.manifest)
+                sink = _PayloadSink(owner, round_index, self.expected_numel, chunk.manifest)
+            elif has_manifest:
+                raise invalid(f"a second manifest at offset {chunk.offset}")
+            sink.feed(chunk.offset, chunk.data)
+        if sink is None:
+            raise invalid("the stream ended before its manifest")
+        return sink.finish()
+
     def _check_manifest(self, owner: int, round_index: int, manifest: peer_pb2.Manifest) -> None:
-        """Refuse, before any transfer, a model that is not the one this client can use."""
+        """Refuse, before any of the payload is used, a model this client cannot use."""
 
         def invalid(reason: str) -> InvalidPeerModel:
             return InvalidPeerModel(f"peer {owner} round {round_index}: manifest {reason}")
@@ -134,23 +152,27 @@ class GrpcPeerSource:
             raise invalid(f"lists tensors {tensors}, expected {expected}")
         if manifest.byte_size > self.max_bytes:
             raise invalid(f"size {manifest.byte_size} bytes exceeds the limit of {self.max_bytes}")
-        if len(manifest.sha256) != 64:
-            raise invalid(f"digest {manifest.sha256[:80]!r} is not a SHA-256 hex digest")
+        if len(manifest.weights_sha256) != 64:
+            digest = manifest.weights_sha256[:80]
+            raise invalid(f"digest {digest!r} is not a SHA-256 hex digest")
 
 
 class _PayloadSink:
     """Consumes a streamed one-tensor safetensors payload into a preallocated tensor.
 
     Layout: 8-byte little-endian header length, a JSON header, then the tensor bytes. The
-    header must describe exactly the tensor the manifest announced, and the payload must end
-    exactly where that tensor does.
+    header must describe exactly the tensor the manifest announced, the payload must end
+    exactly where that tensor does, and the tensor bytes must have the manifest's digest.
     """
 
-    def __init__(self, owner: int, round_index: int, numel: int, byte_size: int) -> None:
+    def __init__(
+        self, owner: int, round_index: int, numel: int, manifest: peer_pb2.Manifest
+    ) -> None:
         self.owner = owner
         self.round = round_index
         self.numel = numel
-        self.byte_size = byte_size
+        self.byte_size = manifest.byte_size
+        self.weights_sha256 = manifest.weights_sha256
         self.tensor = torch.empty(numel, dtype=torch.float32)
         self._dest = self.tensor.numpy().data.cast("B")
         self._head = bytearray()
@@ -166,20 +188,20 @@ class _PayloadSink:
             raise self._invalid(f"chunk of {len(data)} bytes exceeds {MAX_CHUNK_BYTES}")
         if self._received + len(data) > self.byte_size:
             raise self._invalid(f"payload runs past the manifest's {self.byte_size} bytes")
-        self._sha.update(data)
         view = memoryview(data)
         while view and self._data_start is None:
             view = self._take_head(view)
         if view and self._data_start is not None:  # the header is complete: this is data
+            self._sha.update(view)
             start = self._received + len(data) - len(view) - self._data_start
             self._dest[start : start + len(view)] = view
         self._received += len(data)
 
-    def finish(self, sha256: str) -> torch.Tensor:
+    def finish(self) -> torch.Tensor:
         if self._received != self.byte_size or self._data_start is None:
             raise self._invalid(f"stream ended after {self._received} of {self.byte_size} bytes")
-        if self._sha.hexdigest() != sha256.lower():
-            raise self._invalid("SHA-256 of the payload does not match the manifest")
+        if self._sha.hexdigest() != self.weights_sha256.lower():
+            raise self._invalid("SHA-256 of the tensor bytes does not match the manifest")
         return self.tensor
 
     def _take_head(self, view: memoryview) -> memoryview:

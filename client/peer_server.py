@@ -1,12 +1,16 @@
 """The gRPC server a client daemon runs so that authorised peers can fetch its models.
 
-It serves the files of this owner's ``PublishedModels`` as they are: the manifest describes
-a run's round file, the fetch streams it from disk in chunks of at most 1 MiB, so serving a
-model never needs it in memory. Both model calls require a grant signed by the coordinator
-for this owner, the run and round asked for and, over TLS, for the member whose certificate
-the caller presented: a grant is useless to anyone but its fetcher. Over TLS the server
-demands a client certificate from the federation's CA (mutual TLS). A file whose weights no
-longer match the digest recorded at publish is refused. Refusals are logged.
+It serves the files of this owner's ``PublishedModels`` as they are: a fetch streams a run's
+round file from disk in chunks of ``CHUNK_BYTES``, the first carrying the manifest, so serving
+a model never needs it in memory. A fetch requires a grant signed by the coordinator for
+this owner, the run and round asked for and, over TLS, for the member whose certificate the
+caller presented: a grant is useless to anyone but its fetcher. Over TLS the server demands
+a client certificate from the federation's CA (mutual TLS). A file whose weights no longer
+match the digest recorded at publish fails before its last chunk. Refusals are logged.
+
+The owner publishes from another process (the ClientApp) into the same folder, so a fetch of
+a round later than any published yet waits for its file (polling, up to the publish wait and
+the caller's deadline) in the stream slot it was admitted to; the grant is checked first.
 
 Health answers liveness (owner, status) to anyone who can reach the port, because probes
 and operators need it and the owner is named in the server's certificate anyway; the latest
@@ -17,9 +21,10 @@ member.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from concurrent import futures
-from typing import BinaryIO, NoReturn
+from typing import NoReturn
 
 import grpc
 
@@ -27,9 +32,10 @@ from collabfl.client.model_store import (
     CorruptModel,
     DiskModelStore,
     PublishedModels,
+    PublishedRound,
     StoredModel,
 )
-from collabfl.client.stream_limits import SPARE_THREADS, StreamGuard, StreamLimits
+from collabfl.client.stream_limits import SPARE_THREADS, Stream, StreamGuard, StreamLimits
 from collabfl.kernel.grants import GrantVerifier, InvalidGrant
 from collabfl.kernel.identity import Role, caller_identity
 from collabfl.kernel.tls import ServerTLS
@@ -37,11 +43,16 @@ from collabfl.proto import peer_pb2, peer_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 256 * 1024
+"""Small enough that the reader hashes one chunk while the next is read and sent, and that
+little is buffered in flight; large enough that per-message costs stay small (clients
+accept up to 1 MiB)."""
 MAX_REQUEST_BYTES = 64 * 1024
 """Requests are tiny (ids and a grant); anything bigger is refused by gRPC itself."""
 ANONYMOUS = -1
 """The stream-slot key of callers nobody identified (no TLS and no grant checks)."""
+PUBLISH_POLL_S = 0.02
+"""How often a waiting fetch looks for its round's file (one stat call)."""
 
 
 class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
@@ -68,42 +79,26 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
     def owner(self) -> int:
         return self.models.owner
 
-    def GetManifest(
-        self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
-    ) -> peer_pb2.Manifest:
-        _, store = self._authorise("GetManifest", request, context)
-        file, stored = self._open("GetManifest", request, context, store)
-        file.close()
-        manifest = peer_pb2.Manifest(
-            owner=self.owner,
-            round=stored.round,
-            tensors=[
-                peer_pb2.TensorInfo(name=t.name, shape=t.shape, dtype=t.dtype)
-                for t in stored.tensors
-            ],
-            byte_size=stored.byte_size,
-            sha256=stored.sha256,
-        )
-        if stored.num_samples is not None:
-            manifest.num_samples = stored.num_samples
-        return manifest
-
     def FetchModel(
         self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> Iterator[peer_pb2.Chunk]:
-        fetcher, store = self._authorise("FetchModel", request, context)
+        fetcher, store = self._authorise(request, context)
         stream = self.guard.admit(fetcher, context)
         if stream is None:
             reason = f"too many concurrent model streams (client {fetcher} or all fetchers)"
-            self._refuse("FetchModel", request, context, grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
-        # Verified and streamed from one handle: a prune or republish cannot cut it short.
-        file, _ = self._open("FetchModel", request, context, store)
-        with file:
+            self._refuse(request, context, grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
+        # Checked while streamed from one handle: a prune or republish cannot cut it short.
+        with self._open(request, context, store, stream) as published:
+            manifest: peer_pb2.Manifest | None = _manifest(self.owner, published.stored)
             offset = 0
-            while data := file.read(CHUNK_BYTES):
-                yield peer_pb2.Chunk(data=data, offset=offset)
-                stream.progress()  # the reader took the previous chunk
-                offset += len(data)
+            try:
+                for data in published.chunks(CHUNK_BYTES):
+                    yield peer_pb2.Chunk(data=data, offset=offset, manifest=manifest)
+                    stream.progress()  # the reader took the previous chunk
+                    manifest = None
+                    offset += len(data)
+            except CorruptModel as error:
+                self._refuse(request, context, grpc.StatusCode.DATA_LOSS, str(error))
 
     def Health(
         self, request: peer_pb2.HealthRequest, context: grpc.ServicerContext
@@ -119,14 +114,14 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         return reply
 
     def _authorise(
-        self, method: str, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
+        self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> tuple[int, DiskModelStore]:
         """The fetcher's client id and the run's store, or abort.
 
         The caller's certificate and the grant are checked before anything else so that an
         unauthorised caller learns nothing, not even which runs or rounds exist.
         """
-        fetcher = self._authenticate(method, request, context)
+        fetcher = self._authenticate(request, context)
         if self.verifier is not None:
             try:
                 grant = self.verifier.verify(
@@ -137,44 +132,63 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
                     fetcher=fetcher,
                 )
             except InvalidGrant as error:
-                self._refuse(
-                    method, request, context, grpc.StatusCode.PERMISSION_DENIED, str(error)
-                )
+                self._refuse(request, context, grpc.StatusCode.PERMISSION_DENIED, str(error))
             fetcher = grant.fetcher
             log.debug(
-                "%s: client %s fetches round %s of run %s",
-                method,
+                "client %s fetches round %s of run %s",
                 fetcher,
                 request.round,
                 request.run,
             )
         if request.owner != self.owner:
             reason = f"this peer serves client {self.owner}, not {request.owner}"
-            self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, reason)
+            self._refuse(request, context, grpc.StatusCode.NOT_FOUND, reason)
         if request.round < 0:
-            self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "negative round")
+            self._refuse(request, context, grpc.StatusCode.NOT_FOUND, "negative round")
         store = self.models.for_serving(request.run)
         if store is None:
-            self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "no such run")
+            self._refuse(request, context, grpc.StatusCode.NOT_FOUND, "no such run")
         return (ANONYMOUS if fetcher is None else fetcher), store
 
     def _open(
         self,
-        method: str,
         request: peer_pb2.FetchRequest,
         context: grpc.ServicerContext,
         store: DiskModelStore,
-    ) -> tuple[BinaryIO, StoredModel]:
-        """The round's file once it matched its recorded digest, or abort."""
-        try:
-            return store.open_verified(request.round)
-        except FileNotFoundError:
-            self._refuse(method, request, context, grpc.StatusCode.NOT_FOUND, "no such round")
-        except CorruptModel as error:
-            self._refuse(method, request, context, grpc.StatusCode.DATA_LOSS, str(error))
+        stream: Stream,
+    ) -> PublishedRound:
+        """The round's file, waited for while it may still be published, or abort.
+
+        A round at or before the latest published one that is not there (pruned, or never
+        published by an owner that went on) fails at once.
+        """
+        wait_s = self.guard.limits.publish_wait_s
+        remaining = context.time_remaining()
+        if remaining is not None:  # never past the caller's deadline
+            wait_s = min(wait_s, remaining)
+        until = time.monotonic() + wait_s
+        stream.wait_until(until)
+        while True:
+            try:
+                published = store.open_round(request.round)
+            except FileNotFoundError:
+                if not store.awaits(request.round):
+                    self._refuse(request, context, grpc.StatusCode.NOT_FOUND, "no such round")
+                left = until - time.monotonic()
+                if left <= 0:
+                    reason = f"round {request.round} was not published within {wait_s:.3g} s"
+                    self._refuse(request, context, grpc.StatusCode.NOT_FOUND, reason)
+                if not context.is_active():  # the caller gave up or the server is stopping
+                    context.abort(grpc.StatusCode.CANCELLED, "the call ended while waiting")
+                time.sleep(min(PUBLISH_POLL_S, left))
+                continue
+            except CorruptModel as error:
+                self._refuse(request, context, grpc.StatusCode.DATA_LOSS, str(error))
+            stream.progress()
+            return published
 
     def _authenticate(
-        self, method: str, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
+        self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> int | None:
         """The caller's client id from its certificate; None on an unauthenticated link."""
         if not self.authenticated:
@@ -182,12 +196,11 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         caller = caller_identity(context)
         if caller is None or caller.client_id is None:
             reason = f"a member certificate is required, the caller is {caller or 'anonymous'}"
-            self._refuse(method, request, context, grpc.StatusCode.PERMISSION_DENIED, reason)
+            self._refuse(request, context, grpc.StatusCode.PERMISSION_DENIED, reason)
         return caller.client_id
 
     def _refuse(
         self,
-        method: str,
         request: peer_pb2.FetchRequest,
         context: grpc.ServicerContext,
         code: grpc.StatusCode,
@@ -195,9 +208,8 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
     ) -> NoReturn:
         """Log the refusal and end the call with ``code`` (context.abort raises)."""
         log.warning(
-            "client %s refused %s of round %s (run %r) to %s: %s: %s",
+            "client %s refused FetchModel of round %s (run %r) to %s: %s: %s",
             self.owner,
-            method,
             request.round,
             request.run,
             context.peer(),
@@ -206,6 +218,21 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         )
         context.abort(code, reason)
         raise AssertionError("context.abort returned")  # it raises; this keeps typing honest
+
+
+def _manifest(owner: int, stored: StoredModel) -> peer_pb2.Manifest:
+    manifest = peer_pb2.Manifest(
+        owner=owner,
+        round=stored.round,
+        tensors=[
+            peer_pb2.TensorInfo(name=t.name, shape=t.shape, dtype=t.dtype) for t in stored.tensors
+        ],
+        byte_size=stored.byte_size,
+        weights_sha256=stored.weights_sha256,
+    )
+    if stored.num_samples is not None:
+        manifest.num_samples = stored.num_samples
+    return manifest
 
 
 class PeerModelServer:

@@ -2,8 +2,10 @@
 
 A client never touches another client's model except through a ``PeerFetcher``. The
 fetcher asks a ``PeerModelSource`` (the in-process store here, the gRPC peer client in a
-real federation) for one model at a time, refuses to hold more than the budget at once,
-rejects malformed models before they can reach an aggregate, and counts what it moved.
+real federation) for a batch of models at once, each in its own thread, refuses to hold
+more than the budget at once, rejects malformed models before they can reach an aggregate,
+and counts what it moved. What it returns and records follows the order of the batch it was
+asked for, never the order in which models arrived.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,6 +30,10 @@ attack on the aggregate (a weighted sum of such values overflows to Inf, or one 
 drowns all others). 1e4 leaves three orders of magnitude of room for honest models and
 still keeps any average of them far from float32 overflow.
 """
+
+
+MAX_PARALLEL_FETCHES = 8
+"""Fetches of one batch in flight at once (the budget bounds a batch's size anyway)."""
 
 
 class PeerUnavailable(Exception):
@@ -47,7 +54,7 @@ class PeerModelSource(Protocol):
     def fetch(self, owner: int, round_index: int) -> torch.Tensor:
         """The flat model vector ``owner`` published for ``round_index``.
 
-        Raises PeerUnavailable when it cannot be had.
+        Raises PeerUnavailable when it cannot be had. Called from several threads at once.
         """
         ...
 
@@ -67,6 +74,7 @@ class FetchStats:
     peak_resident: int = 0
     failures: int = 0
     fetch_seconds: float = 0.0
+    """Wall time spent fetching batches (a batch's fetches overlap)."""
 
 
 class PeerFetcher:
@@ -93,40 +101,61 @@ class PeerFetcher:
     def hold(
         self, owners: Sequence[int], round_index: int, limit: int | None
     ) -> Iterator[dict[int, torch.Tensor]]:
-        """Fetch ``owners``' models and keep them resident for the ``with`` block.
+        """Fetch ``owners``' models concurrently and keep them resident for the ``with`` block.
 
         Raises BudgetExceeded before fetching anything if that would make more than ``limit``
-        peer models resident. Peers that are unavailable or send an invalid model are logged,
-        counted and left out of the mapping.
+        peer models resident, so no more than ``limit`` are ever held, in flight included.
+        Peers that are unavailable or send an invalid model are logged, counted and left out
+        of the mapping. The mapping, the log and the counters follow the order of ``owners``.
         """
         if limit is not None and self.resident + len(owners) > limit:
             raise BudgetExceeded(
                 f"holding {self.resident + len(owners)} peer models would exceed the budget "
                 f"of {limit}"
             )
+        started = time.perf_counter()
+        outcomes = self._fetch_batch(owners, round_index)
+        self.stats.fetch_seconds += time.perf_counter() - started
         models: dict[int, torch.Tensor] = {}
         try:
-            for owner in owners:
-                started = time.perf_counter()
-                try:
-                    vector = self.source.fetch(owner, round_index)
-                    self._validate(owner, vector)
-                except (PeerUnavailable, InvalidPeerModel) as error:
-                    log.warning("skipping peer %s in round %s: %s", owner, round_index, error)
+            for owner, outcome in zip(owners, outcomes, strict=True):
+                if not isinstance(outcome, torch.Tensor):
+                    log.warning("skipping peer %s in round %s: %s", owner, round_index, outcome)
                     self.stats.failures += 1
-                    self.skipped.append(f"peer {owner}: {error}")
+                    self.skipped.append(f"peer {owner}: {outcome}")
                     continue
-                finally:
-                    self.stats.fetch_seconds += time.perf_counter() - started
-                models[owner] = vector
+                models[owner] = outcome
                 self.resident += 1
                 self.stats.peak_resident = max(self.stats.peak_resident, self.resident)
                 self.stats.models_fetched += 1
-                self.stats.bytes_fetched += vector.numel() * vector.element_size()
+                self.stats.bytes_fetched += outcome.numel() * outcome.element_size()
             yield models
         finally:
             self.resident -= len(models)
             models.clear()
+
+    def _fetch_batch(
+        self, owners: Sequence[int], round_index: int
+    ) -> list[torch.Tensor | PeerUnavailable | InvalidPeerModel]:
+        """Each owner's valid model, or why there is none, in ``owners``' order.
+
+        Any other error is raised once every fetch of the batch has ended.
+        """
+        if len(owners) <= 1:
+            return [self._fetch_one(owner, round_index) for owner in owners]
+        workers = min(len(owners), MAX_PARALLEL_FETCHES)
+        with ThreadPoolExecutor(workers, thread_name_prefix="peer-fetch") as pool:
+            return list(pool.map(lambda owner: self._fetch_one(owner, round_index), owners))
+
+    def _fetch_one(
+        self, owner: int, round_index: int
+    ) -> torch.Tensor | PeerUnavailable | InvalidPeerModel:
+        try:
+            vector = self.source.fetch(owner, round_index)
+            self._validate(owner, vector)
+        except (PeerUnavailable, InvalidPeerModel) as error:
+            return error
+        return vector
 
     def take_skipped(self) -> list[str]:
         """The skip reasons collected so far, and start a new list."""

@@ -1,11 +1,13 @@
-"""How much of a peer server one fetcher may hold: stream slots and a send deadline.
+"""How much of a peer server one fetcher may hold: stream slots and deadlines.
 
 A model stream occupies one server thread until its last chunk is sent, and gRPC only
 sends as fast as the reader reads. A fetcher that opens streams and stops reading would
-therefore pin every thread, and nobody else could fetch or even ask for a manifest. So
+therefore pin every thread, and nobody else could fetch or even ask for its health. So
 each fetcher identity gets a few concurrent streams, all fetchers together fewer streams
-than the server has threads (the rest stay free for manifests and Health), and a stream
-whose reader has not taken a chunk within the send deadline is cancelled.
+than the server has threads (the rest stay free for refusals and Health), and a stream
+whose reader has not taken a chunk within the send deadline is cancelled. A stream that
+waits for its round to be published holds its slot while it waits, for at most the
+publish wait: parked calls are limited exactly like streams.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ class StreamLimits:
     """The peer server's stream admission settings."""
 
     send_timeout_s: float = 30.0
-    """A chunk (1 MiB) not taken by the reader within this cuts the stream: ~35 KB/s."""
+    """A chunk not taken by the reader within this cuts the stream."""
+    publish_wait_s: float = 30.0
+    """How long a fetch of a round not published yet waits for it (and for no longer than
+    the caller's deadline); 0: such a fetch fails at once."""
     streams_per_fetcher: int = 2
     max_streams: int = 6
     """All fetchers together; the server runs ``max_streams + SPARE_THREADS`` threads."""
@@ -33,6 +38,8 @@ class StreamLimits:
     def __post_init__(self) -> None:
         if self.send_timeout_s <= 0:
             raise ValueError(f"send_timeout_s must be positive, got {self.send_timeout_s}")
+        if self.publish_wait_s < 0:
+            raise ValueError(f"publish_wait_s must be >= 0, got {self.publish_wait_s}")
         if not 1 <= self.streams_per_fetcher <= self.max_streams:
             raise ValueError(
                 f"need 1 <= streams_per_fetcher ({self.streams_per_fetcher}) "
@@ -41,11 +48,14 @@ class StreamLimits:
 
 
 SPARE_THREADS = 2
-"""Server threads no stream can take: manifests and Health are answered while streams stall."""
+"""Server threads no stream can take: refusals and Health are answered while streams stall."""
 
 
 class Stream:
-    """One admitted stream; ``progress`` after each chunk the reader took."""
+    """One admitted stream; ``progress`` after each chunk the reader took.
+
+    While it waits for a publish (``wait_until``) it is not a stalled reader.
+    """
 
     def __init__(self, fetcher: int, context: grpc.ServicerContext, timeout_s: float) -> None:
         self.fetcher = fetcher
@@ -55,6 +65,11 @@ class Stream:
 
     def progress(self) -> None:
         self.deadline = time.monotonic() + self._timeout_s
+
+    def wait_until(self, moment: float) -> None:
+        """The stream waits (for its round) until ``moment`` at the latest; its reader then
+        gets the usual send deadline."""
+        self.deadline = moment + self._timeout_s
 
 
 class StreamGuard:

@@ -29,28 +29,30 @@ class TensorInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class Manifest(_message.Message):
-    __slots__ = ("owner", "round", "tensors", "byte_size", "sha256", "num_samples")
+    __slots__ = ("owner", "round", "tensors", "byte_size", "weights_sha256", "num_samples")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
-    SHA256_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     owner: int
     round: int
     tensors: _containers.RepeatedCompositeFieldContainer[TensorInfo]
     byte_size: int
-    sha256: str
+    weights_sha256: str
     num_samples: int
-    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., byte_size: _Optional[int] = ..., sha256: _Optional[str] = ..., num_samples: _Optional[int] = ...) -> None: ...
+    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., byte_size: _Optional[int] = ..., weights_sha256: _Optional[str] = ..., num_samples: _Optional[int] = ...) -> None: ...
 
 class Chunk(_message.Message):
-    __slots__ = ("data", "offset")
+    __slots__ = ("data", "offset", "manifest")
     DATA_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     offset: int
-    def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ...) -> None: ...
+    manifest: Manifest
+    def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., manifest: _Optional[_Union[Manifest, _Mapping]] = ...) -> None: ...
 
 class HealthRequest(_message.Message):
     __slots__ = ("run",)

@@ -34,11 +34,6 @@ class PeerModelsStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.GetManifest = channel.unary_unary(
-                '/collabfl.peer.PeerModels/GetManifest',
-                request_serializer=collabfl_dot_proto_dot_peer__pb2.FetchRequest.SerializeToString,
-                response_deserializer=collabfl_dot_proto_dot_peer__pb2.Manifest.FromString,
-                _registered_method=True)
         self.FetchModel = channel.unary_stream(
                 '/collabfl.peer.PeerModels/FetchModel',
                 request_serializer=collabfl_dot_proto_dot_peer__pb2.FetchRequest.SerializeToString,
@@ -54,15 +49,9 @@ class PeerModelsStub:
 class PeerModelsServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def GetManifest(self, request, context):
-        """What `owner` published for `round`, checked against the grant.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def FetchModel(self, request, context):
-        """The payload described by the manifest, in order, each chunk at most 1 MiB.
+        """What `owner` published for `round`, checked against the grant: the manifest on the
+        first chunk, then the payload it describes, in order, each chunk at most 1 MiB.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -78,11 +67,6 @@ class PeerModelsServicer:
 
 def add_PeerModelsServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'GetManifest': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetManifest,
-                    request_deserializer=collabfl_dot_proto_dot_peer__pb2.FetchRequest.FromString,
-                    response_serializer=collabfl_dot_proto_dot_peer__pb2.Manifest.SerializeToString,
-            ),
             'FetchModel': grpc.unary_stream_rpc_method_handler(
                     servicer.FetchModel,
                     request_deserializer=collabfl_dot_proto_dot_peer__pb2.FetchRequest.FromString,
@@ -103,33 +87,6 @@ def add_PeerModelsServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class PeerModels:
     """Missing associated documentation comment in .proto file."""
-
-    @staticmethod
-    def GetManifest(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/collabfl.peer.PeerModels/GetManifest',
-            collabfl_dot_proto_dot_peer__pb2.FetchRequest.SerializeToString,
-            collabfl_dot_proto_dot_peer__pb2.Manifest.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def FetchModel(request,

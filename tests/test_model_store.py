@@ -9,8 +9,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from collabfl.client.model_store import DiskModelStore
+from collabfl.client.model_store import CorruptModel, DiskModelStore, PublishedModels, StoredModel
 from collabfl.client.peers import ModelPublisher
+
+
+def stored(store: DiskModelStore, round_index: int) -> StoredModel:
+    with store.open_round(round_index) as published:
+        return published.stored
 
 
 def test_publish_load_round_trip_in_safetensors(tmp_path):
@@ -27,9 +32,9 @@ def test_publish_load_round_trip_in_safetensors(tmp_path):
             "num_samples": "123",
             "weights_sha256": hashlib.sha256(vector.numpy().tobytes()).hexdigest(),
         }
-    described = store.describe(7)
+    described = stored(store, 7)
     assert described.byte_size == store.path(7).stat().st_size
-    assert described.sha256 == hashlib.sha256(store.path(7).read_bytes()).hexdigest()
+    assert described.weights_sha256 == hashlib.sha256(vector.numpy().tobytes()).hexdigest()
     assert [(t.name, t.shape, t.dtype) for t in described.tensors] == [("weights", (1000,), "F32")]
     assert described.num_samples == 123
 
@@ -44,7 +49,7 @@ def test_restart_sees_published_rounds(tmp_path):
     again = DiskModelStore(tmp_path, owner=1)
     assert again.latest_round() == 2
     assert torch.equal(again.load(2), torch.arange(4.0))
-    assert again.describe(2).num_samples is None
+    assert stored(again, 2).num_samples is None
 
 
 def test_keeps_only_recent_rounds(tmp_path):
@@ -58,7 +63,7 @@ def test_keeps_only_recent_rounds(tmp_path):
         "round_000004.safetensors",
     ]
     with pytest.raises(FileNotFoundError):
-        store.describe(1)
+        store.open_round(1)
 
 
 def test_failed_publish_leaves_no_trace(tmp_path, monkeypatch):
@@ -85,10 +90,10 @@ def test_leftover_temp_file_is_cleaned_on_start(tmp_path):
 def test_republishing_a_round_refreshes_its_digest(tmp_path):
     store = DiskModelStore(tmp_path, owner=0)
     store.publish(0, 0, torch.zeros(3))
-    first = store.digest(0)
+    first = stored(store, 0).weights_sha256
     store.publish(0, 0, torch.ones(3))
-    assert store.digest(0) != first
-    assert DiskModelStore(tmp_path, owner=0).digest(0) == store.digest(0)
+    assert stored(store, 0).weights_sha256 != first
+    assert stored(DiskModelStore(tmp_path, owner=0), 0) == stored(store, 0)
 
 
 @pytest.mark.parametrize(
@@ -105,3 +110,52 @@ def test_refuses_what_it_cannot_publish(tmp_path, owner, vector, message):
     with pytest.raises(ValueError, match=message):
         store.publish(owner, 0, vector)
     assert store.rounds() == []
+
+
+@pytest.mark.parametrize("size", [1 << 10, 1 << 12, 1 << 20])
+def test_chunks_are_the_file_in_order(tmp_path, size):
+    store = DiskModelStore(tmp_path, owner=0)
+    store.publish(0, 0, torch.randn(3000))
+    with store.open_round(0) as published:
+        chunks = list(published.chunks(size))
+    assert b"".join(chunks) == store.path(0).read_bytes()
+    assert all(len(chunk) == size for chunk in chunks[:-1])
+
+
+def test_damaged_weights_fail_before_the_last_chunk(tmp_path):
+    store = DiskModelStore(tmp_path, owner=0)
+    store.publish(0, 0, torch.randn(3000))
+    with store.path(0).open("r+b") as file:
+        file.seek(-4, 2)
+        file.write(b"\xff\xff\xff\xff")
+    count = -(-store.path(0).stat().st_size // (1 << 10))
+    with store.open_round(0) as published:
+        chunks = published.chunks(1 << 10)
+        for _ in range(count - 1):
+            next(chunks)
+        with pytest.raises(CorruptModel, match="SHA-256 of the stored weights"):
+            next(chunks)  # the last chunk never leaves
+
+
+def test_damaged_header_is_refused_on_open(tmp_path):
+    store = DiskModelStore(tmp_path, owner=0)
+    store.publish(0, 0, torch.randn(30))
+    store.path(0).write_bytes(b"\x10" + bytes(7) + b"{not json at all" + bytes(120))
+    with pytest.raises(CorruptModel, match="header is damaged"):
+        store.open_round(0)
+
+
+def test_awaits_only_rounds_past_the_latest(tmp_path):
+    store = DiskModelStore(tmp_path, owner=0, keep_rounds=2)
+    assert store.awaits(0)
+    for round_index in range(3):
+        store.publish(0, round_index, torch.zeros(3))
+    assert [store.awaits(r) for r in range(5)] == [False, False, False, True, True]
+
+
+def test_joining_a_run_makes_its_folder_ready_for_serving(tmp_path):
+    published = PublishedModels(tmp_path / "published", owner=0)
+    published.for_publishing("old").publish(0, 0, torch.zeros(3))
+    published.retire_other_runs("new")
+    assert published.for_serving("old") is None
+    assert published.for_serving("new").rounds() == []  # a run it is in, nothing out yet

@@ -137,13 +137,13 @@ def test_attacker_cannot_administer_the_coordinator(bed, stolen):
 def test_attacker_without_cert_cannot_reach_a_peer(bed):
     outcomes = _attack(bed, "peer_fetch", False, address=_peer(bed, 1), owner=1, round=0,
                        grant="forged")  # fmt: skip
-    assert outcomes == {"GetManifest": NO_CERT_AT_MTLS, "FetchModel": NO_CERT_AT_MTLS}
+    assert outcomes == {"FetchModel": NO_CERT_AT_MTLS}
 
 
 def test_stolen_member_cert_with_forged_grant_fetches_nothing(bed):
     outcomes = _attack(bed, "peer_fetch", True, address=_peer(bed, 1), owner=1,
                        round=ROUNDS - 1, grant="forged")  # fmt: skip
-    assert outcomes == {"GetManifest": WRONG_ROLE, "FetchModel": WRONG_ROLE}
+    assert outcomes == {"FetchModel": WRONG_ROLE}
 
 
 def test_stolen_member_cert_with_replayed_grant_fetches_nothing(bed):
@@ -152,7 +152,7 @@ def test_stolen_member_cert_with_replayed_grant_fetches_nothing(bed):
     grant = signer.issue(bed.run_id, fetcher=2, owner=1, round=ROUNDS - 1, ttl_s=600)
     outcomes = _attack(bed, "peer_fetch", True, address=_peer(bed, 1), owner=1,
                        round=ROUNDS - 1, grant=grant.decode())  # fmt: skip
-    assert outcomes == {"GetManifest": WRONG_ROLE, "FetchModel": WRONG_ROLE}
+    assert outcomes == {"FetchModel": WRONG_ROLE}
 
 
 def test_anonymous_health_reveals_nothing(bed):

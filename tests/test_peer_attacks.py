@@ -195,7 +195,7 @@ def test_model_altered_at_rest_into_finite_values_is_not_served(
         pytest.raises(InvalidPeerModel, match=r"DATA_LOSS: .*differs from the one recorded"),
     ):
         fetch(address, grant, tls_of(ca, ca.member(LAB_A)))
-    assert f"client {OWNER} refused GetManifest of round {ROUND}" in caplog.text
+    assert f"client {OWNER} refused FetchModel of round {ROUND}" in caplog.text
 
 
 def test_huge_finite_weights_skip_the_peer(ca, signer, published, serve):

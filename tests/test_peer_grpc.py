@@ -13,12 +13,12 @@ import torch
 
 from collabfl.client.model_store import DiskModelStore, PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
-from collabfl.client.peer_server import PeerModelServer
+from collabfl.client.peer_server import CHUNK_BYTES, PeerModelServer
 from collabfl.client.peers import InvalidPeerModel, PeerFetcher, PeerUnavailable
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
-OWNER, FETCHER, ROUND, NUMEL = 3, 1, 4, 300_000  # 1.2 MB: the stream spans two chunks
+OWNER, FETCHER, ROUND, NUMEL = 3, 1, 4, 300_000  # 1.2 MB: the stream spans several chunks
 RUN = "run"
 
 
@@ -66,12 +66,16 @@ def test_manifest_reports_the_stored_file(store, signer, address):
     with grpc.insecure_channel(address) as channel:
         stub = peer_pb2_grpc.PeerModelsStub(channel)
         request = peer_pb2.FetchRequest(owner=OWNER, round=ROUND, grant=grant, run=RUN)
-        manifest = stub.GetManifest(request, timeout=5)
         chunks = list(stub.FetchModel(request, timeout=5))
+    manifest = chunks[0].manifest
+    with store.open_round(ROUND) as published:
+        assert manifest.weights_sha256 == published.stored.weights_sha256
     assert manifest.byte_size == store.path(ROUND).stat().st_size
-    assert manifest.sha256 == store.digest(ROUND)
-    assert [len(c.data) for c in chunks] == [1 << 20, manifest.byte_size - (1 << 20)]
-    assert [c.offset for c in chunks] == [0, 1 << 20]
+    assert (manifest.owner, manifest.round) == (OWNER, ROUND)
+    full, rest = divmod(manifest.byte_size, CHUNK_BYTES)
+    assert [len(c.data) for c in chunks] == [CHUNK_BYTES] * full + [rest]
+    assert [c.offset for c in chunks] == [n * CHUNK_BYTES for n in range(full + 1)]
+    assert [c.HasField("manifest") for c in chunks] == [True] + [False] * full  # the first only
 
 
 def test_health_needs_no_grant_and_tells_an_anonymous_caller_only_liveness(address):
@@ -118,7 +122,7 @@ def test_bad_grants_are_refused(signer, address, case, caplog):
         pytest.raises(PeerUnavailable, match=f"PERMISSION_DENIED: .*{reason}"),
     ):
         source.fetch(OWNER, ROUND)
-    assert f"client {OWNER} refused GetManifest of round {ROUND} (run {RUN!r})" in caplog.text
+    assert f"client {OWNER} refused FetchModel of round {ROUND} (run {RUN!r})" in caplog.text
 
 
 def test_fetch_stream_also_checks_the_grant(address):
@@ -131,9 +135,10 @@ def test_fetch_stream_also_checks_the_grant(address):
 
 
 def test_unknown_round_is_unavailable(signer, address):
-    grant = signer.issue("run", FETCHER, OWNER, ROUND + 1, ttl_s=30)
+    """A round before the latest published one that is not there will never come."""
+    grant = signer.issue("run", FETCHER, OWNER, ROUND - 1, ttl_s=30)
     with source_for(address, grant) as source, pytest.raises(PeerUnavailable, match="NOT_FOUND"):
-        source.fetch(OWNER, ROUND + 1)
+        source.fetch(OWNER, ROUND - 1)
 
 
 def test_no_grant_or_address_fails_without_a_call(address):
@@ -178,7 +183,6 @@ def test_wrong_length_model_is_refused(signer, address):
 
 def test_corrupted_file_fails_the_digest(store, signer, address):
     grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
-    store.digest(ROUND)  # the digest the server announces, cached before the disk goes bad
     path = store.path(ROUND)
     stat = path.stat()
     with path.open("r+b") as file:

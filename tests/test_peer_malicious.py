@@ -1,7 +1,8 @@
 """A peer that lies, cheats or dies: the client refuses it with the right error, quickly.
 
 The fake peer below speaks the real protocol over real gRPC but serves whatever manifest
-and chunks a test hands it, so each way of breaking the contract can be tried alone.
+and chunks a test hands it (the manifest on the first chunk unless told otherwise), so each
+way of breaking the contract can be tried alone.
 """
 
 from __future__ import annotations
@@ -39,12 +40,13 @@ def raw_payload(header: dict | bytes, data: bytes) -> bytes:
 
 
 def manifest_of(payload: bytes, numel: int = NUMEL, **changes) -> peer_pb2.Manifest:
+    tensor_bytes = payload[8 + int.from_bytes(payload[:8], "little") :]
     fields = dict(
         owner=OWNER,
         round=ROUND,
         tensors=[peer_pb2.TensorInfo(name="weights", shape=[numel], dtype="F32")],
         byte_size=len(payload),
-        sha256=hashlib.sha256(payload).hexdigest(),
+        weights_sha256=hashlib.sha256(tensor_bytes).hexdigest(),
     )
     return peer_pb2.Manifest(**(fields | changes))
 
@@ -65,14 +67,15 @@ class FakePeer(peer_pb2_grpc.PeerModelsServicer):
     after: int | None = None
     then: str = "abort"
     """What happens after chunk ``after``: "abort" the call or "stall" until released."""
+    manifest_on: tuple[int, ...] = (0,)
+    """The chunks that carry the manifest."""
     sent: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
-    def GetManifest(self, request, context) -> peer_pb2.Manifest:
-        return self.manifest
-
     def FetchModel(self, request, context) -> Iterator[peer_pb2.Chunk]:
         for index, chunk in enumerate(self.chunks):
+            if index in self.manifest_on:
+                chunk = peer_pb2.Chunk(data=chunk.data, offset=chunk.offset, manifest=self.manifest)
             yield chunk
             if index == self.after:
                 self.sent.set()
@@ -172,7 +175,7 @@ def bad_cases() -> dict[str, tuple[peer_pb2.Manifest, list[peer_pb2.Chunk], str]
             "lists tensors",
         ),
         "oversized-payload": (*honest_manifest(GOOD, byte_size=32 * MIB), "exceeds the limit"),
-        "bad-digest-field": (*honest_manifest(GOOD, sha256="abc"), "not a SHA-256"),
+        "bad-digest-field": (*honest_manifest(GOOD, weights_sha256="abc"), "not a SHA-256"),
         "runs-past-manifest": (manifest_of(GOOD[:-8]), chunks_of(GOOD), "runs past"),
         "truncated-stream": (manifest_of(GOOD), chunks_of(GOOD[:-8]), "stream ended"),
         "offset-gap": (manifest_of(GOOD), gap, "chunk at offset"),
@@ -236,6 +239,21 @@ def bad_cases() -> dict[str, tuple[peer_pb2.Manifest, list[peer_pb2.Chunk], str]
 def test_misbehaving_peer_is_invalid(serve, case):
     manifest, chunks, message = bad_cases()[case]
     address, _ = serve(FakePeer(manifest, chunks))
+    with pytest.raises(InvalidPeerModel, match=message):
+        fetch_from(address)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "manifest_on", "message"),
+    [
+        (chunks_of(GOOD), (), "the first chunk carries no manifest"),
+        (chunks_of(GOOD, size=1000), (0, 1), "a second manifest at offset 1000"),
+        ([], (0,), "the stream ended before its manifest"),
+    ],
+    ids=["no-manifest", "second-manifest", "empty-stream"],
+)
+def test_manifest_only_on_the_first_chunk(serve, chunks, manifest_on, message):
+    address, _ = serve(FakePeer(manifest_of(GOOD), chunks, manifest_on=manifest_on))
     with pytest.raises(InvalidPeerModel, match=message):
         fetch_from(address)
 

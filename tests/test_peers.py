@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
-from collabfl.client.peers import BudgetExceeded, MemoryModelStore, PeerFetcher, PeerUnavailable
+from collabfl.client.peers import (
+    MAX_PARALLEL_FETCHES,
+    BudgetExceeded,
+    MemoryModelStore,
+    PeerFetcher,
+    PeerUnavailable,
+)
 
 
 @pytest.fixture
@@ -76,3 +84,83 @@ def test_store_keeps_only_recent_rounds(store):
     store.forget(0)
     with pytest.raises(PeerUnavailable):
         store.fetch(0, 3)
+
+
+class RecordingSource:
+    """Serves ``store``'s models, recording how many fetches run at once and in what order
+    they end; ``gate(owner)`` runs inside each fetch and may hold it back."""
+
+    def __init__(self, store: MemoryModelStore, gate=lambda owner: None) -> None:
+        self.store = store
+        self.gate = gate
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.ended: list[int] = []
+
+    def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            self.gate(owner)
+            return self.store.fetch(owner, round_index)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.ended.append(owner)
+
+
+def test_a_batch_is_fetched_concurrently_within_the_budget(store):
+    together = threading.Barrier(3, timeout=10)  # passes only with all three in flight
+    source = RecordingSource(store, lambda owner: together.wait())
+    fetcher = PeerFetcher(source, expected_numel=4)
+    with fetcher.hold([1, 2, 3], 0, limit=3) as models:
+        assert list(models) == [1, 2, 3]
+    assert source.most_in_flight == 3
+    assert fetcher.take_stats().peak_resident == 3
+
+
+def test_a_large_batch_runs_at_most_the_parallel_cap_at_once(store):
+    for owner in range(5, 2 * MAX_PARALLEL_FETCHES):
+        store.publish(owner, 0, torch.full((4,), float(owner)))
+    together = threading.Barrier(MAX_PARALLEL_FETCHES, timeout=10)
+    source = RecordingSource(store, lambda owner: together.wait())
+    fetcher = PeerFetcher(source, expected_numel=4)
+    owners = list(range(2 * MAX_PARALLEL_FETCHES))
+    with fetcher.hold(owners, 0, limit=None) as models:
+        assert list(models) == owners
+    assert source.most_in_flight == MAX_PARALLEL_FETCHES
+
+
+def test_results_and_accounting_follow_the_batch_not_the_arrival_order(store, caplog):
+    store.publish(9, 0, torch.tensor([1.0, float("nan"), 0.0, 0.0]))
+    owners = [1, 42, 2, 9, 3]  # 42 never published, 9 sends NaN
+    done = {owner: threading.Event() for owner in owners}
+    later = dict(zip(owners, [*owners[1:], None], strict=True))
+
+    def last_first(owner: int) -> None:  # each fetch ends only after the next one in the batch
+        if later[owner] is not None:
+            assert done[later[owner]].wait(10)
+
+    source = RecordingSource(store, last_first)
+    original = source.fetch
+
+    def fetch(owner: int, round_index: int) -> torch.Tensor:
+        try:
+            return original(owner, round_index)
+        finally:
+            done[owner].set()
+
+    source.fetch = fetch  # type: ignore[method-assign]
+    fetcher = PeerFetcher(source, expected_numel=4)
+    with fetcher.hold(owners, 0, limit=5) as models:
+        assert list(models) == [1, 2, 3]
+        assert [float(models[o][0]) for o in models] == [1.0, 2.0, 3.0]
+    assert source.ended == owners[::-1]
+    assert [line.split(":")[0] for line in fetcher.take_skipped()] == ["peer 42", "peer 9"]
+    stats = fetcher.take_stats()
+    assert (stats.models_fetched, stats.failures, stats.bytes_fetched) == (3, 2, 3 * 16)
+    assert stats.peak_resident == 3
+    skips = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
+    assert [m.split(" in ")[0] for m in skips] == ["skipping peer 42", "skipping peer 9"]

@@ -74,10 +74,7 @@ def peer_fetch(
         token = GrantSigner(generate_private_key()).issue("any", 0, owner, round, 600)
     stub = peer_pb2_grpc.PeerModelsStub(_channel(address, ca, cert, key))
     request = peer_pb2.FetchRequest(owner=owner, round=round, grant=token)
-    return {
-        "GetManifest": _code(lambda: stub.GetManifest(request, timeout=TIMEOUT_S)),
-        "FetchModel": _code(lambda: stub.FetchModel(request, timeout=TIMEOUT_S)),
-    }
+    return {"FetchModel": _code(lambda: stub.FetchModel(request, timeout=TIMEOUT_S))}
 
 
 def peer_health(address: str, ca: str, cert: str | None, key: str | None) -> dict:
