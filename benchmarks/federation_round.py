@@ -1,50 +1,114 @@
-"""Where the time of a DPFL round goes in a real loopback federation, per client runtime.
+"""Where the time of a DPFL round goes in a real loopback federation, against Flower's floor.
 
-Starts a coordinator and N client daemons as real processes (SuperLink, SuperNodes, peer
-gRPC servers), runs DPFL, and splits each round's wall time into client training, peer
-fetch, selection (GGC without its fetches) and evaluation — the slowest client of each,
-since clients work in parallel — and the rest, which is Flower messaging (polling waits,
-ClientApp start-up per message in the ``subprocess`` runtime, state load/save). Also
-reports the time from launching the processes to the first completed round.
+Starts a coordinator and N client daemons as real processes (SuperLink behind the Fleet
+gateway, SuperNodes, warm executors or Flower's process per message, peer gRPC servers),
+runs DPFL, and splits each round's wall time into the slowest client's training, peer
+fetch, selection (GGC without its fetches) and evaluation, and the rest: the overhead
+(Flower messaging, the coordinator's own work between rounds). Each answered message's
+timing (the run's messages.jsonl) splits the messaging further: getting the message to the
+client and the work started, the client's work, and getting the reply back.
 
-With several ``--runtime`` values (the client daemons' ``--runtime``) the same federation
-runs once per runtime, one after the other, and the steady-state medians are compared.
+Beside it, the same machine runs Flower's floor: a minimal plain-Flower FedAvg app
+(benchmarks/flower_floor/, no collabfl code) with the same number of SuperNodes, training
+the same MLP for the same number of SGD steps per round. Also reported: launch → all
+clients online, launch → first round done, and each client daemon's resident memory
+(daemon, SuperNode and executor together) idle before the run and at its peak during it.
 
-    python benchmarks/federation_round.py [--clients 4] [--rounds 4] [--runtime subprocess,warm]
+    python benchmarks/federation_round.py [--clients 4,16] [--rounds 5] [--runtime warm]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from _common import format_table, median, write_results
+from flower_floor import measure_flower_floor
 
 from collabfl.coordinator.config import ExperimentConfig, load_config
 from collabfl.coordinator.federation import LocalFederation, write_client_files
 from collabfl.coordinator.methods import parse_method_spec, run_request
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.flower.processes import CLIENT_RUNTIMES
 
-COMPARED = ("wall_s", "flower_messaging_s")
-"""The steady-state medians compared between runtimes (the rest is the same work)."""
+SPLIT = ("wall_s", "train_s", "peer_fetch_s", "selection_s", "evaluate_s", "overhead_s")
+MESSAGE_SPLIT = ("messages", "to_client_s", "work_s", "to_coordinator_s")
 
 
-def runtimes(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(CLIENT_RUNTIMES))
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"runtimes are {', '.join(CLIENT_RUNTIMES)}")
-    return names
+def names(text: str, allowed: tuple[str, ...]) -> list[str]:
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    if not chosen or set(chosen) - set(allowed):
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)}")
+    return chosen
+
+
+def sizes(text: str) -> list[int]:
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("a comma-separated list of client counts") from None
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError("at least 2 clients")
+    return counts
+
+
+class MemoryWatch:
+    """Samples each client daemon's process tree's resident memory (from /proc)."""
+
+    def __init__(self, federation: LocalFederation, clients: int) -> None:
+        self.pids = {k: federation.processes[f"client-{k}"].pid for k in range(clients)}
+        self.peak = dict.fromkeys(self.pids, 0)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def now(self) -> dict[int, int]:
+        return {k: tree_rss_bytes(pid) for k, pid in self.pids.items()}
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> dict[int, int]:
+        self.stopping.set()
+        self.thread.join()
+        return self.peak
+
+    def _sample(self) -> None:
+        while not self.stopping.wait(0.5):
+            for k, rss in self.now().items():
+                self.peak[k] = max(self.peak[k], rss)
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+        except OSError:
+            continue  # the process ended meanwhile
+        pid = int(fields["Pid"])
+        children.setdefault(int(fields["PPid"]), []).append(pid)
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
 
 
 def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict[str, Any]:
-    """Run DPFL once on a fresh federation; its rows and launch timings."""
+    """Run DPFL once on a fresh federation; its rows, message timings, launch and memory."""
     spec = parse_method_spec("dpfl", config)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -52,6 +116,9 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
         launched = time.perf_counter()
         with LocalFederation(root / "work", files, runtime=runtime) as federation:
             online = time.perf_counter()
+            memory = MemoryWatch(federation, clients)
+            idle = memory.now()
+            memory.start()
             with federation.client() as client:
                 request = run_request(spec, RunOptions(clients, out_dir=str(root)))
                 client.create_run("bench", spec.label, request)
@@ -62,95 +129,135 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
                         first_round = time.perf_counter()
                     if not run.active:
                         break
-                    time.sleep(0.2)
+                    time.sleep(0.1)
+            peak = memory.stop()
             assert run.status == "finished", run.message
+        messages = (root / "dpfl" / MESSAGES_FILE).read_text().splitlines()
         return {
             "rows": read_run(root / "dpfl").rows,
+            "messages": [json.loads(line) for line in messages],
             "launch_to_online_s": online - launched,
             "launch_to_first_round_s": (first_round or online) - launched,
+            "memory": {"idle_bytes": idle, "peak_bytes": peak},
         }
 
 
 def round_split(rows: list[dict[str, Any]], round_index: int) -> dict[str, float]:
-    """One round's wall time split into the slowest client's work and the messaging."""
+    """One round's wall time split into the clients' work (each part: its slowest client)
+    and the overhead: the wall time minus the slowest client's whole work."""
     these = [r for r in rows if r["round"] == round_index]
-    wall = these[0]["round_s"]
+    work = max(r["train_s"] + (r["collaborate_s"] or 0.0) + r["evaluate_s"] for r in these)
+    fetch = max(r["fetch_s"] or 0.0 for r in these)
+    collaborate = max(r["collaborate_s"] or 0.0 for r in these)
     train = max(r["train_s"] for r in these)
-    fetch = max(r["fetch_s"] for r in these)
-    collaborate = max(r["collaborate_s"] for r in these)
     evaluate = max(r["evaluate_s"] for r in these)
+    wall = these[0]["round_s"]
     return {
-        "round": round_index,
         "wall_s": wall,
         "train_s": train,
         "peer_fetch_s": fetch,
         "selection_s": collaborate - fetch,
         "evaluate_s": evaluate,
-        "flower_messaging_s": wall - train - collaborate - evaluate,
+        "overhead_s": wall - work,
     }
+
+
+def message_split(messages: list[dict[str, Any]], round_index: int) -> dict[str, float]:
+    """The round's messages: how many, and the slowest round trip's parts."""
+    these = [m for m in messages if m["round"] == round_index]
+    slowest = max(these, key=lambda m: m["round_trip_s"])
+    return {"messages": len(these), **{k: slowest[k] for k in MESSAGE_SPLIT[1:]}}
 
 
 def measure(config: ExperimentConfig, clients: int, rounds: int, runtime: str) -> dict[str, Any]:
     """Run one runtime, print its table, and return its figures."""
     run = run_federation(config, clients, runtime)
-    per_round = [round_split(run["rows"], t) for t in range(rounds)]
-    steady = per_round[1:] or per_round
+    per_round = [
+        {"round": t, **round_split(run["rows"], t), **message_split(run["messages"], t)}
+        for t in range(rounds)
+    ]
+    steady = per_round[1:]
     figures = {
         "launch_to_online_s": run["launch_to_online_s"],
         "launch_to_first_round_s": run["launch_to_first_round_s"],
         "rounds": per_round,
-        "steady_median": {k: median([r[k] for r in steady]) for k in steady[0] if k != "round"},
+        "steady_median": {k: median([r[k] for r in steady]) for k in (*SPLIT, *MESSAGE_SPLIT)},
+        "memory_per_client_mb": {
+            "idle_median": median(list(run["memory"]["idle_bytes"].values())) / 2**20,
+            "round_peak_median": median(list(run["memory"]["peak_bytes"].values())) / 2**20,
+        },
     }
-    table = [[r["round"], *(f"{v:.2f}" for k, v in r.items() if k != "round")] for r in per_round]
-    print(f"\n== runtime: {runtime}")
-    print(format_table(["round", "wall", "train", "fetch", "select", "eval", "flower"], table))
+    headers = ["round", "wall", "train", "fetch", "select", "eval", "overhead", "msgs"]
+    headers += ["to", "work"]
+    table = [
+        [
+            r["round"],
+            *(f"{r[k]:.2f}" for k in SPLIT),
+            r["messages"],
+            f"{r['to_client_s'] + r['to_coordinator_s']:.2f}",
+            f"{r['work_s']:.2f}",
+        ]
+        for r in per_round
+    ]
+    print(f"\n== {clients} clients, runtime {runtime}")
+    print(format_table(headers, table))
+    print("(to: the slowest message's delivery + start + return; work: its client work)")
     print(f"launch → all online: {figures['launch_to_online_s']:.1f} s")
     print(f"launch → first round done: {figures['launch_to_first_round_s']:.1f} s")
-    print("steady-state median (rounds ≥ 1):", json.dumps(figures["steady_median"], indent=1))
+    print("steady-state medians (rounds ≥ 1):", json.dumps(figures["steady_median"], indent=1))
+    print("memory per client daemon (MiB):", json.dumps(figures["memory_per_client_mb"]))
     return figures
 
 
-def compare(by_runtime: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Each runtime's steady-state medians relative to the first runtime's."""
-    names = list(by_runtime)
-    base = by_runtime[names[0]]["steady_median"]
-    ratios = {
-        name: {k: by_runtime[name]["steady_median"][k] / base[k] for k in COMPARED}
-        for name in names[1:]
-    }
-    rows = [
-        [name, *(f"{by_runtime[name]['steady_median'][k]:.2f}" for k in COMPARED)] for name in names
-    ]
-    print("\n== steady-state medians (s)")
-    print(format_table(["runtime", *COMPARED], rows))
-    for name, ratio in ratios.items():
-        shown = ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items())
-        print(f"{name} / {names[0]}: {shown}")
-    return ratios
+def train_samples(config: ExperimentConfig, clients: int) -> int:
+    """Training samples of an average DPFL client (the floor's clients get as many)."""
+    return round(config.data.num_train * (1 - config.data.val_fraction) / clients)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--clients", type=sizes, default=[4], help="client counts: 4,16")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--budget", type=int, default=2)
-    parser.add_argument("--runtime", type=runtimes, default=["subprocess"], help="a,b,...")
+    parser.add_argument(
+        "--runtime", type=lambda t: names(t, CLIENT_RUNTIMES), default=["warm"], help="a,b"
+    )
+    parser.add_argument("--no-floor", action="store_true", help="skip the plain-Flower floor")
     args = parser.parse_args()
-    overrides = [
-        f"data.num_clients={args.clients}",
-        f"rounds={args.rounds}",
-        f"dpfl.budget={args.budget}",
-        "data.num_train=4000",
-        "data.num_test=2000",
-        "epochs=1",
-        "dpfl.init_epochs=2",
-    ]
-    config = load_config(None, overrides)
-    by_runtime = {rt: measure(config, args.clients, args.rounds, rt) for rt in args.runtime}
-    figures: dict[str, Any] = {"runtimes": by_runtime}
-    if len(by_runtime) > 1:
-        figures["ratio_to_" + args.runtime[0]] = compare(by_runtime)
-    path = write_results("federation_round", figures, vars(args) | {"overrides": overrides})
+    if args.rounds < 2:
+        parser.error("--rounds must be >= 2 (round 0 is set-up; steady rounds follow)")
+    figures: dict[str, Any] = {}
+    for clients in args.clients:
+        overrides = [
+            f"data.num_clients={clients}",
+            f"rounds={args.rounds}",
+            f"dpfl.budget={args.budget}",
+            "data.num_train=4000",
+            "data.num_test=2000",
+            "epochs=1",
+            "dpfl.init_epochs=2",
+        ]
+        config = load_config(None, overrides)
+        result: dict[str, Any] = {"overrides": overrides}
+        for runtime in args.runtime:
+            result[runtime] = measure(config, clients, args.rounds, runtime)
+        if not args.no_floor:
+            samples = train_samples(config, clients)
+            steps = math.ceil(config.epochs * samples / config.training.batch_size)
+            with tempfile.TemporaryDirectory() as tmp:
+                floor = measure_flower_floor(
+                    clients, args.rounds, steps, Path(tmp), samples=samples
+                )
+            result["flower_floor"] = floor
+            floor_round = floor["steady_median"]["wall_s"]
+            result["ratio_to_floor"] = {
+                runtime: result[runtime]["steady_median"]["wall_s"] / floor_round
+                for runtime in args.runtime
+            }
+            print(f"\n== Flower's floor, {clients} SuperNodes, FedAvg, {steps} SGD steps/round")
+            print(f"steady round: {floor_round:.2f} s; DPFL / floor:", result["ratio_to_floor"])
+        figures[f"{clients}_clients"] = result
+    path = write_results("federation_round", figures, vars(args))
     print(f"wrote {path}")
 
 

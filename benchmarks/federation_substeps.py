@@ -1,0 +1,106 @@
+"""Sub-round steps over the real federation against the same work in one process.
+
+FedCollab's distance estimation and the collaboration equilibrium's SPO search send many
+small messages inside their first round (one per estimation step or oracle query), so over
+a real federation their cost is mostly messaging. This runs each method's first round
+(round 0: the estimation or the search, then one round of training) in the in-process
+runtime and on a loopback federation of N client daemons, one after the other on this
+machine, and reports both wall times, their ratio and the federation's message count.
+
+    python benchmarks/federation_substeps.py [--clients 8] [--methods fedcollab,equilibrium:ocs=spo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import format_table, write_results
+
+from collabfl.client.node import ClientSplits
+from collabfl.coordinator.config import ExperimentConfig, load_config
+from collabfl.coordinator.experiment import prepare_data, resolve_device, run_method
+from collabfl.coordinator.federation import LocalFederation, write_client_files
+from collabfl.coordinator.methods import MethodSpec, parse_method_spec, run_request
+from collabfl.coordinator.recording import safe_name
+from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
+from collabfl.coordinator.run_options import RunOptions
+
+
+def first_round_s(run_dir: Path) -> float:
+    rows = [r for r in read_run(run_dir).rows if r["round"] == 0]
+    return float(rows[0]["round_s"])
+
+
+def in_process(spec: MethodSpec, root: Path) -> float:
+    config = spec.config
+    device = resolve_device(config.device)
+    data = prepare_data(config)
+    splits = [ClientSplits.from_data(client, device) for client in data.clients]
+    run_dir = root / safe_name(spec.label)
+    run_method(spec, data, splits, device, run_dir)
+    return first_round_s(run_dir)
+
+
+def federated(spec: MethodSpec, config: ExperimentConfig, root: Path) -> tuple[float, int]:
+    clients = config.data.num_clients
+    files = write_client_files(config, root / "data")
+    with LocalFederation(root / "work", files) as federation, federation.client() as client:
+        client.create_run(
+            "bench", spec.label, run_request(spec, RunOptions(clients, out_dir=str(root)))
+        )
+        while (run := client.get_run("bench")).active:
+            time.sleep(0.2)
+    assert run.status == "finished", run.message
+    run_dir = root / safe_name(spec.label)
+    messages = (run_dir / MESSAGES_FILE).read_text().splitlines()
+    round_zero = [m for m in map(json.loads, messages) if m["round"] == 0]
+    return first_round_s(run_dir), len(round_zero)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--methods", default="fedcollab,equilibrium:ocs=spo")
+    parser.add_argument(
+        "--deadline-s", type=float, default=900.0, help="give up on a federated round 0 after"
+    )
+    args = parser.parse_args()
+    overrides = [
+        f"data.num_clients={args.clients}",
+        "rounds=1",
+        "data.num_train=4000",
+        "data.num_test=2000",
+        "epochs=1",
+    ]
+    config = load_config(None, overrides)
+    figures: dict[str, Any] = {}
+    rows = []
+    for text in args.methods.split(","):
+        spec = parse_method_spec(text, config)
+        with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as other:
+            local_s = in_process(spec, Path(one))
+            federation_s, messages = federated(spec, config, Path(other), args.deadline_s)
+        # An unfinished round 0 is reported as its lower bound: the deadline.
+        ratio = (federation_s or args.deadline_s) / local_s
+        figures[spec.label] = {
+            "in_process_round0_s": local_s,
+            "federation_round0_s": federation_s,
+            "federation_finished_round0": federation_s is not None,
+            "ratio": ratio,
+            "federation_round0_messages": messages,
+        }
+        shown = f"{federation_s:.1f}" if federation_s else f"> {args.deadline_s:.0f}"
+        rows.append([spec.label, f"{local_s:.1f}", shown, messages, f"{ratio:.2f}x"])
+        print(json.dumps({spec.label: figures[spec.label]}), flush=True)
+    print(format_table(["method", "in-process s", "federation s", "messages", "ratio"], rows))
+    path = write_results("federation_substeps", figures, vars(args) | {"overrides": overrides})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
