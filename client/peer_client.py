@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ import torch
 
 from collabfl.client.model_store import TENSOR_NAME
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
+from collabfl.client.stream_limits import BUSY_KEY
 from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import peer_pb2, peer_pb2_grpc
 
@@ -34,6 +36,17 @@ _ITEM_BYTES = 4
 _LENGTH_BYTES = 8
 _MESSAGE_SLACK = 64 * 1024
 """Room for the Chunk message's own fields on top of its data."""
+BUSY_PAUSE_S, BUSY_PAUSE_CAP_S = 0.05, 1.0
+"""Pauses before asking a busy peer again (all its stream slots taken: in a round where
+every client fetches at once, a popular owner serves its fetchers a few at a time)."""
+
+
+def _busy(error: grpc.RpcError) -> bool:
+    """Whether the peer refused only because its stream slots are all taken."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return False
+    trailing = error.trailing_metadata() or ()
+    return any(item.key == BUSY_KEY for item in trailing)
 
 
 class GrpcPeerSource:
@@ -68,6 +81,8 @@ class GrpcPeerSource:
         self._lock = threading.Lock()
 
     def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+        """The owner's model; a peer that is busy serving others is asked again, with
+        growing pauses, until ``timeout_s`` is spent."""
         address = self.addresses.get(owner)
         if address is None:
             raise PeerUnavailable(f"no address known for peer {owner}")
@@ -76,19 +91,26 @@ class GrpcPeerSource:
             raise PeerUnavailable(f"no grant to fetch peer {owner}'s round {round_index}")
         request = peer_pb2.FetchRequest(owner=owner, round=round_index, grant=grant, run=self.run)
         stub = peer_pb2_grpc.PeerModelsStub(self._channel(address))
-        call = stub.FetchModel(request, timeout=self.timeout_s)
-        try:
-            return self._receive(owner, round_index, call)
-        except grpc.RpcError as error:
-            reason = (
-                f"peer {owner} at {address}, round {round_index}: "
-                f"{error.code().name}: {error.details()}"
-            )
-            if error.code() == grpc.StatusCode.DATA_LOSS:  # the peer's own file failed its check
-                raise InvalidPeerModel(reason) from None
-            raise PeerUnavailable(reason) from None
-        finally:
-            call.cancel()  # no-op after a complete stream; frees the peer if we gave up
+        deadline = time.monotonic() + self.timeout_s
+        pause = BUSY_PAUSE_S
+        while True:
+            call = stub.FetchModel(request, timeout=max(deadline - time.monotonic(), 0.001))
+            try:
+                return self._receive(owner, round_index, call)
+            except grpc.RpcError as error:
+                if _busy(error) and time.monotonic() + pause < deadline:
+                    time.sleep(pause)
+                    pause = min(2 * pause, BUSY_PAUSE_CAP_S)
+                    continue
+                reason = (
+                    f"peer {owner} at {address}, round {round_index}: "
+                    f"{error.code().name}: {error.details()}"
+                )
+                if error.code() == grpc.StatusCode.DATA_LOSS:  # the peer's own file failed
+                    raise InvalidPeerModel(reason) from None
+                raise PeerUnavailable(reason) from None
+            finally:
+                call.cancel()  # no-op after a complete stream; frees the peer if we gave up
 
     def close(self) -> None:
         """Close every channel; the source can still be used (channels reopen on demand)."""

@@ -35,7 +35,7 @@ from collabfl.client.model_store import (
     PublishedRound,
     StoredModel,
 )
-from collabfl.client.stream_limits import SPARE_THREADS, Stream, StreamGuard, StreamLimits
+from collabfl.client.stream_limits import BUSY_KEY, SPARE_THREADS, Stream, StreamGuard, StreamLimits
 from collabfl.kernel.grants import GrantVerifier, InvalidGrant
 from collabfl.kernel.identity import Role, caller_identity
 from collabfl.kernel.tls import ServerTLS
@@ -86,6 +86,7 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         stream = self.guard.admit(fetcher, context)
         if stream is None:
             reason = f"too many concurrent model streams (client {fetcher} or all fetchers)"
+            context.set_trailing_metadata(((BUSY_KEY, "1"),))
             self._refuse(request, context, grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
         # Checked while streamed from one handle: a prune or republish cannot cut it short.
         with self._open(request, context, store, stream) as published:

@@ -21,6 +21,10 @@ import grpc
 
 log = logging.getLogger(__name__)
 
+BUSY_KEY = "collabfl-busy"
+"""Trailing metadata of a refusal for want of a free stream slot: the fetcher may ask again
+(other RESOURCE_EXHAUSTED errors, such as an oversized message, are final)."""
+
 
 @dataclass(frozen=True)
 class StreamLimits:
@@ -28,9 +32,11 @@ class StreamLimits:
 
     send_timeout_s: float = 30.0
     """A chunk not taken by the reader within this cuts the stream."""
-    publish_wait_s: float = 30.0
+    publish_wait_s: float = 300.0
     """How long a fetch of a round not published yet waits for it (and for no longer than
-    the caller's deadline); 0: such a fetch fails at once."""
+    the caller's deadline); 0: such a fetch fails at once. As long as the coordinator's
+    default peer wait (half its 600 s message deadline): a slow honest peer's model still
+    arrives, while a waiting call holds one of the fetcher's few stream slots."""
     streams_per_fetcher: int = 2
     max_streams: int = 6
     """All fetchers together; the server runs ``max_streams + SPARE_THREADS`` threads."""

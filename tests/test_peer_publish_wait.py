@@ -212,3 +212,29 @@ def test_a_batch_waits_for_all_its_owners_at_once(tmp_path, signer):
         publisher.join()
         for server in servers.values():
             server.stop(None)
+
+
+def test_a_fetch_refused_for_want_of_a_slot_asks_again_until_one_frees(
+    models, signer, serve, caplog
+):
+    """Every client fetches at once in a round: a popular owner serves them a few at a time,
+    and the rest get their model as slots free up, not a skipped peer."""
+    address = serve(publish_wait_s=60, streams_per_fetcher=1, max_streams=1)
+    got: dict[int, torch.Tensor] = {}
+
+    def fetch_as(fetcher: int) -> None:
+        got[fetcher] = fetch(address, signer.issue(RUN, fetcher, OWNER, ROUND, 60), 30)
+
+    first = threading.Thread(target=fetch_as, args=(LAB_A,))
+    first.start()
+    models.wait_for_waiters(1)  # the first fetch parks in the only slot
+    second = threading.Thread(target=fetch_as, args=(LAB_B,))
+    second.start()
+    deadline = time.monotonic() + 20
+    while "too many concurrent model streams" not in caplog.text:  # refused, asking again
+        assert time.monotonic() < deadline and second.is_alive()
+        time.sleep(0.01)
+    models.for_publishing(RUN).publish(OWNER, ROUND, VECTOR)
+    first.join()
+    second.join()
+    assert torch.equal(got[LAB_A], VECTOR) and torch.equal(got[LAB_B], VECTOR)
