@@ -25,9 +25,9 @@ from pathlib import Path
 
 from collabfl import __version__
 from collabfl.client.data.client_file import load_client_file
-from collabfl.client.model_store import PublishedModels
+from collabfl.client.model_store import PUBLISHED_DIR, PublishedModels
+from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peer_server import PeerModelServer
-from collabfl.client.peers import MAX_PEER_WEIGHT
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.processes import (
     CLIENT_RUNTIMES,
@@ -36,7 +36,6 @@ from collabfl.flower.processes import (
     flower_env,
     warm_executor_command,
 )
-from collabfl.flower.session import NodeState
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
@@ -227,8 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         log.error("%s", error)
         return 2
-    state = NodeState(args.state_dir)
-    models = PublishedModels(state.published, owner=args.client_id)
+    # Before any child starts: a stop that arrives while they start still stops them.
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    models = PublishedModels(args.state_dir / PUBLISHED_DIR, owner=args.client_id)
     verifier = GrantVerifier(load_public_key_bytes(args.coordinator_key))
     tls = None
     if not args.insecure:
@@ -249,9 +251,6 @@ def main(argv: list[str] | None = None) -> int:
             args.client_id, public_key, args.client_id, public_key.name,
         )  # fmt: skip
     children = start_flower(args)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     log.info("client %s: shutting down", args.client_id)
     for child in children:

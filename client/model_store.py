@@ -24,13 +24,15 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-import torch
-from safetensors.torch import load_file, save
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
+PUBLISHED_DIR = "published"
+"""The folder of a client's state directory that holds its published models."""
 TENSOR_NAME = "weights"
 WEIGHTS_DIGEST = "weights_sha256"
 """Metadata key of the weights' SHA-256, recorded at publish time."""
@@ -111,6 +113,9 @@ class DiskModelStore:
         num_samples: int | None = None,
     ) -> None:
         """Write ``vector`` (1-D float32) as round ``round_index``, then prune old rounds."""
+        import torch  # here, not at the top: serving needs no torch (the daemon loads none)
+        from safetensors.torch import save
+
         if self.read_only:
             raise PermissionError(f"the store in {self.root} is read-only")
         if owner != self.owner:
@@ -162,6 +167,8 @@ class DiskModelStore:
 
     def load(self, round_index: int) -> torch.Tensor:
         """The published vector of ``round_index`` (safetensors: no code is run on load)."""
+        from safetensors.torch import load_file
+
         tensors = load_file(self.path(round_index))
         if set(tensors) != {TENSOR_NAME}:
             raise ValueError(f"round {round_index} holds {sorted(tensors)}, not [{TENSOR_NAME!r}]")

@@ -20,16 +20,9 @@ from typing import Protocol
 
 import torch
 
+from collabfl.client.peer_limits import MAX_PEER_WEIGHT
+
 log = logging.getLogger(__name__)
-
-MAX_PEER_WEIGHT = 1e4
-"""Default bound on |weight| of a peer model.
-
-Trained weights of the models here stay far below 10; a finite 3e38 is no model but an
-attack on the aggregate (a weighted sum of such values overflows to Inf, or one peer
-drowns all others). 1e4 leaves three orders of magnitude of room for honest models and
-still keeps any average of them far from float32 overflow.
-"""
 
 
 MAX_PARALLEL_FETCHES = 8

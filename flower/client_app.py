@@ -38,7 +38,8 @@ from flwr.clientapp import ClientApp
 
 from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
-from collabfl.client.peers import MAX_PEER_WEIGHT, PeerModelSource, PeerUnavailable
+from collabfl.client.peer_limits import MAX_PEER_WEIGHT
+from collabfl.client.peers import PeerModelSource, PeerUnavailable
 from collabfl.flower.codec import (
     MESSAGE_PREFIX,
     PROGRAM_MESSAGE,

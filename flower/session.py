@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from collabfl.client.data.client_file import load_client_file
+from collabfl.client.model_store import PUBLISHED_DIR
 from collabfl.client.node import BestModel, ClientNode, ClientSplits
 from collabfl.client.peers import FetchStats, ModelPublisher, PeerFetcher, PeerModelSource
 from collabfl.flower.run_setup import Description, RunSettings
@@ -38,7 +39,7 @@ class NodeState:
     def __init__(self, state_dir: Path) -> None:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.published = self.dir / "published"
+        self.published = self.dir / PUBLISHED_DIR
 
     def write_settings(self, settings: RunSettings) -> None:
         """Start (or rejoin) a run; a different run id starts from a clean state."""

@@ -1,5 +1,6 @@
 """The command line starts without torch (seconds of import on a small machine): ``collabfl
---help``, ``--version`` and every ``admin`` command. benchmarks/cli_startup.py times it."""
+--help``, ``--version`` and every ``admin`` command; so does the client daemon, which every
+participant starts (and restarts). benchmarks/cli_startup.py times the CLI."""
 
 from __future__ import annotations
 
@@ -13,11 +14,17 @@ from collabfl import __version__
 HEAVY = ("torch", "matplotlib", "networkx", "cvxpy")
 
 
-def test_the_cli_module_imports_no_torch():
-    probe = (
-        "import sys, collabfl.coordinator.cli; "
-        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
-    )
+@pytest.mark.parametrize(
+    ("module", "heavy"),
+    [
+        ("collabfl.coordinator.cli", HEAVY),
+        # The client daemon serves files and supervises Flower: the warm executor beside it
+        # is the one process of a participant that loads torch (and flwr, for the SuperNode).
+        ("collabfl.client.daemon", (*HEAVY, "flwr", "safetensors")),
+    ],
+)
+def test_the_module_imports_no_torch(module: str, heavy: tuple[str, ...]):
+    probe = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     done = _python("-c", probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
