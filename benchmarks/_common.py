@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import time
@@ -24,6 +25,12 @@ RESULTS_DIR = BENCH_DIR / "results"
 # repository root too it can use the test suite's references and data (tests.support).
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(1, str(REPO_ROOT))
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (``timeout``, a scheduler) into SystemExit, so that the processes a
+    benchmark started are stopped by its context managers instead of left running."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def environment() -> dict[str, Any]:

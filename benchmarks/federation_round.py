@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, median, write_results
+from _common import exit_on_sigterm, format_table, median, write_results
 from flower_floor import measure_flower_floor
 
 from collabfl.coordinator.config import ExperimentConfig, load_config
@@ -215,6 +215,7 @@ def train_samples(config: ExperimentConfig, clients: int) -> int:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=sizes, default=[4], help="client counts: 4,16")
     parser.add_argument("--rounds", type=int, default=5)

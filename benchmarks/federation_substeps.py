@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, write_results
+from _common import exit_on_sigterm, format_table, write_results
 
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import ExperimentConfig, load_config
@@ -63,6 +63,7 @@ def federated(spec: MethodSpec, config: ExperimentConfig, root: Path) -> tuple[f
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--methods", default="fedcollab,equilibrium:ocs=spo")

@@ -39,7 +39,7 @@ from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.flower.processes import DEFAULT_RUNTIME, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
-from collabfl.kernel.supervisor import stop_group
+from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
 
 HOST = "127.0.0.1"
 
@@ -246,7 +246,8 @@ class LocalFederation:
     def _spawn(self, name: str, command: list[str]) -> None:
         log_path = self.work_dir / "logs" / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        placed = self.hosts.command(name, command)
+        # A launcher that dies (even by SIGKILL) takes its federation with it.
+        placed = self.hosts.command(name, with_parent_death_signal(command))
         with open(log_path, "ab") as log_file:
             self.processes[name] = subprocess.Popen(
                 placed, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
