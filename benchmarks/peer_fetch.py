@@ -14,8 +14,12 @@ that returns a new tensor (page faults dominate it in a VM).
 Memory: a fresh subprocess (this script with ``--child``) makes one call that transfers
 nothing to open the connection, resets its RSS high-water mark (/proc/self/clear_refs), then
 fetches the model once; the figure is VmHWM after minus VmRSS before, the result tensor
-included (median of a few children). Target: <= 1.5x the model size. The same is measured
-for draining the bare stream, which shows what gRPC itself buffers.
+included (median of a few children). Target: <= 1.5x the model size. "fresh" is the first
+fetch of a process that never used torch or a model stream before (one-time costs included:
+torch's first operations alone take about 1.2 MB); "warm" first fetches a tiny model (a
+second round of 16 values), as a client that trained and fetched before, so the figure is
+what one more fetch costs. The same is measured for draining the bare stream after a ping,
+which shows what gRPC itself buffers.
 
 Run: python benchmarks/peer_fetch.py [--quick]
 """
@@ -48,6 +52,7 @@ from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_
 
 RESULT_PREFIX = "PEER-FETCH-RESULT "
 OWNER, ROUND, RUN = 1, 0, "bench"
+WARM_ROUND, WARM_NUMEL = 1, 16
 MB = 1_000_000
 BARE_CHUNK_BYTES = 1 << 20
 """The bare stream's message size: the fastest for gRPC here, whatever the peer server uses."""
@@ -111,21 +116,24 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 lambda: ping(b"", timeout=spec["timeout_s"]),
                 lambda: drain_bare(channel, spec["timeout_s"]),
             )
+    addresses = {OWNER: spec["address"]}
     grants = {OWNER: bytes.fromhex(spec["grant"])}
+    timeout_s = spec["timeout_s"]
     with GrpcPeerSource(
-        {OWNER: spec["address"]},
-        grants,
-        spec["numel"],
-        spec["max_bytes"],
-        spec["timeout_s"],
-        run=RUN,
+        addresses, grants, spec["numel"], spec["max_bytes"], timeout_s, run=RUN
     ) as source:
 
-        def refused_fetch() -> None:
+        def warm_up() -> None:
             with contextlib.suppress(PeerUnavailable):  # the grant is for ROUND only
-                source.fetch(OWNER, ROUND + 1)
+                source.fetch(OWNER, WARM_ROUND)
+            if spec["kind"] == "fetch_warm":
+                warm_grants = {OWNER: bytes.fromhex(spec["warm_grant"])}
+                with GrpcPeerSource(
+                    addresses, warm_grants, WARM_NUMEL, spec["max_bytes"], timeout_s, run=RUN
+                ) as tiny:
+                    tiny.fetch(OWNER, WARM_ROUND)
 
-        return peak_extra(refused_fetch, lambda: source.fetch(OWNER, ROUND))
+        return peak_extra(warm_up, lambda: source.fetch(OWNER, ROUND))
 
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -163,6 +171,7 @@ def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float
         published = PublishedModels(Path(tmp), owner=OWNER)
         store = published.for_publishing(RUN)
         store.publish(OWNER, ROUND, torch.randn(numel))
+        store.publish(OWNER, WARM_ROUND, torch.randn(WARM_NUMEL))
         payload = store.path(ROUND).read_bytes()
         byte_size = len(payload)
         step = BARE_CHUNK_BYTES
@@ -190,8 +199,11 @@ def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float
             for name, run in order if rep % 2 == 0 else order[::-1]:
                 times[name].append(timed(run))
         child_spec = {"numel": numel, "max_bytes": max_bytes, "timeout_s": timeout_s}
+        fetch_spec = {**child_spec, "address": address, "grant": grant.hex()}
+        warm_grant = signer.issue(RUN, 0, OWNER, WARM_ROUND, ttl_s=3600).hex()
         specs = {
-            "fetch": {**child_spec, "kind": "fetch", "address": address, "grant": grant.hex()},
+            "fetch": {**fetch_spec, "kind": "fetch"},
+            "fetch_warm": {**fetch_spec, "kind": "fetch_warm", "warm_grant": warm_grant},
             "bare": {**child_spec, "kind": "bare", "address": bare_address},
         }
         memory = {}
@@ -212,6 +224,7 @@ def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float
         "throughput_ratio": rates["fetch"] / rates["bare"],
         "memory": memory,
         "extra_memory_ratio": memory["fetch"]["extra_bytes"] / byte_size,
+        "extra_memory_ratio_warm": memory["fetch_warm"]["extra_bytes"] / byte_size,
     }
 
 
@@ -242,6 +255,7 @@ def main() -> None:
     rows = []
     for r in results:
         fetch_extra = r["memory"]["fetch"]["extra_bytes"]
+        warm_extra = r["memory"]["fetch_warm"]["extra_bytes"]
         bare_extra = r["memory"]["bare"]["extra_bytes"]
         rows.append(
             [
@@ -251,12 +265,15 @@ def main() -> None:
                 f"{r['throughput_ratio']:.2f}",
                 f"{r['mb_per_s']['new_tensor']:.0f}",
                 f"{fetch_extra / MB:.1f}",
+                f"{warm_extra / MB:.1f}",
                 f"{bare_extra / MB:.1f}",
                 f"{r['extra_memory_ratio']:.2f}",
+                f"{r['extra_memory_ratio_warm']:.2f}",
             ]
         )
     headers = ["MB", "fetch MB/s", "bare MB/s", "ratio", "new tensor MB/s"]
-    headers += ["fetch extra MB", "bare extra MB", "fetch extra/model"]
+    headers += ["extra MB fresh", "extra MB warm", "bare extra MB"]
+    headers += ["extra/model fresh", "extra/model warm"]
     print()
     print(format_table(headers, rows))
     print("targets: ratio >= 0.8, fetch extra/model <= 1.5")

@@ -241,7 +241,8 @@ class PublishedRound:
     def __init__(self, file: BinaryIO, round_index: int) -> None:
         self._file = file
         length_bytes = file.read(_LENGTH_BYTES)
-        header_len = int.from_bytes(length_bytes, "little") if len(length_bytes) == 8 else -1
+        complete = len(length_bytes) == _LENGTH_BYTES
+        header_len = int.from_bytes(length_bytes, "little") if complete else -1
         if not 0 < header_len <= _MAX_HEADER_BYTES:
             raise self._corrupt(round_index, "no readable safetensors header")
         raw_header = file.read(header_len)
@@ -253,6 +254,8 @@ class PublishedRound:
                 for name, entry in header.items()
             )
             recorded = metadata[WEIGHTS_DIGEST]
+            if not isinstance(recorded, str):
+                raise TypeError(f"{WEIGHTS_DIGEST} is {recorded!r}")
             samples = metadata.get("num_samples")
             num_samples = int(samples) if samples is not None else None
         except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -268,7 +271,7 @@ class PublishedRound:
         )
 
     def chunks(self, size: int) -> Iterator[bytes]:
-        """The whole file in pieces of ``size`` bytes (at least its header's length)."""
+        """The whole file, in order, in pieces of ``size`` bytes (the first holds the header)."""
         weights = hashlib.sha256()
         first = self._file.read(max(size - len(self._head), 0))
         weights.update(first)

@@ -16,6 +16,7 @@ import grpc
 import pytest
 import torch
 
+from collabfl.client import daemon
 from collabfl.client.model_store import DiskModelStore, PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
@@ -238,3 +239,13 @@ def test_a_fetch_refused_for_want_of_a_slot_asks_again_until_one_frees(
     first.join()
     second.join()
     assert torch.equal(got[LAB_A], VECTOR) and torch.equal(got[LAB_B], VECTOR)
+
+
+def test_the_daemon_sets_the_publish_wait(tmp_path):
+    required = ["--client-id", "0", "--data", "d.npz", "--state-dir", str(tmp_path)]
+    required += ["--superlink", "127.0.0.1:9092", "--peer-address", "localhost:9200"]
+    required += ["--coordinator-key", "grant.pub"]
+    args = daemon.parser().parse_args([*required, "--peer-publish-wait", "2.5"])
+    assert daemon.stream_limits(args).publish_wait_s == 2.5
+    default = daemon.parser().parse_args(required)
+    assert daemon.stream_limits(default).publish_wait_s == StreamLimits.publish_wait_s
