@@ -46,20 +46,26 @@ def in_process(spec: MethodSpec, root: Path) -> float:
     return first_round_s(run_dir)
 
 
-def federated(spec: MethodSpec, config: ExperimentConfig, root: Path) -> tuple[float, int]:
+def federated(
+    spec: MethodSpec, config: ExperimentConfig, root: Path, deadline_s: float
+) -> tuple[float | None, int]:
+    """Round 0's wall time on a federation (None: not done within ``deadline_s``) and the
+    messages it took (so far)."""
     clients = config.data.num_clients
     files = write_client_files(config, root / "data")
+    options = RunOptions(clients, out_dir=str(root))
     with LocalFederation(root / "work", files) as federation, federation.client() as client:
-        client.create_run(
-            "bench", spec.label, run_request(spec, RunOptions(clients, out_dir=str(root)))
-        )
-        while (run := client.get_run("bench")).active:
+        client.create_run("bench", spec.label, run_request(spec, options))
+        deadline = time.monotonic() + deadline_s
+        while (run := client.get_run("bench")).last_completed_round is None:
+            if not run.active or time.monotonic() > deadline:
+                break
             time.sleep(0.2)
-    assert run.status == "finished", run.message
     run_dir = root / safe_name(spec.label)
     messages = (run_dir / MESSAGES_FILE).read_text().splitlines()
     round_zero = [m for m in map(json.loads, messages) if m["round"] == 0]
-    return first_round_s(run_dir), len(round_zero)
+    done = run.last_completed_round is not None
+    return (first_round_s(run_dir) if done else None), len(round_zero)
 
 
 def main() -> None:
