@@ -11,6 +11,7 @@ from pathlib import Path
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.federation import LocalFederation, write_client_files
 from collabfl.coordinator.methods import parse_method_spec, run_request
+from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.run_options import RunOptions
 
 BASE = [
@@ -85,3 +86,21 @@ def send_signal(pids: list[int], signum: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
+
+
+def assert_skipped_while_gone(
+    out: Path, events, rounds: int, clients: int = 4, gone: int = 3
+) -> dict[int, set]:
+    """The run's records after client ``gone`` went away mid-run: it missed at least one
+    round, and was recorded as silent; every other client reported every round; nobody
+    aggregated ``gone``'s model in a round it missed. Returns who reported each round."""
+    records = read_run(out / "dpfl")
+    by_round = {t: {r["client"] for r in records.rows if r["round"] == t} for t in range(rounds)}
+    others = set(range(clients)) - {gone}
+    assert all(others <= by_round[t] for t in range(rounds)), "the others must go on"
+    missed = [t for t in range(1, rounds) if gone not in by_round[t]]
+    assert missed, f"client {gone} went away but reported every round"
+    assert any(e.client_id == gone and e.kind in {"no_reply", "offline"} for e in events)
+    for t in missed:
+        assert records.graphs[t][:, gone].sum() == 0
+    return by_round

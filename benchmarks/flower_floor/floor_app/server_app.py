@@ -45,31 +45,28 @@ class Timeline:
 
     def trained(self, replies: list[RecordDict], weight_key: str) -> MetricRecord:
         """Train aggregation: the slowest node's training time and the mean loss."""
-        metrics = [reply.metric_records["metrics"] for reply in replies]
-        slowest = max(float(m["train-s"]) for m in metrics)
-        loss = float(np.mean([float(m["train-loss"]) for m in metrics]))
-        self.emit(
-            "trained",
-            self.round + 1,
-            replies=len(replies),
-            slowest_train_s=slowest,
-            train_loss=loss,
-        )
-        return MetricRecord({"slowest-train-s": slowest, "train-loss": loss})
+        return self._slowest_and_mean("trained", replies, "train-s", "train-loss")
 
     def evaluated(self, replies: list[RecordDict], weight_key: str) -> MetricRecord:
         """Evaluate aggregation: the slowest node's evaluation time and the mean accuracy."""
+        return self._slowest_and_mean("evaluated", replies, "eval-s", "accuracy")
+
+    def _slowest_and_mean(
+        self, event: str, replies: list[RecordDict], seconds: str, value: str
+    ) -> MetricRecord:
+        """The slowest node's ``seconds`` and the mean ``value`` over the replies, emitted
+        as ``event`` for the round under way."""
         metrics = [reply.metric_records["metrics"] for reply in replies]
-        slowest = max(float(m["eval-s"]) for m in metrics)
-        accuracy = float(np.mean([float(m["accuracy"]) for m in metrics]))
+        slowest = max(float(m[seconds]) for m in metrics)
+        mean = float(np.mean([float(m[value]) for m in metrics]))
+        name = "slowest_" + seconds.replace("-", "_")
         self.emit(
-            "evaluated",
+            event,
             self.round + 1,
             replies=len(replies),
-            slowest_eval_s=slowest,
-            accuracy=accuracy,
+            **{name: slowest, value.replace("-", "_"): mean},
         )
-        return MetricRecord({"slowest-eval-s": slowest, "accuracy": accuracy})
+        return MetricRecord({"slowest-" + seconds: slowest, value: mean})
 
 
 @app.main()
