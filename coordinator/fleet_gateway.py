@@ -35,6 +35,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 from flwr.proto.fleet_pb2 import PullMessagesResponse
+from google.protobuf.message import DecodeError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -96,19 +97,16 @@ class LongPoll:
         return waits
 
 
-NO_LONG_POLL = LongPoll(hold_s=0.0)
-"""Every pull answered at once, as the SuperLink itself does."""
-
-
 def is_empty_pull(response: httpx.Response) -> bool:
-    """Whether a pull's answer carries no message (and could be asked again)."""
-    if response.status_code != 200 or not response.headers.get("content-type", "").startswith(
-        PROTOBUF
-    ):
+    """Whether a pull's answer carries no message (and could be asked again). Only a
+    successful protobuf answer can be: a refusal (an unauthenticated SuperNode's 401, say)
+    goes back at once, as does anything this gateway cannot read."""
+    content_type = response.headers.get("content-type", "")
+    if response.status_code != 200 or not content_type.startswith(PROTOBUF):
         return False
     try:
         return not PullMessagesResponse.FromString(response.content).messages_list
-    except Exception:  # not ours to judge: pass it on as it came
+    except DecodeError:
         return False
 
 

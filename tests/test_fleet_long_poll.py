@@ -33,11 +33,14 @@ class FakeFleet:
         self.pulls = 0
         self.other_calls = 0
         self.queued: PullMessagesResponse | None = None
+        self.refusing = False
         self.lock = threading.Lock()
 
     async def pull(self, request: Request) -> Response:
         with self.lock:
             self.pulls += 1
+            if self.refusing:  # as the SuperLink answers a SuperNode it does not know
+                return Response(b"", status_code=401)
             answer, self.queued = self.queued or PullMessagesResponse(), None
         return Response(answer.SerializeToString(), media_type=PROTOBUF)
 
@@ -121,6 +124,12 @@ def test_a_pull_that_finds_a_message_is_not_asked_again(fleet, held):
     fleet.queue("m-2")
     assert [m.metadata.message_id for m in _pull(held).messages_list] == ["m-2"]
     assert fleet.pulls == 1
+
+
+def test_a_refused_pull_is_answered_at_once(fleet, held):
+    fleet.refusing = True
+    response = httpx.post(held + PULL_PATH, content=b"", timeout=30)
+    assert response.status_code == 401 and fleet.pulls == 1
 
 
 def test_other_fleet_calls_are_forwarded_once(fleet, held):
