@@ -218,8 +218,7 @@ def run_steps(steps: Sequence[Instruction], context: Context) -> list[Reply]:
             node.fetcher.source = NoPeers()
     state.save(node)
     nodes.keep(node, settings.data_path, state)
-    for name in names:
-        state.done(round_index, name)
+    state.done(round_index, *names)
     return replies
 
 

@@ -112,11 +112,13 @@ class NodeState:
             progress["done"] = []
         self._write_progress(progress)
 
-    def done(self, round_index: int, step: str) -> None:
-        """Record that ``step`` of the round finished and its state was saved."""
+    def done(self, round_index: int, *steps: str) -> None:
+        """Record that ``steps`` of the round finished and their state was saved (one write
+        for all the steps of a program)."""
         progress = self._progress()
-        if progress["round"] == round_index and step not in progress["done"]:
-            progress["done"].append(step)
+        new = [step for step in steps if step not in progress["done"]]
+        if progress["round"] == round_index and new:
+            progress["done"].extend(new)
             self._write_progress(progress)
 
     def _progress(self) -> dict[str, Any]:
