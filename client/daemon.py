@@ -62,6 +62,12 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_RUNTIME,
         help="warm: one long-lived executor (default); subprocess: a ClientApp process per message",
     )
+    p.add_argument(
+        "--coordinator-service",
+        default="",
+        help="HOST:PORT where this node reaches the coordinator service's sub-step relay "
+        "(default: the address the coordinator's ServerApp uses, its --advertise)",
+    )
     p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
     p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept per run")
     p.add_argument(
@@ -125,6 +131,8 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     }
     if args.device:
         node_config["device"] = f'"{args.device}"'
+    if args.coordinator_service:
+        node_config["coordinator-service"] = f'"{args.coordinator_service}"'
     for key in ("cost", "eagerness"):
         value = getattr(args, key)
         if value is not None:

@@ -7,9 +7,10 @@ Callers prove a role with the client certificate the federation's CA issued them
 - the coordinator's own certificate, which the ServerApp it launches presents, records what
   a run produces and issues peer-fetch grants (each write also needs the launch token, and
   grants only the active run's current round: ``service`` checks both);
-- members call nothing here: they talk to the Flower SuperLink and to each other's peer
-  servers, never to the coordinator service, so a stolen member certificate reads and
-  writes nothing.
+- members call one RPC here, the sub-step relay's Poll, and reach with it only their own
+  seat in a session their run's ServerApp opened (the seat's token came to their node in a
+  Flower message; ``substep_service`` also checks the certificate names that client). A
+  stolen member certificate alone reads and writes nothing.
 
 Without TLS (``--insecure``, loopback tests) no caller has an identity and the table is not
 applied; the launch token still is.
@@ -24,6 +25,7 @@ from collabfl.kernel.identity import Identity, Role
 OPERATOR = frozenset({Role.OPERATOR})
 SERVER_APP = frozenset({Role.COORDINATOR})
 OPERATOR_OR_SERVER_APP = OPERATOR | SERVER_APP
+MEMBER = frozenset({Role.MEMBER})
 
 POLICY: Mapping[str, frozenset[Role]] = {
     # Federation membership: the ServerApp registers the clients that joined its run.
@@ -45,6 +47,11 @@ POLICY: Mapping[str, frozenset[Role]] = {
     "GetMetrics": OPERATOR,
     "GetCoalitions": OPERATOR,
     "Status": OPERATOR,
+    # The sub-step relay (substeps.proto): the ServerApp runs sessions, members poll.
+    "OpenSession": SERVER_APP,
+    "Relay": SERVER_APP,
+    "CloseSession": SERVER_APP,
+    "Poll": MEMBER,
 }
 
 

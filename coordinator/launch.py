@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from collabfl.coordinator.service_client import CoordinatorClient
+from collabfl.coordinator.substep_client import SessionFeeder
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.tls import ClientTLS
 
@@ -51,13 +52,21 @@ class Launch:
 
     def client(self, timeout_s: float) -> CoordinatorClient:
         """A client of the service carrying this launch's token (TLS when the launch says so)."""
-        token = Path(self.launch_token_file).read_text().strip() if self.launch_token_file else ""
-        tls = None
-        if self.coordinator_ca:
-            tls = ClientTLS.from_files(
-                Path(self.coordinator_ca), Path(self.coordinator_cert), Path(self.coordinator_key)
-            )
-        return CoordinatorClient(self.coordinator, timeout_s, tls, launch_token=token)
+        return CoordinatorClient(self.coordinator, timeout_s, self._tls(), self._token())
+
+    def feeder(self) -> SessionFeeder:
+        """The ServerApp's side of the sub-step relay, on the same address and credentials."""
+        return SessionFeeder(self.coordinator, self.run_id, self._token(), self._tls())
+
+    def _token(self) -> str:
+        return Path(self.launch_token_file).read_text().strip() if self.launch_token_file else ""
+
+    def _tls(self) -> ClientTLS | None:
+        if not self.coordinator_ca:
+            return None
+        return ClientTLS.from_files(
+            Path(self.coordinator_ca), Path(self.coordinator_cert), Path(self.coordinator_key)
+        )
 
 
 def write_launch_token(state_dir: Path, run_id: str, token: str) -> Path:

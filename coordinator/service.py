@@ -10,21 +10,23 @@ exceptions.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import grpc
 
-from collabfl.coordinator.authorization import Forbidden, Unauthenticated, authorize
+from collabfl.coordinator.admission import (
+    AnotherRunActive,
+    RoundOutOfOrder,
+    admitted,
+    check_launch,
+)
 from collabfl.coordinator.methods import read_run_request
 from collabfl.coordinator.service_codec import (
-    MAX_REQUEST_BYTES,
     SERVER_OPTIONS,
     coalitions_fields,
     coalitions_from_pb,
@@ -43,88 +45,25 @@ from collabfl.coordinator.service_codec import (
 from collabfl.coordinator.state import (
     CoordinatorState,
     InvalidRecord,
-    NotFound,
-    RunConflict,
-    RunNotActive,
-    StaleLaunch,
     check_run_id,
 )
-from collabfl.kernel.identity import caller_identity
+from collabfl.coordinator.substep_relay import SubstepRelay
+from collabfl.coordinator.substep_service import WORKERS, SubstepService
 from collabfl.kernel.tls import ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
+from collabfl.proto import substeps_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 MAX_GRANT_TTL_S = 3600.0
 """Grants are for one round's fetches; anything longer is more likely a unit mistake."""
 
-REQUEST_LIMITS: Mapping[str, int] = {
-    "RecordEvent": 16 * 1024,
-    "CreateRun": 256 * 1024,
-}
-"""Bytes per request where far less than MAX_REQUEST_BYTES is plenty: an event is a line of
-text, a run config a page of settings. Every event is kept and listed, so this bounds what
-one writer can make ``admin events`` read."""
-
-
-class RequestTooLarge(ValueError):
-    """A request over its RPC's size limit."""
-
-
-class AnotherRunActive(ValueError):
-    """A run was created while another is active: runs share the clients, one at a time."""
-
-
-class RoundOutOfOrder(ValueError):
-    """A round that is not the one after the last completed round (nor a retry of it)."""
-
-
-# Most specific first: most of these are ValueErrors too.
-_STATUS_CODES: list[tuple[type[Exception], grpc.StatusCode]] = [
-    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
-    (Forbidden, grpc.StatusCode.PERMISSION_DENIED),
-    (RequestTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (NotFound, grpc.StatusCode.NOT_FOUND),
-    (RunConflict, grpc.StatusCode.ALREADY_EXISTS),
-    (RunNotActive, grpc.StatusCode.FAILED_PRECONDITION),
-    (StaleLaunch, grpc.StatusCode.FAILED_PRECONDITION),
-    (AnotherRunActive, grpc.StatusCode.FAILED_PRECONDITION),
-    (RoundOutOfOrder, grpc.StatusCode.FAILED_PRECONDITION),
-    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
-]
-
-_Reply = TypeVar("_Reply")
-
 
 class GrantIssuer(Protocol):
     """Signs fetch grants (``collabfl.kernel.grants.GrantSigner`` in a real coordinator)."""
 
     def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes: ...
-
-
-def _rpc(method: Callable[[Any, Any, grpc.ServicerContext], _Reply]) -> Callable[..., _Reply]:
-    """Admit the caller and the request's size, then run the RPC; errors become gRPC status
-    codes whose details are the readable message."""
-    rpc = method.__name__
-    limit = REQUEST_LIMITS.get(rpc, MAX_REQUEST_BYTES)
-
-    @functools.wraps(method)
-    def handler(self: CoordinatorService, request: Any, context: grpc.ServicerContext) -> _Reply:
-        try:
-            if self.authenticate:
-                authorize(rpc, caller_identity(context))
-            size = request.ByteSize()
-            if size > limit:
-                raise RequestTooLarge(f"{rpc} request of {size} bytes exceeds its limit, {limit}")
-            return method(self, request, context)
-        except Exception as error:
-            for kind, code in _STATUS_CODES:
-                if isinstance(error, kind):
-                    context.abort(code, str(error))
-            raise
-
-    return handler
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
@@ -146,24 +85,18 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         """Serialises the check-then-write RPCs (one active run, rounds in order)."""
 
     def _check_launch(self, rpc: str, run_id: str, token: str) -> None:
-        """The ServerApp's writes carry its launch's token; a stale one is kept as an event."""
-        try:
-            self._state.check_launch(run_id, token)
-        except StaleLaunch as error:
-            log.warning("%s refused: %s", rpc, error)
-            self._state.record_event(run_id, "stale_writer", f"{rpc} refused: {error}", "error")
-            raise
+        check_launch(self._state, rpc, run_id, token)
 
-    @_rpc
+    @admitted
     def RegisterMembers(self, request: pb.RegisterMembersRequest, context: Any) -> pb.MemberList:
         members = self._state.register_members(member_from_pb(m) for m in request.members)
         return pb.MemberList(members=[member_to_pb(m) for m in members])
 
-    @_rpc
+    @admitted
     def ListMembers(self, request: pb.ListMembersRequest, context: Any) -> pb.MemberList:
         return pb.MemberList(members=[member_to_pb(m) for m in self._state.members()])
 
-    @_rpc
+    @admitted
     def CreateRun(self, request: pb.CreateRunRequest, context: Any) -> pb.Run:
         """Only a config the ServerApp can run, writing inside the runs directory, and only
         while no other run is active (its clients are busy; never disturb them)."""
@@ -180,25 +113,25 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                     )
             return run_to_pb(self._state.create_run(request.run_id, request.method, config))
 
-    @_rpc
+    @admitted
     def GetRun(self, request: pb.RunRef, context: Any) -> pb.Run:
         return run_to_pb(self._state.run(request.run_id))
 
-    @_rpc
+    @admitted
     def ListRuns(self, request: pb.ListRunsRequest, context: Any) -> pb.RunList:
         return pb.RunList(runs=[run_to_pb(run) for run in self._state.runs()])
 
-    @_rpc
+    @admitted
     def StopRun(self, request: pb.RunRef, context: Any) -> pb.Run:
         return run_to_pb(self._state.request_stop(request.run_id))
 
-    @_rpc
+    @admitted
     def FinishRun(self, request: pb.FinishRunRequest, context: Any) -> pb.Run:
         status = run_status_from_pb(request.status)
         self._check_launch("FinishRun", request.run_id, request.launch_token)
         return run_to_pb(self._state.finish_run(request.run_id, status, request.message))
 
-    @_rpc
+    @admitted
     def RecordRound(self, request: pb.RoundRecord, context: Any) -> pb.Run:
         """Only the round after the last completed one (0 first), or the last again: a retry
         whose reply was lost. A gap or a rewrite of history is refused."""
@@ -227,7 +160,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             )
         return run_to_pb(run)
 
-    @_rpc
+    @admitted
     def RecordEvent(self, request: pb.Event, context: Any) -> pb.Event:
         level = event_level_from_pb(request.level)
         if not request.run_id:
@@ -244,12 +177,12 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         )
         return event_to_pb(event)
 
-    @_rpc
+    @admitted
     def ListEvents(self, request: pb.ListEventsRequest, context: Any) -> pb.EventList:
         events = self._state.events(request.run_id, request.after_id, request.limit)
         return pb.EventList(events=[event_to_pb(e) for e in events])
 
-    @_rpc
+    @admitted
     def IssueGrants(self, request: pb.IssueGrantsRequest, context: Any) -> pb.GrantList:
         """Grants only from the run's current launch, for its active run and the round in
         progress, between registered members, for a sane TTL."""
@@ -283,7 +216,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         ]
         return pb.GrantList(grants=grants)
 
-    @_rpc
+    @admitted
     def GetRound(self, request: pb.RoundRef, context: Any) -> pb.RoundRecord:
         record = self._state.round(request.run_id, request.round)
         return pb.RoundRecord(
@@ -296,7 +229,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             **coalitions_fields(record.coalitions),
         )
 
-    @_rpc
+    @admitted
     def GetGraphHistory(self, request: pb.RunRef, context: Any) -> pb.GraphHistory:
         rounds = [
             pb.RoundGraph(round=g.round, num_clients=g.num_clients, edges=edges_to_pb(g.edges))
@@ -304,7 +237,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         ]
         return pb.GraphHistory(run_id=request.run_id, rounds=rounds)
 
-    @_rpc
+    @admitted
     def GetMetrics(self, request: pb.RunRef, context: Any) -> pb.MetricsHistory:
         rounds = [
             pb.RoundMetrics(round=r, metrics_json=metrics_to_pb(by_client))
@@ -312,7 +245,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         ]
         return pb.MetricsHistory(run_id=request.run_id, rounds=rounds)
 
-    @_rpc
+    @admitted
     def GetCoalitions(self, request: pb.CoalitionsRequest, context: Any) -> pb.CoalitionHistory:
         round = request.round if request.HasField("round") else None
         rounds = [
@@ -321,7 +254,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         ]
         return pb.CoalitionHistory(run_id=request.run_id, rounds=rounds)
 
-    @_rpc
+    @admitted
     def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
         runs = self._state.runs()
         return pb.StatusReply(
@@ -342,10 +275,10 @@ def serve(
     signer: GrantIssuer,
     address: str = "127.0.0.1:0",
     tls: ServerTLS | None = None,
-    max_workers: int = 8,
     runs_dir: Path | None = None,
 ) -> tuple[grpc.Server, int]:
-    """Start the service on ``address`` (port 0: any free port); return it and its port.
+    """Start the service, with the sub-step relay beside it, on ``address`` (port 0: any
+    free port); return it and its port.
 
     With ``tls`` the service admits only callers whose certificate its ``client_ca`` signed,
     by their role; without, anyone who reaches the port (loopback tests only). ``runs_dir``
@@ -365,8 +298,10 @@ def serve(
     service = CoordinatorService(
         state, signer, runs_dir or state.path.parent / "runs", authenticate=tls is not None
     )
-    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers), options=SERVER_OPTIONS)
+    relay = SubstepService(state, SubstepRelay(), authenticate=tls is not None)
+    server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS), options=SERVER_OPTIONS)
     pb_grpc.add_CoordinatorServicer_to_server(service, server)
+    substeps_pb2_grpc.add_SubstepsServicer_to_server(relay, server)
     try:
         if tls is None:
             port = server.add_insecure_port(address)

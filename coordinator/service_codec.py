@@ -31,15 +31,25 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 Requests are what an attacker controls, so the service reads no more than a round needs
 (``service.REQUEST_LIMITS`` sets smaller limits per RPC)."""
 
+MAX_STEP_BYTES = 64 * 1024 * 1024
+"""One relayed sub-step's payload (a client's discriminators; a model and a gradient query):
+the sub-step relay's requests may be this large (each RPC's own limit is checked on top)."""
+_MESSAGE_SLACK = 64 * 1024
+
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_REPLY_BYTES),
-    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+    ("grpc.max_receive_message_length", MAX_STEP_BYTES + _MESSAGE_SLACK),
 ]
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_REQUEST_BYTES),
     ("grpc.max_receive_message_length", MAX_REPLY_BYTES),
 ]
 """The client's side of the same limits: it sends requests and reads replies."""
+RELAY_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_STEP_BYTES + _MESSAGE_SLACK),
+    ("grpc.max_receive_message_length", MAX_STEP_BYTES + _MESSAGE_SLACK),
+]
+"""Both ends of the sub-step relay send and read steps of up to MAX_STEP_BYTES."""
 
 _Enum = TypeVar("_Enum", pb.RunStatus, pb.EventLevel)
 

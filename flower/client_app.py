@@ -22,14 +22,16 @@ e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the federation CA), ``peer-
 ``peer-key`` (this member's certificate and key, presented to peers: mutual TLS),
 ``keep-rounds`` (published rounds kept per run), ``max-peer-weight`` (peer models with a
 larger weight magnitude are refused), ``cost`` and ``eagerness`` (the iPFL market profile
-this participant reports).
+this participant reports), ``coordinator-service`` (where this participant reaches the
+coordinator's sub-step relay, when not where the ServerApp does).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,9 +39,11 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from collabfl.client.model_store import PublishedModels
+from collabfl.client.node import ClientNode
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peers import PeerModelSource, PeerUnavailable
+from collabfl.coordinator.substep_client import SeatPoller
 from collabfl.flower.codec import (
     MESSAGE_PREFIX,
     PROGRAM_MESSAGE,
@@ -50,6 +54,7 @@ from collabfl.flower.codec import (
 )
 from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
 from collabfl.flower.session import NodeCache, NodeState, describe
+from collabfl.flower.substeps import SEAT_MESSAGE, decode_seat, encode_served, serve_seat
 from collabfl.kernel.grants import load_public_key_bytes
 from collabfl.kernel.tickets import InvalidTicket, TicketVerifier
 from collabfl.kernel.tls import ClientTLS
@@ -91,6 +96,9 @@ class NodeSettings:
     max_peer_weight: float
     market: dict[str, float]
     """iPFL profile the participant reports: sharing ``cost`` and data ``eagerness``."""
+    coordinator_service: str
+    """Where this participant reaches the coordinator's relay; empty: where the ServerApp
+    does (right when both share a host or network view)."""
 
     @classmethod
     def from_context(cls, context: Context) -> NodeSettings:
@@ -116,6 +124,7 @@ class NodeSettings:
             keep_rounds=int(config.get("keep-rounds", 3)),
             max_peer_weight=float(config.get("max-peer-weight", MAX_PEER_WEIGHT)),
             market={k: float(config[k]) for k in ("cost", "eagerness") if k in config},
+            coordinator_service=str(config.get("coordinator-service", "")),
         )
 
 
@@ -194,32 +203,58 @@ def run_steps(steps: Sequence[Instruction], context: Context) -> list[Reply]:
     The replay guard sees the steps as one unit: a program replayed after a coordinator
     restart starts again from the state its round began with.
     """
-    settings = NodeSettings.from_context(context)
-    state = NodeState(settings.state_dir)
     round_index, names = steps[0].round, [_step_name(step.task) for step in steps]
     if any(step.round != round_index for step in steps):
         raise ValueError("a program's steps must belong to one round")
+    settings = NodeSettings.from_context(context)
+    replies = []
+    with opened_node(settings, round_index, names) as (node, run):
+        for step in steps:
+            if isinstance(step.task, Collaborate):
+                node.fetcher.source = _peer_source(step.task, node.workspace.numel, settings, run)
+            try:
+                replies.append(node.handle(step))
+            finally:
+                close = getattr(node.fetcher.source, "close", None)
+                if close is not None:
+                    close()
+                node.fetcher.source = NoPeers()
+    return replies
+
+
+@contextmanager
+def opened_node(
+    settings: NodeSettings, round_index: int, names: Sequence[str]
+) -> Iterator[tuple[ClientNode, str]]:
+    """This participant's node and run id, for steps ``names`` of ``round_index``; its state
+    is saved, and the steps recorded as done, once the block ends without an error."""
+    state = NodeState(settings.state_dir)
     state.begin(round_index, names[0])
     run = state.read_settings().run_id
     published = PublishedModels(state.published, settings.client_id, settings.keep_rounds)
     store = published.for_publishing(run)
     node = nodes.open(settings.client_id, settings.data_path, state, store, NoPeers())
     node.fetcher.max_weight = settings.max_peer_weight
-    replies = []
-    for step in steps:
-        if isinstance(step.task, Collaborate):
-            node.fetcher.source = _peer_source(step.task, node.workspace.numel, settings, run)
-        try:
-            replies.append(node.handle(step))
-        finally:
-            close = getattr(node.fetcher.source, "close", None)
-            if close is not None:
-                close()
-            node.fetcher.source = NoPeers()
+    yield node, run
     state.save(node)
     nodes.keep(node, settings.data_path, state)
     state.done(round_index, *names)
-    return replies
+
+
+@app.query(SEAT_MESSAGE.removeprefix(MESSAGE_PREFIX))
+@ticketed
+def take_seat(message: Message, context: Context) -> Message:
+    """Serve a relay session's sub-round steps until it closes (flower/substeps.py)."""
+    settings = NodeSettings.from_context(context)
+    seat = decode_seat(message.content)
+    address = settings.coordinator_service or seat.address
+    run_id = str(context.run_config.get("run-id", ""))
+    poller = SeatPoller(
+        address, run_id, seat.session, settings.client_id, seat.token, _tls(settings)
+    )
+    with opened_node(settings, seat.round, [f"substeps:{seat.session}"]) as (node, _), poller:
+        served = serve_seat(poller, node.handle, seat.idle_s)
+    return Message(encode_served(served), reply_to=message)
 
 
 for _verb in Verb:  # every verb's messages go to the same handler; a new verb needs no edit
@@ -245,15 +280,19 @@ def _peer_source(
     candidates = task.candidates
     if len(task.peer_addresses) != len(candidates) or len(task.peer_grants) != len(candidates):
         raise ValueError("collaborate needs one peer address and one grant per candidate")
-    tls = None
-    if settings.peer_ca is not None:
-        tls = ClientTLS.from_files(settings.peer_ca, settings.peer_cert, settings.peer_key)
     return GrpcPeerSource(
         addresses=dict(zip(candidates, task.peer_addresses, strict=True)),
         grants=dict(zip(candidates, task.peer_grants, strict=True)),
         expected_numel=numel,
         max_bytes=numel * 4 + HEADER_ALLOWANCE,
         timeout_s=task.peer_wait_s or FETCH_TIMEOUT_S,
-        tls=tls,
+        tls=_tls(settings),
         run=run,
     )
+
+
+def _tls(settings: NodeSettings) -> ClientTLS | None:
+    """This member's certificate for peers and the relay (None: no TLS)."""
+    if settings.peer_ca is None:
+        return None
+    return ClientTLS.from_files(settings.peer_ca, settings.peer_cert, settings.peer_key)

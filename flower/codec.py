@@ -18,6 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as RecordDictProto
+from google.protobuf.message import DecodeError
 
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import FlatVector, Instruction, Reply
@@ -86,6 +89,21 @@ def decode_replies(content: RecordDict, steps: int) -> list[Reply]:
     if len(replies) != steps:
         raise ValueError(f"program reply has {len(replies)} steps, expected {steps}")
     return replies
+
+
+def content_bytes(content: RecordDict) -> bytes:
+    """A message's content as bytes, in Flower's own wire format (the sub-step relay's)."""
+    return bytes(recorddict_to_proto(content).SerializeToString())
+
+
+def content_from_bytes(data: bytes) -> RecordDict:
+    """``content_bytes``' content back; ValueError when ``data`` is not one."""
+    proto = RecordDictProto()
+    try:
+        proto.ParseFromString(data)
+        return recorddict_from_proto(proto)
+    except (DecodeError, ValueError, TypeError) as error:
+        raise ValueError(f"unreadable message content: {error}") from None
 
 
 def _joined(parts: Sequence[RecordDict]) -> RecordDict:

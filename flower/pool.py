@@ -11,7 +11,6 @@ that does not answer in time is simply absent from that round's replies.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -27,6 +26,8 @@ from collabfl.flower.codec import (
     encode_program,
     message_type,
 )
+from collabfl.flower.exchange import Answer, exchange
+from collabfl.flower.substeps import RelayedSteps, is_substep
 from collabfl.strategies.protocol import Instruction, Program, Reply
 from collabfl.strategies.verbs import Collaborate
 
@@ -57,6 +58,7 @@ class FlowerClientPool:
         poll_s: float = 0.1,
         refused: Callable[[Collection[int]], Collection[int]] = lambda online: (),
         on_timing: Callable[[MessageTiming], None] = lambda timing: None,
+        relay: RelayedSteps | None = None,
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -71,6 +73,8 @@ class FlowerClientPool:
         self.refused = refused
         self.on_timing = on_timing
         """Where each answered message's timing goes (the run's messages.jsonl)."""
+        self.relay = relay
+        """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
         self.silent: set[int] = set()
         """Clients whose last message got no valid reply: no peer waits for their models
         until they answer again (a hung client must not hold up everyone's round)."""
@@ -82,12 +86,15 @@ class FlowerClientPool:
         return {k: m.num_samples for k, m in self.members.items()}
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        if self.relay is not None and is_substep(instructions):
+            return self._send_relayed(instructions)
         answered = self.send_programs({k: [ins] for k, ins in instructions.items()})
         return {k: replies[0] for k, replies in answered.items()}
 
     def send_programs(self, programs: Mapping[int, Program]) -> dict[int, list[Reply]]:
         """One message per client: a lone step as its verb's message, more as a program."""
         round_index = next(iter(programs.values()))[0].round if programs else -1
+        self.close_relay()
         online = self.refresh()
         messages, steps = [], {}
         for client_id, program in programs.items():
@@ -125,6 +132,43 @@ class FlowerClientPool:
                 self.silent.add(client_id)
                 self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
         return dict(sorted(replies.items()))  # arrival order must not leak into the method
+
+    def close_relay(self) -> None:
+        """End the relay session, if one is open, before anything else reaches its clients."""
+        if self.relay is None:
+            return
+        round_index = self.relay.round
+        for client, error in self.relay.close().items():
+            self.on_event(round_index, "client_error", client, f"relay seat: {error}")
+
+    def _send_relayed(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        """Sub-round steps through the relay (same replies, events and silences as
+        messages)."""
+        assert self.relay is not None
+        round_index = next(iter(instructions.values())).round
+        online = self.refresh()
+        nodes = {}
+        for client_id in instructions:
+            member = self.members.get(client_id)
+            if member is None:
+                continue
+            if member.flower_node_id not in online:
+                self.on_event(round_index, "offline", client_id, "node is offline; skipped")
+                continue
+            nodes[client_id] = member.flower_node_id
+        reachable = {k: ins for k, ins in instructions.items() if k in nodes}
+        outcomes = self.relay.send(reachable, nodes) if reachable else {}
+        replies: dict[int, Reply] = {}
+        for client_id in sorted(reachable):
+            outcome = outcomes.get(client_id)
+            if isinstance(outcome, Reply):
+                replies[client_id] = outcome
+                self.silent.discard(client_id)
+                continue
+            self.silent.add(client_id)
+            reason = "no valid reply in time" if outcome is None else outcome
+            self.on_event(round_index, "no_reply", client_id, reason)
+        return replies
 
     def refresh(self) -> set[int]:
         """Admit nodes that appeared since the last message (new or restarted clients).
@@ -190,20 +234,6 @@ def _decode(content: RecordDict, steps: int) -> list[Reply]:
 
 
 @dataclass(frozen=True)
-class Answer:
-    """One node's reply to a message, and when it travelled (Unix seconds)."""
-
-    content: RecordDict | str
-    """The reply's content, or the error text of a reply that carries an error."""
-    sent_at: float
-    """When the coordinator created the message."""
-    replied_at: float
-    """When the client created its reply (its clock)."""
-    seen_at: float
-    """When the coordinator pulled the reply."""
-
-
-@dataclass(frozen=True)
 class MessageTiming:
     """Where one message's round trip went (messages.jsonl): the client's work (its
     verbs' seconds), getting the message to the client and the work started
@@ -238,32 +268,3 @@ def message_timing(
         to_client_s=answer.replied_at - answer.sent_at - work,
         to_coordinator_s=answer.seen_at - answer.replied_at,
     )
-
-
-def exchange(
-    grid: Grid, messages: list[Message], timeout_s: float, poll_s: float
-) -> dict[int, Answer]:
-    """Push messages and poll for replies until all arrive or the deadline passes.
-
-    Returns the answer per source node id. Flower's own send_and_receive sleeps 3 s between
-    polls; rounds here are short.
-    """
-    pending = set(grid.push_messages(messages))
-    # Pushing gives each message its id (before, every id is empty).
-    sent_at = {m.metadata.message_id: m.metadata.created_at for m in messages}
-    deadline = time.monotonic() + timeout_s
-    answers: dict[int, Answer] = {}
-    while pending and time.monotonic() < deadline:
-        for reply in grid.pull_messages(list(pending)):
-            meta = reply.metadata
-            pending.discard(meta.reply_to_message_id)
-            content: RecordDict | str = (
-                f"error {reply.error.code}: {reply.error.reason}"
-                if reply.has_error()
-                else reply.content
-            )
-            sent = sent_at.get(meta.reply_to_message_id, meta.created_at)
-            answers[meta.src_node_id] = Answer(content, sent, meta.created_at, time.time())
-        if pending:
-            time.sleep(poll_s)
-    return answers

@@ -42,13 +42,15 @@ from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
 from collabfl.flower.binding import NodeBinder, parse_bindings
-from collabfl.flower.pool import FlowerClientPool, exchange
+from collabfl.flower.exchange import exchange
+from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
     RunSettings,
     decode_description,
     encode_settings,
 )
+from collabfl.flower.substeps import RelayedSteps
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.strategies.rounds import RoundOutcome
@@ -72,7 +74,9 @@ def main(grid: Grid, context: Context) -> None:
             raise
         try:
             binder = NodeBinder(parse_bindings(launch.node_bindings))
-            status = run_federated(grid, coordinator, run_id, spec, options, binder)
+            with contextlib.closing(launch.feeder()) as feeder:
+                relay = RelayedSteps(grid, feeder, options.message_timeout_s)
+                status = run_federated(grid, coordinator, run_id, spec, options, binder, relay)
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
@@ -98,9 +102,10 @@ def run_federated(
     spec: MethodSpec,
     options: RunOptions,
     binder: NodeBinder,
+    relay: RelayedSteps,
 ) -> str:
     """Join the clients, run every round, record it, and write the run directory; return how
-    the run ended ("finished" or "stopped")."""
+    the run ended ("finished" or "stopped"). ``relay`` carries sub-round steps."""
     setup = setup_record(run_id, spec)
 
     def refuse(node: int, client_id: int, reason: str) -> None:
@@ -145,6 +150,7 @@ def run_federated(
         timeout_s=options.message_timeout_s,
         refused=binder.refused,
         on_timing=lambda timing: recorder.writer.log_message(asdict(timing)),
+        relay=relay,
     )
     method = build_method(spec, pool.sample_counts, workspace, reports)
 
@@ -162,7 +168,10 @@ def run_federated(
         if run.status == "stopping":
             raise RunStopped
 
-    summary = drive(method, pool, spec.config.rounds, recorder, after_round, resume)
+    try:
+        summary = drive(method, pool, spec.config.rounds, recorder, after_round, resume)
+    finally:
+        pool.close_relay()
     write_comparison(out_dir, [summary], {spec.label: run_dir})
     return str(summary["status"])
 

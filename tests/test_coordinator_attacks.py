@@ -30,9 +30,11 @@ from collabfl.kernel.identity import Role
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
+from collabfl.proto import substeps_pb2 as substeps_pb
 
 MEMBERS = [Member(c, 1000 + c, f"127.0.0.1:{9400 + c}", 50) for c in range(3)]
 RPCS = [m.name for m in pb.DESCRIPTOR.services_by_name["Coordinator"].methods]
+RELAY_RPCS = [m.name for m in substeps_pb.DESCRIPTOR.services_by_name["Substeps"].methods]
 
 
 @dataclass
@@ -111,8 +113,10 @@ def test_member_cannot_call_anything(federation: Federation, rpc: str) -> None:
 
 
 def test_every_rpc_has_a_policy() -> None:
-    assert sorted(POLICY) == sorted(RPCS)
-    assert not any(Role.MEMBER in roles for roles in POLICY.values())
+    """One table for both services on the port (names never collide); a member may only
+    poll its relay seat (tests/test_substep_relay.py: only its own)."""
+    assert sorted(POLICY) == sorted(RPCS + RELAY_RPCS)
+    assert [rpc for rpc, roles in POLICY.items() if Role.MEMBER in roles] == ["Poll"]
 
 
 def test_member_cannot_create_runs_or_issue_grants(federation: Federation) -> None:

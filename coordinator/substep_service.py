@@ -1,0 +1,95 @@
+"""The Substeps gRPC servicer: the sub-step relay (``substep_relay``) on the coordinator's port.
+
+Who may do what:
+- opening, feeding and closing a session is the ServerApp's: over TLS its coordinator
+  certificate (``authorization.POLICY``), and always its launch's token for the run, which
+  must be active;
+- a poll is a member's, for its own seat only: the seat's token, which only that client got
+  (in a Flower message to its node), and over TLS a member certificate naming that client.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from collabfl.coordinator.admission import admitted, check_launch
+from collabfl.coordinator.authorization import Forbidden
+from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.substep_relay import MAX_SEATS, StepResult, SubstepRelay
+from collabfl.kernel.identity import caller_identity
+from collabfl.proto import substeps_pb2 as pb
+from collabfl.proto import substeps_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+MAX_POLL_WAIT_S = 60.0
+MAX_RELAY_TIMEOUT_S = 24 * 3600.0
+WORKERS = 2 * MAX_SEATS + 16
+"""Threads the service needs so that waiting relays and polls never starve each other."""
+
+
+class SubstepService(pb_grpc.SubstepsServicer):
+    """Relays sessions' steps; ``authenticate`` False (no TLS) admits callers by token only."""
+
+    def __init__(self, state: CoordinatorState, relay: SubstepRelay, authenticate: bool) -> None:
+        self._state = state
+        self.relay = relay
+        self.authenticate = authenticate
+
+    def _check_launch(self, rpc: str, ref: pb.SessionRef) -> None:
+        """Only the active run's current ServerApp feeds its sessions."""
+        self._state.active_run(ref.run_id)
+        check_launch(self._state, rpc, ref.run_id, ref.launch_token)
+
+    @admitted
+    def OpenSession(self, request: pb.OpenSessionRequest, context: Any) -> pb.SessionReply:
+        self._check_launch("OpenSession", request.ref)
+        self.relay.open(request.ref.run_id, request.ref.session, dict(request.tokens))
+        return pb.SessionReply()
+
+    @admitted
+    def Relay(self, request: pb.RelayRequest, context: Any) -> pb.RelayReply:
+        if not 0 < request.timeout_s <= MAX_RELAY_TIMEOUT_S:
+            raise ValueError(f"timeout_s must be in (0, {MAX_RELAY_TIMEOUT_S:g}]")
+        self._check_launch("Relay", request.ref)
+        ref = request.ref
+        payload = request.work if request.step == 0 else None
+        step, result = self.relay.relay(
+            ref.run_id, ref.session, request.client_id, payload, request.step, request.timeout_s
+        )
+        if result is None:
+            return pb.RelayReply(step=step, answered=False)
+        return pb.RelayReply(
+            step=step, answered=True, result=pb.Result(payload=result.payload, error=result.error)
+        )
+
+    @admitted
+    def CloseSession(self, request: pb.SessionRef, context: Any) -> pb.SessionReply:
+        check_launch(self._state, "CloseSession", request.run_id, request.launch_token)
+        self.relay.close(request.run_id)
+        return pb.SessionReply()
+
+    @admitted
+    def Poll(self, request: pb.PollRequest, context: grpc.ServicerContext) -> pb.PollReply:
+        if self.authenticate:
+            caller = caller_identity(context)
+            if caller is None or caller.client_id != request.client_id:
+                raise Forbidden(f"{caller} may not poll the seat of client {request.client_id}")
+        if not 0 <= request.wait_s <= MAX_POLL_WAIT_S:
+            raise ValueError(f"wait_s must be in [0, {MAX_POLL_WAIT_S:g}]")
+        result = None
+        if request.HasField("result"):
+            result = StepResult(request.result.payload, request.result.error)
+        work = self.relay.poll(
+            request.run_id,
+            request.session,
+            request.client_id,
+            request.token,
+            request.answered,
+            result,
+            request.wait_s,
+        )
+        return pb.PollReply(step=work.step, work=work.payload, closed=work.closed)

@@ -1,0 +1,68 @@
+"""Messages to Flower nodes and their replies: pushed at once, collected until a deadline.
+
+Flower's own ``Grid.send_and_receive`` sleeps 3 s between polls for replies; rounds here are
+short, so replies are polled every ``poll_s``. Pushing and collecting are separate steps for
+messages whose replies come much later (a sub-step relay seat, flower/substeps.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One node's reply to a message, and when it travelled (Unix seconds)."""
+
+    content: RecordDict | str
+    """The reply's content, or the error text of a reply that carries an error."""
+    sent_at: float
+    """When the coordinator created the message."""
+    replied_at: float
+    """When the client created its reply (its clock)."""
+    seen_at: float
+    """When the coordinator pulled the reply."""
+
+
+def push(grid: Grid, messages: list[Message]) -> dict[str, float]:
+    """Push ``messages``; return each one's id and when it was created (Unix seconds)."""
+    grid.push_messages(messages)
+    # Pushing gives each message its id (before, every id is empty).
+    return {m.metadata.message_id: m.metadata.created_at for m in messages}
+
+
+def collect(
+    grid: Grid, sent: dict[str, float], timeout_s: float, poll_s: float
+) -> dict[int, Answer]:
+    """Poll for the replies to the ``sent`` messages until all arrived or the deadline passed.
+
+    Returns the answer per source node id.
+    """
+    pending = set(sent)
+    deadline = time.monotonic() + timeout_s
+    answers: dict[int, Answer] = {}
+    while pending and time.monotonic() < deadline:
+        for reply in grid.pull_messages(list(pending)):
+            meta = reply.metadata
+            pending.discard(meta.reply_to_message_id)
+            content: RecordDict | str = (
+                f"error {reply.error.code}: {reply.error.reason}"
+                if reply.has_error()
+                else reply.content
+            )
+            sent_at = sent.get(meta.reply_to_message_id, meta.created_at)
+            answers[meta.src_node_id] = Answer(content, sent_at, meta.created_at, time.time())
+        if pending:
+            time.sleep(poll_s)
+    return answers
+
+
+def exchange(
+    grid: Grid, messages: list[Message], timeout_s: float, poll_s: float
+) -> dict[int, Answer]:
+    """Push messages and collect their replies until all arrive or the deadline passes."""
+    return collect(grid, push(grid, messages), timeout_s, poll_s)

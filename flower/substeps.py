@@ -1,0 +1,257 @@
+"""Sub-round steps over the coordinator's relay instead of one Flower message each.
+
+FedCollab's distance estimation and SPO's search ask every client for up to hundreds of
+small steps within a round (DISCRIMINATE, GRADIENT), and a Flower message costs seconds. So
+the ServerApp opens a relay session (coordinator/substep_relay.py) and sends each client one
+Flower message, a *seat*: the session, a random token and where the relay listens. The
+client's ClientApp then polls its seat for steps and runs them on its node until the session
+closes, and the ServerApp relays each step over a connection that is already open. The
+steps, their replies and the strategy code are the same as on the message path; only the
+transport differs.
+
+``RelayedSteps`` is the ServerApp's side, ``serve_seat`` the client's.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from collabfl.coordinator.substep_client import SeatPoller, SessionFeeder
+from collabfl.coordinator.substep_relay import MAX_SEATS, StepResult
+from collabfl.flower.codec import (
+    MESSAGE_PREFIX,
+    content_bytes,
+    content_from_bytes,
+    decode_instruction,
+    decode_reply,
+    encode_instruction,
+    encode_reply,
+)
+from collabfl.flower.exchange import collect, push
+from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.verbs import Discriminate, Gradient
+from collabfl.strategies.wire import decode, encode
+
+log = logging.getLogger(__name__)
+
+SEAT_MESSAGE = MESSAGE_PREFIX + "substeps"
+SUBSTEP_TASKS = (Discriminate, Gradient)
+"""The verbs a method sends many times within a round: these go through the relay."""
+HEARTBEAT_S = 1.0
+"""How often the ServerApp looks whether a seat message came back while it waits on steps."""
+POLL_WAIT_S = 20.0
+"""How long one poll waits for a step (a closed session answers at once)."""
+_SEAT, _SERVED = "seat", "served"
+
+
+@dataclass(frozen=True)
+class Seat:
+    """What a client needs to take its seat in a relay session."""
+
+    session: str
+    token: bytes
+    address: str
+    """Where the relay listens, as the ServerApp reaches it (a client may override it)."""
+    round: int
+    idle_s: float
+    """A seat left without a step this long is given up (its ServerApp is gone)."""
+
+
+def encode_seat(seat: Seat) -> RecordDict:
+    return RecordDict({_SEAT: ConfigRecord(encode(seat))})
+
+
+def decode_seat(content: RecordDict) -> Seat:
+    """The seat a message offers; ValueError if it is malformed."""
+    record = content.config_records.get(_SEAT)
+    if record is None:
+        raise ValueError("the seat message carries no seat")
+    return decode(Seat, record)
+
+
+def encode_served(steps: int) -> RecordDict:
+    """A seat's reply once its session closed: how many steps it served."""
+    return RecordDict({_SERVED: ConfigRecord({_SERVED: steps})})
+
+
+def is_substep(instructions: Mapping[int, Instruction]) -> bool:
+    """Whether these instructions are a method's sub-round steps (the relay's to carry)."""
+    return bool(instructions) and all(
+        isinstance(i.task, SUBSTEP_TASKS) for i in instructions.values()
+    )
+
+
+Outcome = Reply | str
+"""A client's reply, or why it has none (its error, or an unreadable answer)."""
+
+
+class RelayedSteps:
+    """The ServerApp's side: seats clients in a session and relays their steps.
+
+    A session lasts while the method sends sub-round steps to clients it seats; a step for a
+    client without a seat, or any other message, ends it (``close``) first.
+    """
+
+    def __init__(
+        self, grid: Grid, feeder: SessionFeeder, timeout_s: float, poll_s: float = 0.1
+    ) -> None:
+        self.grid = grid
+        self.feeder = feeder
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self._session: str | None = None
+        self.round = -1
+        """The round of the session open now, or of the last one."""
+        self._seated: dict[int, int] = {}
+        """Client -> Flower node of the session's seats."""
+        self._sent: dict[str, float] = {}
+        """Seat message id -> when it was sent."""
+        self._seat_of: dict[str, int] = {}
+        """Seat message id -> its client."""
+        self._returned: dict[int, str | None] = {}
+        """Clients whose seat message came back: its error, None when it ended cleanly."""
+        self._opened = 0
+        self._threads: ThreadPoolExecutor | None = None
+
+    def send(
+        self, instructions: Mapping[int, Instruction], nodes: Mapping[int, int]
+    ) -> dict[int, Outcome]:
+        """Each client's outcome for its step (``nodes``: client -> Flower node); clients
+        that do not answer within the deadline are absent. A client whose seat message
+        comes back (its ClientApp failed or gave up) is waited for no longer."""
+        round_index = next(iter(instructions.values())).round
+        wanted = {k: nodes[k] for k in instructions}
+        seated = all(self._seated.get(k) == node for k, node in wanted.items())
+        if self._session is None or round_index != self.round or not seated:
+            self.close()
+            self._open(round_index, wanted)
+        assert self._threads is not None
+        futures = [
+            self._threads.submit(self._relay_one, client, instructions[client])
+            for client in sorted(instructions)
+        ]
+        while wait(futures, timeout=HEARTBEAT_S).not_done:
+            self._watch_seats()
+        outcomes: dict[int, Outcome] = {}
+        for future in futures:
+            client, result = future.result()
+            if result is not None:
+                outcomes[client] = _outcome(result)
+            elif client in self._returned:
+                reason = self._returned[client] or "its ClientApp left the session"
+                outcomes[client] = f"relay seat: {reason}"
+        return outcomes
+
+    def close(self) -> dict[int, str]:
+        """End the session; return the clients whose seat message came back with an error."""
+        if self._session is None:
+            return {}
+        session = self._session
+        self._session = None
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
+        self.feeder.close_session(session)
+        self._watch_seats(self.timeout_s)
+        failed = {k: error for k, error in self._returned.items() if error is not None}
+        self._sent, self._seat_of, self._seated, self._returned = {}, {}, {}, {}
+        return failed
+
+    def _relay_one(self, client: int, instruction: Instruction) -> tuple[int, StepResult | None]:
+        """Hand ``client`` its step, then wait in short calls, so that a seat that came back
+        is noticed within HEARTBEAT_S."""
+        assert self._session is not None
+        session, work = self._session, content_bytes(encode_instruction(instruction))
+        deadline = time.monotonic() + self.timeout_s
+        step, result = self.feeder.relay(session, client, work, 0, HEARTBEAT_S)
+        while result is None and client not in self._returned:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _, result = self.feeder.relay(session, client, b"", step, min(HEARTBEAT_S, left))
+        return client, result
+
+    def _watch_seats(self, timeout_s: float = 0.0) -> None:
+        """Note the seats whose message came back, waiting up to ``timeout_s`` for all."""
+        by_node = {node: client for client, node in self._seated.items()}
+        pending = {
+            message: sent
+            for message, sent in self._sent.items()
+            if self._seat_of[message] not in self._returned
+        }
+        for node, answer in collect(self.grid, pending, timeout_s, self.poll_s).items():
+            if node in by_node:
+                error = answer.content if isinstance(answer.content, str) else None
+                self._returned[by_node[node]] = error
+
+    def _open(self, round_index: int, nodes: Mapping[int, int]) -> None:
+        if len(nodes) > MAX_SEATS:
+            raise ValueError(f"a relay session seats at most {MAX_SEATS} clients")
+        self._opened += 1
+        session = f"round-{round_index}-{self._opened}"
+        tokens = {client: secrets.token_bytes(32) for client in nodes}
+        self.feeder.open(session, tokens)
+        messages = [
+            Message(
+                encode_seat(
+                    Seat(session, tokens[client], self.feeder.address, round_index, self.timeout_s)
+                ),
+                dst_node_id=node,
+                message_type=SEAT_MESSAGE,
+                group_id=str(round_index),
+            )
+            for client, node in nodes.items()
+        ]
+        self._sent = push(self.grid, messages)
+        node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        client_of = {node: client for client, node in nodes.items()}
+        self._seat_of = {message: client_of[node] for message, node in node_of.items()}
+        self._session, self.round, self._seated = session, round_index, dict(nodes)
+        self._threads = ThreadPoolExecutor(len(nodes), thread_name_prefix="relay")
+
+
+def _outcome(result: StepResult) -> Outcome:
+    if result.error:
+        return result.error
+    try:
+        return decode_reply(content_from_bytes(result.payload))
+    except ValueError as error:
+        return f"unreadable reply: {error}"
+
+
+def serve_seat(poller: SeatPoller, run_step: Callable[[Instruction], Reply], idle_s: float) -> int:
+    """Run the steps the relay hands this seat until the session closes; return how many.
+
+    A step that is not a sub-round verb, or that fails, is answered with its error (the
+    ServerApp treats the client as not having answered it). A seat left idle for ``idle_s``
+    is given up: its ServerApp is gone, and the node must be free for the next run.
+    """
+    answered, result, served = 0, None, 0
+    idle_since = time.monotonic()
+    while True:
+        work = poller.poll(answered, result, min(POLL_WAIT_S, idle_s))
+        result = None  # delivered with that poll
+        if work.closed:
+            return served
+        if work.step == 0:
+            if time.monotonic() - idle_since > idle_s:
+                raise TimeoutError(f"no step for {idle_s:g} s: the session was given up")
+            continue
+        try:
+            instruction = decode_instruction(content_from_bytes(work.payload))
+            if not isinstance(instruction.task, SUBSTEP_TASKS):
+                raise ValueError(f"{instruction.verb.value} is not a sub-round step")
+            result = StepResult(content_bytes(encode_reply(run_step(instruction))))
+        except Exception as error:  # the ServerApp hears why; the seat stays usable
+            log.warning("sub-step %s failed: %s", work.step, error)
+            result = StepResult(error=f"{type(error).__name__}: {error}")
+        answered, served = work.step, served + 1
+        idle_since = time.monotonic()

@@ -1,0 +1,200 @@
+"""The sub-step relay: its seats (no sockets), then the service over real gRPC, with and
+without TLS, including what a member or a stale ServerApp may not do, and a client's seat
+loop (``flower.substeps.serve_seat``) against it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+import torch
+from support.coordinator import FakeSigner, valid_request
+from support.pki import TestCA
+
+from collabfl.coordinator.service import serve
+from collabfl.coordinator.service_client import CoordinatorError
+from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.substep_client import SeatPoller, SessionFeeder
+from collabfl.coordinator.substep_relay import (
+    SeatRefused,
+    StepResult,
+    SubstepRelay,
+    UnknownSession,
+    Work,
+)
+from collabfl.flower.codec import (
+    content_bytes,
+    content_from_bytes,
+    decode_reply,
+    encode_instruction,
+)
+from collabfl.flower.substeps import serve_seat
+from collabfl.kernel.tls import ClientTLS, ServerTLS
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.verbs import Discriminate, Evaluate
+
+TOKENS = {0: b"a" * 32, 1: b"b" * 32}
+
+
+def test_a_step_goes_out_on_a_poll_and_its_result_comes_back_on_the_next() -> None:
+    relay = SubstepRelay()
+    relay.open("r", "s", TOKENS)
+    with ThreadPoolExecutor(2) as pool:
+        waiting = pool.submit(relay.relay, "r", "s", 0, b"work", 0, 30.0)
+        work = relay.poll("r", "s", 0, TOKENS[0], 0, None, 30.0)
+        assert work == Work(1, b"work")
+        # The poll's reply was lost: asking again gives the same step, not a new one.
+        assert relay.poll("r", "s", 0, TOKENS[0], 0, None, 30.0) == Work(1, b"work")
+        follow = pool.submit(relay.poll, "r", "s", 0, TOKENS[0], 1, StepResult(b"done"), 30.0)
+        assert waiting.result() == (1, StepResult(b"done"))
+        relay.close("r")
+        assert follow.result() == Work(closed=True)
+    assert relay.poll("r", "s", 0, TOKENS[0], 1, None, 30.0) == Work(closed=True)
+
+
+def test_a_late_result_is_dropped_and_a_silent_client_times_out() -> None:
+    relay = SubstepRelay()
+    relay.open("r", "s", TOKENS)
+    assert relay.relay("r", "s", 1, b"first", 0, 0.05) == (1, None)
+    with ThreadPoolExecutor(1) as pool:
+        second = pool.submit(relay.relay, "r", "s", 1, b"second", 0, 30.0)
+        assert relay.poll("r", "s", 1, TOKENS[1], 0, None, 30.0) == Work(2, b"second")
+        # The answer to step 1 arrives after step 2 went out: it must not count for step 2.
+        relay.poll("r", "s", 1, TOKENS[1], 1, StepResult(b"late"), 0.0)
+        relay.poll("r", "s", 1, TOKENS[1], 2, StepResult(b"on time"), 0.0)
+        assert second.result() == (2, StepResult(b"on time"))
+
+
+def test_seats_refuse_strangers_and_weak_tokens() -> None:
+    relay = SubstepRelay()
+    with pytest.raises(ValueError, match="16 bytes"):
+        relay.open("r", "s", {0: b"short"})
+    relay.open("r", "s", TOKENS)
+    with pytest.raises(SeatRefused):
+        relay.poll("r", "s", 0, TOKENS[1], 0, None, 0.0)  # client 1's token for seat 0
+    with pytest.raises(SeatRefused):
+        relay.poll("r", "s", 7, TOKENS[0], 0, None, 0.0)
+    with pytest.raises(UnknownSession):
+        relay.poll("r", "other", 0, TOKENS[0], 0, None, 0.0)
+    with pytest.raises(UnknownSession):
+        relay.relay("r", "s", 7, b"x", 0, 0.0)
+    relay.open("r", "next", TOKENS)  # a run has one session: the old one is closed
+    assert relay.poll("r", "s", 0, TOKENS[0], 0, None, 0.0) == Work(closed=True)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[CoordinatorState]:
+    with CoordinatorState(tmp_path / "coordinator.sqlite") as opened:
+        opened.create_run("r", "fedcollab", valid_request("fedcollab"))
+        yield opened
+
+
+@pytest.fixture
+def address(state: CoordinatorState) -> Iterator[str]:
+    server, port = serve(state, FakeSigner())
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+def _step(n: int) -> Instruction:
+    task = Discriminate(
+        peers=(1,), targets=(1,), samples=4, step=n, local_steps=1, lr=0.1, batch_size=2,
+        hidden=3, features="raw",
+    )  # fmt: skip
+    return Instruction(0, task, torch.full((4,), float(n)))
+
+
+def _answer(instruction: Instruction) -> Reply:
+    """A stand-in node: answers a step with its model doubled."""
+    assert instruction.model is not None
+    return Reply(ClientMetrics(disc_acc=(0.5,)), instruction.model * 2)
+
+
+def test_a_session_over_grpc_runs_steps_on_the_seat_loop(
+    state: CoordinatorState, address: str
+) -> None:
+    token = state.new_launch("r")
+    with SessionFeeder(address, "r", token) as feeder:
+        feeder.open("s", {0: TOKENS[0]})
+        poller = SeatPoller(address, "r", "s", 0, TOKENS[0])
+        with ThreadPoolExecutor(1) as pool:
+            served = pool.submit(serve_seat, poller, _answer, 30.0)
+            for n in range(1, 4):
+                work = content_bytes(encode_instruction(_step(n)))
+                step, result = feeder.relay("s", 0, work, 0, 30.0)
+                assert step == n and result is not None and not result.error
+                reply = decode_reply(content_from_bytes(result.payload))
+                assert torch.equal(reply.model, torch.full((4,), 2.0 * n))
+            # Anything but a sub-round verb is answered with an error, not run.
+            other = Instruction(0, Evaluate(), None)
+            _, refused = feeder.relay("s", 0, content_bytes(encode_instruction(other)), 0, 30.0)
+            assert refused is not None and "not a sub-round step" in refused.error
+            feeder.close_session("s")
+            assert served.result(timeout=30) == 4
+        poller.close()
+
+
+def test_a_stale_serverapp_cannot_open_or_feed_a_session(
+    state: CoordinatorState, address: str
+) -> None:
+    old = state.new_launch("r")
+    current = state.new_launch("r")  # the daemon relaunched the run: ``old`` is stale
+    with SessionFeeder(address, "r", old) as stale:
+        with pytest.raises(CoordinatorError, match="launch") as caught:
+            stale.open("s", TOKENS)
+        assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    with SessionFeeder(address, "r", current) as feeder:
+        feeder.open("s", TOKENS)
+    with SessionFeeder(address, "r", old) as stale, pytest.raises(CoordinatorError):
+        stale.relay("s", 0, b"x", 0, 1.0)
+
+
+def test_a_poll_with_another_seats_token_is_refused(state: CoordinatorState, address: str):
+    with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
+        feeder.open("s", TOKENS)
+    with SeatPoller(address, "r", "s", 1, TOKENS[0]) as thief:
+        with pytest.raises(CoordinatorError) as caught:
+            thief.poll(0, None, 0.0)
+        assert caught.value.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_over_tls_a_member_polls_only_its_own_seat_and_opens_nothing(
+    state: CoordinatorState,
+) -> None:
+    ca = TestCA()
+    server_cred = ca.coordinator()
+    tls = ServerTLS(server_cred.cert, server_cred.key, client_ca=ca.cert_pem)
+    server, port = serve(state, FakeSigner(), tls=tls)
+    address = f"127.0.0.1:{port}"
+
+    def as_(credential) -> ClientTLS:
+        return ClientTLS(ca.cert_pem, credential.cert, credential.key)
+
+    member0, member1 = as_(ca.member(0)), as_(ca.member(1))
+    try:
+        token = state.new_launch("r")
+        with SessionFeeder(address, "r", token, member1) as member_feeder:
+            with pytest.raises(CoordinatorError) as caught:
+                member_feeder.open("s", TOKENS)  # even with the launch token
+            assert caught.value.code == grpc.StatusCode.PERMISSION_DENIED
+        with SessionFeeder(address, "r", token, as_(server_cred)) as feeder:
+            feeder.open("s", TOKENS)
+            # Member 1 holding member 0's token (stolen) still cannot take seat 0.
+            with SeatPoller(address, "r", "s", 0, TOKENS[0], member1) as thief:
+                with pytest.raises(CoordinatorError) as caught:
+                    thief.poll(0, None, 0.0)
+                assert caught.value.code == grpc.StatusCode.PERMISSION_DENIED
+            owner = SeatPoller(address, "r", "s", 0, TOKENS[0], member0)
+            with owner, ThreadPoolExecutor(1) as pool:
+                asked = pool.submit(feeder.relay, "s", 0, b"step", 0, 30.0)
+                assert owner.poll(0, None, 30.0) == Work(1, b"step")
+                owner.poll(1, StepResult(b"ok"), 0.0)
+                assert asked.result() == (1, StepResult(b"ok"))
+    finally:
+        server.stop(None)
