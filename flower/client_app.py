@@ -22,7 +22,13 @@ e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the federation CA), ``peer-
 ``peer-key`` (this member's certificate and key, presented to peers: mutual TLS),
 ``keep-rounds`` (published rounds kept per run), ``max-peer-weight`` (peer models with a
 larger weight magnitude are refused), ``cost`` and ``eagerness`` (the iPFL market profile
-this participant reports).
+this participant reports), ``allow-import`` (comma-separated ``pkg.mod:attr`` import paths
+of user code, a model factory, loss or optimiser, that runs may name).
+
+A run names user code only by import path, and this participant imports only the paths its
+own operator listed in ``allow-import``: a set-up naming any other path is refused before
+anything is imported or written, so a coordinator can choose among allowed code but never
+make a participant run code of its choosing.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from collabfl.flower.session import NodeCache, NodeState, describe
 from collabfl.kernel.grants import load_public_key_bytes
 from collabfl.kernel.tickets import InvalidTicket, TicketVerifier
 from collabfl.kernel.tls import ClientTLS
+from collabfl.kernel.user_code import check_allowed, parse_allowed
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import (
     Collaborate,
@@ -91,6 +98,8 @@ class NodeSettings:
     max_peer_weight: float
     market: dict[str, float]
     """iPFL profile the participant reports: sharing ``cost`` and data ``eagerness``."""
+    allowed_imports: frozenset[str]
+    """Import paths of user code this participant's operator allows runs to name."""
 
     @classmethod
     def from_context(cls, context: Context) -> NodeSettings:
@@ -116,6 +125,7 @@ class NodeSettings:
             keep_rounds=int(config.get("keep-rounds", 3)),
             max_peer_weight=float(config.get("max-peer-weight", MAX_PEER_WEIGHT)),
             market={k: float(config[k]) for k in ("cost", "eagerness") if k in config},
+            allowed_imports=parse_allowed(str(config.get("allow-import", "")).split(",")),
         )
 
 
@@ -167,6 +177,8 @@ def setup(message: Message, context: Context) -> Message:
     settings = decode_settings(message.content)
     if settings.run_id != context.run_config.get("run-id"):
         raise RunNotAuthorized(f"set-up names run {settings.run_id!r}, not the ticket's run")
+    for path in settings.import_paths():
+        check_allowed(path, node.allowed_imports)
     if node.device:
         settings = replace(settings, device=node.device)
     state = NodeState(node.state_dir)
@@ -203,7 +215,9 @@ def run_steps(steps: Sequence[Instruction], context: Context) -> list[Reply]:
     run = state.read_settings().run_id
     published = PublishedModels(state.published, settings.client_id, settings.keep_rounds)
     store = published.for_publishing(run)
-    node = nodes.open(settings.client_id, settings.data_path, state, store, NoPeers())
+    node = nodes.open(
+        settings.client_id, settings.data_path, state, store, NoPeers(), settings.allowed_imports
+    )
     node.fetcher.max_weight = settings.max_peer_weight
     replies = []
     for step in steps:
