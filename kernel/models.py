@@ -106,7 +106,9 @@ def seeded_module(factory: ModelFactory, seed: int, label: str) -> nn.Module:
         module = factory()
     if not isinstance(module, nn.Module):
         kind = type(module).__name__
-        raise UserCodeError(f"model factory {label} returned a {kind}, not a torch.nn.Module")
+        raise UserCodeError(
+            f"model factory {label} returned a {kind} object, not a torch.nn.Module"
+        )
     if not any(p.requires_grad for p in module.parameters()):
         raise UserCodeError(f"model factory {label} returned a module with no trainable parameter")
     return module

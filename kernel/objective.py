@@ -86,8 +86,12 @@ def make_optimizer(
     optimizer, schedule = made if isinstance(made, tuple) else (made, None)
     if not isinstance(optimizer, Optimizer):
         kind = type(optimizer).__name__
-        raise UserCodeError(f"the optimizer factory returned a {kind}, not a torch.optim.Optimizer")
+        raise UserCodeError(
+            f"the optimizer factory returned a {kind} object, not a torch.optim.Optimizer"
+        )
     if schedule is not None and not isinstance(schedule, LRScheduler):
         kind = type(schedule).__name__
-        raise UserCodeError(f"the optimizer factory's schedule is a {kind}, not an LRScheduler")
+        raise UserCodeError(
+            f"the optimizer factory's schedule is a {kind} object, not an LRScheduler"
+        )
     return optimizer, schedule
