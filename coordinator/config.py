@@ -340,6 +340,13 @@ def model_name(config: ExperimentConfig) -> str:
     return DEFAULT_MODEL[config.data.dataset] if name == "auto" else name
 
 
+def user_code(config: ExperimentConfig) -> list[str]:
+    """The import paths of user code a config names (model, loss, optimiser)."""
+    training = config.training
+    named = (model_name(config), training.loss, training.optimizer)
+    return [name for name in named if is_import_path(name)]
+
+
 def resolve_budget(budget: Budget, num_clients: int) -> int | None:
     """The budget Bc as a number of peers (None: unlimited)."""
     if budget == "inf":
