@@ -41,6 +41,7 @@ from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.supervisor import Supervisor
 from collabfl.kernel.tls import ServerTLS
+from collabfl.kernel.user_code import parse_allowed
 
 log = logging.getLogger("collabfl.client")
 
@@ -101,6 +102,14 @@ def parser() -> argparse.ArgumentParser:
         default=StreamLimits.publish_wait_s,
         help="seconds a fetch of a round this node has not published yet waits for it",
     )
+    p.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="PKG.MOD:ATTR",
+        help="user code (model factory, loss, optimiser) runs may name; repeat for each. "
+        "Nothing else is ever imported, whatever a run asks for",
+    )
     p.add_argument("--cost", type=float, help="iPFL: sharing cost this participant reports")
     p.add_argument("--eagerness", type=float, help="iPFL: data eagerness it reports")
     tls = p.add_argument_group("TLS (omit all with --insecure)")
@@ -133,6 +142,9 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         node_config["device"] = f'"{args.device}"'
     if args.coordinator_service:
         node_config["coordinator-service"] = f'"{args.coordinator_service}"'
+    if args.allow_import:
+        allowed = ",".join(sorted(parse_allowed(args.allow_import)))
+        node_config["allow-import"] = f'"{allowed}"'
     for key in ("cost", "eagerness"):
         value = getattr(args, key)
         if value is not None:
@@ -168,6 +180,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
 def check_args(args: argparse.Namespace) -> None:
     """Fail before starting anything when the inputs are wrong."""
     load_client_file(args.data)  # raises with the file name when malformed
+    parse_allowed(args.allow_import)  # a malformed --allow-import fails now, by name
     if not args.coordinator_key.is_file():
         raise SystemExit(f"--coordinator-key {args.coordinator_key} does not exist")
     if args.keep_rounds < 1:

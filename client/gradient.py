@@ -1,8 +1,8 @@
 """A client's side of SPO's loss oracle: the GRADIENT verb (strategies.spo_federated).
 
-The coordinator sends a target model; the client answers with its mean cross-entropy on one
-split and the gradient with respect to the flat weights. Nothing of the client's state
-changes, and the data never leaves it.
+The coordinator sends a target model; the client answers with its mean loss (its
+objective's, cross-entropy by default) on one split and the gradient with respect to the flat
+weights. Nothing of the client's state changes, and the data never leaves it.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-import torch.nn.functional as F
 
 from collabfl.client.randomness import batch_generator
 from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import TensorData
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import FlatVector, Reply
@@ -24,12 +24,18 @@ class GradientOracle:
     """Answers GRADIENT tasks on one client's ``splits`` with the shared ``workspace``."""
 
     def __init__(
-        self, client_id: int, seed: int, splits: Mapping[Split, TensorData], workspace: FlatModel
+        self,
+        client_id: int,
+        seed: int,
+        splits: Mapping[Split, TensorData],
+        workspace: FlatModel,
+        objective: Objective = DEFAULT_OBJECTIVE,
     ) -> None:
         self.client_id = client_id
         self.seed = seed
         self.splits = splits
         self.workspace = workspace
+        self.objective = objective
 
     def answer(self, round_index: int, task: Gradient, model: FlatVector, chunk: int) -> Reply:
         """Mean loss of ``model`` on the task's split and its flat gradient (computed
@@ -53,7 +59,7 @@ class GradientOracle:
         total = torch.zeros((), device=data.y.device)
         for start in range(0, len(rows), chunk):
             index = rows[start : start + chunk]
-            loss = F.cross_entropy(module(data.x[index]), data.y[index], reduction="sum")
+            loss = self.objective.summed_loss(module(data.x[index]), data.y[index])
             (loss / len(rows)).backward()
             total += loss.detach()
         gradient = torch.zeros_like(self.workspace.vector)

@@ -24,6 +24,7 @@ from collabfl.client.gradient import GradientOracle
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.randomness import batch_generator
 from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
 from collabfl.strategies.greedy import bggc
 from collabfl.strategies.metrics import ClientMetrics
@@ -87,6 +88,7 @@ class ClientNode:
         seed: int,
         publisher: ModelPublisher,
         fetcher: PeerFetcher,
+        objective: Objective = DEFAULT_OBJECTIVE,
     ) -> None:
         self.client_id = client_id
         self.data = data
@@ -96,13 +98,14 @@ class ClientNode:
         self.seed = seed
         self.publisher = publisher
         self.fetcher = fetcher
+        self.objective = objective
         self.slots: dict[str, torch.Tensor] = {}
         self.best: dict[str, BestModel] = {}
         self.discriminators = ClientDiscriminators(
             client_id, seed, data.train, data.val, workspace, initial_model
         )
         self.gradients = GradientOracle(
-            client_id, seed, {"train": data.train, "val": data.val}, workspace
+            client_id, seed, {"train": data.train, "val": data.val}, workspace, objective
         )
 
     @property
@@ -169,6 +172,7 @@ class ClientNode:
             align_lam=task.align_lam,
             align_to=align_to,
             steps=task.steps or None,
+            objective=self.objective,
         )
         self.slots[slot] = self.workspace.get()
         if task.publish:
@@ -261,8 +265,8 @@ class ClientNode:
         ``candidate`` for the slot's best-validation record (ties keep the earlier model)."""
         self.workspace.load(self.slot(slot))
         batch = self.training.eval_batch_size
-        val_loss, val_acc = evaluate(self.workspace, self.data.val, batch)
-        test_loss, test_acc = evaluate(self.workspace, self.data.test, batch)
+        val_loss, val_acc = evaluate(self.workspace, self.data.val, batch, self.objective)
+        test_loss, test_acc = evaluate(self.workspace, self.data.test, batch, self.objective)
         best = self.best.setdefault(slot, BestModel())
         best.scores_local |= candidate == "local"
         if (val_acc, -val_loss) > (best.val_acc, -best.val_loss):
@@ -274,7 +278,9 @@ class ClientNode:
     def _val_loss(self, vector: torch.Tensor) -> float:
         """F_k^V: the reward GGC maximises is minus this."""
         self.workspace.load(vector)
-        loss, _ = evaluate(self.workspace, self.data.val, self.training.eval_batch_size)
+        loss, _ = evaluate(
+            self.workspace, self.data.val, self.training.eval_batch_size, self.objective
+        )
         return loss
 
     def _best_vector(self, slot: str) -> torch.Tensor:

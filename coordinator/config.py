@@ -24,8 +24,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from collabfl.coordinator.registry import REGISTRY
-from collabfl.kernel.models import DEFAULT_MODEL
+from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
+from collabfl.kernel.user_code import check_import_path, is_import_path
 
 
 class ConfigError(ValueError):
@@ -68,8 +69,25 @@ class DataConfig(_Section):
     partition_file: Path | None = Field(None, description="reuse a saved partition")
 
 
+def _model_name(name: str) -> str:
+    """A zoo model, "auto", or an import path of the user's own model factory."""
+    if is_import_path(name):
+        return check_import_path(name)
+    if name != "auto" and name not in MODELS:
+        choices = ", ".join(["auto", *MODELS])
+        raise PydanticCustomError(
+            "unknown_model",
+            "unknown model; choose from {choices} or give pkg.mod:factory",
+            {"choices": choices},
+        )
+    return name
+
+
 class ModelConfig(_Section):
-    name: Literal["auto", "mnist1d_cnn", "cifar_cnn", "femnist_cnn"] = "auto"
+    name: Annotated[str, AfterValidator(_model_name)] = Field(
+        "auto",
+        description="auto (the dataset's model), a zoo model, or pkg.mod:factory (no arguments)",
+    )
 
 
 def _infinity_is_unlimited(value: Any) -> Any:
@@ -316,9 +334,17 @@ class ExperimentConfig(_Section):
 
 
 def model_name(config: ExperimentConfig) -> str:
-    """The model zoo entry a config asks for (``auto``: the dataset's default model)."""
+    """The model a config asks for (``auto``: the dataset's default model), as
+    ``build_model`` takes it."""
     name = config.model.name
     return DEFAULT_MODEL[config.data.dataset] if name == "auto" else name
+
+
+def user_code(config: ExperimentConfig) -> list[str]:
+    """The import paths of user code a config names (model, loss, optimiser)."""
+    training = config.training
+    named = (model_name(config), training.loss, training.optimizer)
+    return [name for name in named if is_import_path(name)]
 
 
 def resolve_budget(budget: Budget, num_clients: int) -> int | None:
@@ -349,14 +375,20 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     """Apply ``key=value`` overrides to a raw (not yet validated) config dict."""
     for text in overrides:
         path, value = parse_override(text)
-        node = raw
-        for part in path[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {part!r} is a value, not a section")
-            node = child
-        node[path[-1]] = value
+        set_value(raw, path, value, f"override {text!r}")
     return raw
+
+
+def set_value(raw: dict[str, Any], path: list[str], value: Any, what: str) -> None:
+    """Set ``raw[path[0]][path[1]]...`` to ``value``, making sections on the way; ``what``
+    names the override in the error when a section on the path is a value."""
+    node = raw
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{what}: {part!r} is a value, not a section")
+        node = child
+    node[path[-1]] = value
 
 
 def load_config(path: Path | None = None, overrides: list[str] | None = None) -> ExperimentConfig:

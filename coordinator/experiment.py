@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from torch import nn
 
 from collabfl.client.data import (
     ClientData,
@@ -32,6 +33,8 @@ from collabfl.coordinator.report.comparison import write_comparison
 from collabfl.coordinator.report.table import print_results
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
+from collabfl.kernel.objective import Objective, objective_from_names
+from collabfl.kernel.user_code import is_import_path
 from collabfl.strategies.rounds import RoundOutcome
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,7 @@ def run_comparison(
 ) -> list[dict[str, Any]]:
     """Run every spec on the same partition; write run dirs, plots and a results table."""
     console = console or Console()
+    check_user_code(specs)
     device = resolve_device(config.device)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -123,6 +127,16 @@ def run_comparison(
     print_results(summaries, console)
     console.print(f"run directory: {out_dir}")
     return summaries
+
+
+def check_user_code(specs: list[MethodSpec]) -> None:
+    """Resolve the import paths the specs name (model, loss, optimiser) before anything is
+    written, so a typo fails with one line rather than in a worker after the partition."""
+    for spec in specs:
+        config = spec.config
+        objective_from_names(config.training.loss, config.training.optimizer)
+        if is_import_path(model_name(config)):
+            build_model(model_name(config), num_classes=0, seed=config.seed)
 
 
 def parallel_jobs(requested: int, num_specs: int) -> int:
@@ -180,14 +194,35 @@ def run_method(
 ) -> dict[str, Any]:
     """Run one method to the end, recording every round; return its summary."""
     config = spec.config
-    num_clients = len(splits)
-    workspace = FlatModel(
-        build_model(model_name(config), data.pool.num_classes, seed=config.seed), device
-    )
-    federation = build_federation(splits, workspace, config.training, config.seed)
-    method = build_method(spec, federation.sample_counts, workspace)
-    recorder = MethodRecorder(spec, run_dir, num_clients, model_name(config), workspace.nbytes)
+    module = build_model(model_name(config), data.pool.num_classes, seed=config.seed)
+    objective = objective_from_names(config.training.loss, config.training.optimizer)
     after_round = progress_hook(progress, spec.label, config.rounds)
+    return run_on_splits(
+        spec, splits, module, objective, device, run_dir, model_name(config), after_round
+    )
+
+
+def run_on_splits(
+    spec: MethodSpec,
+    splits: list[ClientSplits],
+    module: nn.Module,
+    objective: Objective,
+    device: torch.device,
+    run_dir: Path,
+    model_label: str,
+    after_round: AfterRound,
+    given: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run ``spec`` on clients holding ``splits``, all starting from ``module``'s weights,
+    recording every round in ``run_dir``; return the summary. ``given``: what the Python
+    API was handed in place of config fields, recorded beside the config."""
+    config = spec.config
+    workspace = FlatModel(module, device)
+    federation = build_federation(splits, workspace, config.training, config.seed, objective)
+    method = build_method(spec, federation.sample_counts, workspace)
+    recorder = MethodRecorder(
+        spec, run_dir, len(splits), model_label, workspace.nbytes, given=given
+    )
     return drive(method, federation, config.rounds, recorder, after_round)
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,9 +28,9 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from collabfl.client.data.client_file import save_client_file
-from collabfl.coordinator.config import ExperimentConfig
+from collabfl.coordinator.config import ExperimentConfig, user_code
 from collabfl.coordinator.daemon import CONNECTION
-from collabfl.coordinator.experiment import prepare_data
+from collabfl.coordinator.experiment import check_user_code, prepare_data
 from collabfl.coordinator.federation_tls import FederationCredentials
 from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
@@ -118,8 +119,11 @@ def client_command(
     runtime: str = DEFAULT_RUNTIME,
     host: str = HOST,
     tls: FederationCredentials | None = None,
+    allow_imports: Sequence[str] = (),
 ) -> list[str]:
-    """A client daemon whose peer server listens on, and is advertised at, ``host``."""
+    """A client daemon whose peer server listens on, and is advertised at, ``host``;
+    ``allow_imports``: the user code its runs may name (``--allow-import``)."""
+    allowed = [arg for path in allow_imports for arg in ("--allow-import", path)]
     return [
         sys.executable, "-m", "collabfl.client.daemon",
         "--client-id", str(client_id), "--data", str(data), "--state-dir", str(state_dir),
@@ -127,6 +131,7 @@ def client_command(
         "--peer-listen", f"{host}:{peer_port}", "--peer-address", f"{host}:{peer_port}",
         "--runtime-port", str(runtime_port), "--coordinator-key", str(key),
         "--runtime", runtime,
+        *allowed,
         *client_tls_flags(client_id, tls),
     ]  # fmt: skip
 
@@ -152,7 +157,8 @@ class LocalFederation:
     ``tls``: issue a CA and role certificates into ``work_dir/tls`` and run every daemon
     with TLS; the launcher's own service calls then present the operator certificate.
     ``runs_dir``: the folder run directories must lie in (default: ``work_dir``'s parent,
-    where ``federation up`` writes them).
+    where ``federation up`` writes them). ``allow_imports``: user code every client allows
+    (the same operator runs every party here, so it allows what its own config names).
     """
 
     work_dir: Path
@@ -161,6 +167,7 @@ class LocalFederation:
     hosts: Hosts = field(default_factory=Loopback)
     tls: bool = False
     runs_dir: Path | None = None
+    allow_imports: Sequence[str] = ()
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
 
@@ -225,6 +232,7 @@ class LocalFederation:
             self.runtime,
             self.hosts.address(name),
             self.credentials,
+            self.allow_imports,
         )
         self._spawn(name, command)
 
@@ -391,11 +399,15 @@ def federation_up(
 
     ``runtime``: how the client daemons run ClientApp messages (``--runtime`` of
     ``collabfl-client``); ``tls``: certificates for every role, TLS on every link."""
+    check_user_code(specs)
     out_dir.mkdir(parents=True, exist_ok=True)
     work_dir = out_dir / "federation"
     files = write_client_files(config, work_dir / "data", partition_path=out_dir / "partition.npz")
     summaries, run_dirs = [], {}
-    with LocalFederation(work_dir, files, runtime=runtime, tls=tls) as federation:
+    allowed = sorted({path for spec in specs for path in user_code(spec.config)})
+    with LocalFederation(
+        work_dir, files, runtime=runtime, tls=tls, allow_imports=allowed
+    ) as federation:
         security = f"TLS, certificates in {work_dir / 'tls'}" if tls else "insecure"
         console.print(
             f"federation up: {len(files)} clients online, coordinator {federation.service}"

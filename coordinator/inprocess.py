@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
 from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction, Reply
 
@@ -41,10 +42,12 @@ def build_federation(
     workspace: FlatModel,
     training: TrainingConfig,
     seed: int,
+    objective: Objective = DEFAULT_OBJECTIVE,
 ) -> InProcessFederation:
     """Clients 0..N-1 sharing one workspace module and one in-memory model store.
 
-    All clients start from the workspace's current state (the seeded initial model).
+    All clients start from the workspace's current state (the seeded initial model) and
+    train and evaluate with ``objective``.
     """
     store = MemoryModelStore(keep_rounds=2)
     initial = workspace.get()
@@ -58,6 +61,7 @@ def build_federation(
             seed=seed,
             publisher=store,
             fetcher=PeerFetcher(store, workspace.numel),
+            objective=objective,
         )
         for k, data in enumerate(splits)
     }

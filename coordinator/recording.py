@@ -34,6 +34,7 @@ class MethodRecorder:
         model: str,
         model_bytes: int,
         resume_after: int | None = None,
+        given: dict[str, str] | None = None,
     ) -> None:
         self.spec = spec
         self.run_dir = run_dir
@@ -41,7 +42,10 @@ class MethodRecorder:
         self.model_bytes = model_bytes
         self.writer = RunWriter(run_dir, resume_after=resume_after)
         self._round_started = time.perf_counter()
-        self.writer.write_config(resolved_config(spec, num_clients, model, model_bytes))
+        config = resolved_config(spec, num_clients, model, model_bytes)
+        if given:  # what the Python API was given in place of config fields (collabfl.api)
+            config["resolved"]["python_api"] = given
+        self.writer.write_config(config)
 
     def record(self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
         """Append one round; returns the rows written (other sinks may want them)."""

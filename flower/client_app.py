@@ -23,7 +23,14 @@ e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the federation CA), ``peer-
 ``keep-rounds`` (published rounds kept per run), ``max-peer-weight`` (peer models with a
 larger weight magnitude are refused), ``cost`` and ``eagerness`` (the iPFL market profile
 this participant reports), ``coordinator-service`` (where this participant reaches the
-coordinator's sub-step relay, when not where the ServerApp does).
+coordinator's sub-step relay, when not where the ServerApp does), ``allow-import``
+(comma-separated ``pkg.mod:attr`` import paths of user code, a model factory, loss or
+optimiser, that runs may name).
+
+A run names user code only by import path, and this participant imports only the paths its
+own operator listed in ``allow-import``: a set-up naming any other path is refused before
+anything is imported or written, so a coordinator can choose among allowed code but never
+make a participant run code of its choosing.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from collabfl.flower.substeps import SEAT_MESSAGE, decode_seat, encode_served, s
 from collabfl.kernel.grants import load_public_key_bytes
 from collabfl.kernel.tickets import InvalidTicket, TicketVerifier
 from collabfl.kernel.tls import ClientTLS
+from collabfl.kernel.user_code import check_allowed, parse_allowed
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import (
     Collaborate,
@@ -99,6 +107,8 @@ class NodeSettings:
     coordinator_service: str
     """Where this participant reaches the coordinator's relay; empty: where the ServerApp
     does (right when both share a host or network view)."""
+    allowed_imports: frozenset[str]
+    """Import paths of user code this participant's operator allows runs to name."""
 
     @classmethod
     def from_context(cls, context: Context) -> NodeSettings:
@@ -125,6 +135,7 @@ class NodeSettings:
             max_peer_weight=float(config.get("max-peer-weight", MAX_PEER_WEIGHT)),
             market={k: float(config[k]) for k in ("cost", "eagerness") if k in config},
             coordinator_service=str(config.get("coordinator-service", "")),
+            allowed_imports=parse_allowed(str(config.get("allow-import", "")).split(",")),
         )
 
 
@@ -176,6 +187,8 @@ def setup(message: Message, context: Context) -> Message:
     settings = decode_settings(message.content)
     if settings.run_id != context.run_config.get("run-id"):
         raise RunNotAuthorized(f"set-up names run {settings.run_id!r}, not the ticket's run")
+    for path in settings.import_paths():
+        check_allowed(path, node.allowed_imports)
     if node.device:
         settings = replace(settings, device=node.device)
     state = NodeState(node.state_dir)
@@ -233,7 +246,9 @@ def opened_node(
     run = state.read_settings().run_id
     published = PublishedModels(state.published, settings.client_id, settings.keep_rounds)
     store = published.for_publishing(run)
-    node = nodes.open(settings.client_id, settings.data_path, state, store, NoPeers())
+    node = nodes.open(
+        settings.client_id, settings.data_path, state, store, NoPeers(), settings.allowed_imports
+    )
     node.fetcher.max_weight = settings.max_peer_weight
     yield node, run
     state.save(node)

@@ -15,6 +15,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from collabfl.flower.codec import MESSAGE_PREFIX
 from collabfl.kernel.training import TrainingConfig
+from collabfl.kernel.user_code import is_import_path
 from collabfl.strategies.wire import decode, encode
 
 SETUP_QUERY = "setup"
@@ -39,6 +40,12 @@ class RunSettings:
         values = dataclasses.asdict(self)
         values["training"] = self.training.model_dump()
         return json.dumps(values, sort_keys=True)
+
+    def import_paths(self) -> list[str]:
+        """The user code the run names (model, loss, optimiser): a participant imports only
+        what its operator allowed (flower/client_app.py)."""
+        named = (self.model, self.training.loss, self.training.optimizer)
+        return [name for name in named if is_import_path(name)]
 
     @classmethod
     def from_json(cls, text: str) -> RunSettings:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from collabfl.flower.run_setup import Description, RunSettings
 from collabfl.kernel.atomic import replacing, write_bytes
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
+from collabfl.kernel.objective import objective_from_names
 
 
 class NodeState:
@@ -135,14 +136,19 @@ def open_node(
     state: NodeState,
     publisher: ModelPublisher,
     source: PeerModelSource,
+    allowed: Collection[str] = (),
 ) -> ClientNode:
-    """Rebuild this client's node from its data file and saved state."""
+    """Rebuild this client's node from its data file and saved state; the run's user code
+    (import paths) is loaded only if its operator ``allowed`` it."""
     settings = state.read_settings()
+    training = settings.training
+    objective = objective_from_names(training.loss, training.optimizer, allowed)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     device = torch.device(settings.device)
     data, meta = load_client_file(data_path)
-    workspace = FlatModel(build_model(settings.model, meta["num_classes"], settings.seed), device)
+    module = build_model(settings.model, meta["num_classes"], settings.seed, allowed)
+    workspace = FlatModel(module, device)
     node = ClientNode(
         client_id=client_id,
         data=ClientSplits.from_data(data, device),
@@ -152,6 +158,7 @@ def open_node(
         seed=settings.seed,
         publisher=publisher,
         fetcher=PeerFetcher(source, workspace.numel),
+        objective=objective,
     )
     state.restore(node)
     return node
@@ -205,11 +212,12 @@ class NodeCache:
         state: NodeState,
         publisher: ModelPublisher,
         source: PeerModelSource,
+        allowed: Collection[str] = (),
     ) -> ClientNode:
         """The cached node when nothing changed on disk since ``keep``, else ``open_node``."""
         cached, self._cached = self._cached, None
         if cached is None or cached[0] != NodeKey.of(client_id, data_path, state):
-            return open_node(client_id, data_path, state, publisher, source)
+            return open_node(client_id, data_path, state, publisher, source, allowed)
         node = cached[1]
         node.publisher, node.fetcher.source = publisher, source
         return node

@@ -1,11 +1,13 @@
-"""The model zoo: one small network per supported dataset."""
+"""The model zoo (one small network per supported dataset) and user-supplied models."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import torch
 from torch import nn
+
+from collabfl.kernel.user_code import UserCodeError, is_import_path, load_object
 
 
 def mnist1d_cnn(num_classes: int = 10, length: int = 40) -> nn.Module:
@@ -74,13 +76,42 @@ DEFAULT_MODEL = {
 }
 
 
-def build_model(name: str, num_classes: int, seed: int) -> nn.Module:
-    """Build ``name`` with weights drawn from ``seed``: every client gets the same start."""
+ModelFactory = Callable[[], nn.Module]
+"""A user's model: a function of no arguments that returns a fresh ``nn.Module``."""
+
+
+def build_model(
+    name: str, num_classes: int, seed: int, allowed: Collection[str] | None = None
+) -> nn.Module:
+    """Build ``name`` with weights drawn from ``seed``: every client gets the same start.
+
+    ``name`` is a zoo entry (built for ``num_classes``) or an import path ``pkg.mod:factory``
+    of a ``ModelFactory``, resolved under ``allowed`` (kernel/user_code.py).
+    """
+    if is_import_path(name):
+        factory = load_object(name, allowed)
+        if not callable(factory):
+            raise UserCodeError(f"model {name!r} is not callable: it must be a model factory")
+        return seeded_module(factory, seed, name)
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
+    return seeded_module(lambda: MODELS[name](num_classes), seed, name)
+
+
+def seeded_module(factory: ModelFactory, seed: int, label: str) -> nn.Module:
+    """``factory()`` with torch's global generator seeded for its initial weights (and left
+    as it was); ``label`` names the factory in the error for anything but a Module."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return MODELS[name](num_classes)
+        module = factory()
+    if not isinstance(module, nn.Module):
+        kind = type(module).__name__
+        raise UserCodeError(
+            f"model factory {label} returned a {kind} object, not a torch.nn.Module"
+        )
+    if not any(p.requires_grad for p in module.parameters()):
+        raise UserCodeError(f"model factory {label} returned a module with no trainable parameter")
+    return module
 
 
 def head_parameters(module: nn.Module, layers: int = 2) -> int:

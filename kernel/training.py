@@ -2,19 +2,31 @@
 
 The optimiser works on the flat parameter vector directly (one fused update per step, the
 same arithmetic as torch.optim.SGD without dampening or Nesterov), so per-step framework
-overhead stays flat as the model grows in layers.
+overhead stays flat as the model grows in layers. A user's optimiser (kernel/objective.py)
+steps the same parameters instead: they are views into the flat vector, so what it writes is
+the model the methods average.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
-import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.objective import (
+    BUILTIN_LOSS,
+    BUILTIN_OPTIMIZER,
+    DEFAULT_OBJECTIVE,
+    Objective,
+    check_loss_name,
+    check_optimizer_name,
+    make_optimizer,
+)
 
 
 class TrainingConfig(BaseModel):
@@ -27,6 +39,13 @@ class TrainingConfig(BaseModel):
     weight_decay: float = Field(1e-3, ge=0, le=1)
     batch_size: int = Field(32, ge=1, le=65536)
     eval_batch_size: int = Field(2048, ge=1)
+    loss: Annotated[str, AfterValidator(check_loss_name)] = Field(
+        BUILTIN_LOSS, description="cross_entropy, or pkg.mod:loss (outputs, labels) -> mean loss"
+    )
+    optimizer: Annotated[str, AfterValidator(check_optimizer_name)] = Field(
+        BUILTIN_OPTIMIZER,
+        description="sgd (lr, momentum, weight_decay above), or pkg.mod:factory(params)",
+    )
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,7 @@ def train(
     align_lam: float = 0.0,
     align_to: torch.Tensor | None = None,
     steps: int | None = None,
+    objective: Objective = DEFAULT_OBJECTIVE,
 ) -> float:
     """Run local SGD in place on ``model``; return the mean training loss.
 
@@ -67,6 +87,9 @@ def train(
     Ditto's personal objective). With ``align_lam > 0`` the objective gets
     −(λ/2)⟨w/‖w‖, align_to⟩ (pFedGraph's regulariser; pass a unit vector for the cosine
     variant).
+
+    ``objective`` gives the loss and, when it has one, the optimiser that steps instead of
+    the built-in SGD (the proximal and alignment terms are in the gradient it sees).
     """
     if len(data) == 0:
         raise ValueError("cannot train on an empty dataset")
@@ -88,7 +111,7 @@ def train(
     direction = (
         align_to[:n_params].to(weights.device) if align_lam > 0 and align_to is not None else None
     )
-    velocity = torch.zeros_like(weights)
+    update = _update_rule(model, config, objective)
     model.module.train()
     total_loss = torch.zeros((), device=weights.device)
     order = torch.empty(0, dtype=torch.long)
@@ -100,22 +123,45 @@ def train(
         index = order[position : position + config.batch_size]
         position += config.batch_size
         grad.zero_()
-        loss = F.cross_entropy(model.module(data.x[index]), data.y[index])
+        loss = objective.loss(model.module(data.x[index]), data.y[index])
         loss.backward()
         with torch.no_grad():
             if reference is not None:
                 grad.add_(weights - reference, alpha=prox_mu)
             if direction is not None:
                 grad.add_(alignment_gradient(weights, direction), alpha=-align_lam / 2)
-            if config.weight_decay > 0:
-                grad.add_(weights, alpha=config.weight_decay)
-            if config.momentum > 0:
-                velocity.mul_(config.momentum if step else 0.0).add_(grad)
-                weights.sub_(velocity, alpha=config.lr)
-            else:
-                weights.sub_(grad, alpha=config.lr)
-            total_loss += loss.detach()
+        update(step)
+        total_loss += loss.detach()
     return float(total_loss) / steps
+
+
+def _update_rule(
+    model: FlatModel, config: TrainingConfig, objective: Objective
+) -> Callable[[int], None]:
+    """One optimiser step from the gradient in ``model.grad``, given the step's index."""
+    weights, grad = model.vector[: model.num_parameters], model.grad
+    if objective.optimizer is not None:
+        optimizer, schedule = make_optimizer(objective.optimizer, model.module.parameters())
+
+        def user_step(step: int) -> None:
+            optimizer.step()
+            if schedule is not None:
+                schedule.step()
+
+        return user_step
+    velocity = torch.zeros_like(weights)
+
+    @torch.no_grad()
+    def sgd_step(step: int) -> None:
+        if config.weight_decay > 0:
+            grad.add_(weights, alpha=config.weight_decay)
+        if config.momentum > 0:
+            velocity.mul_(config.momentum if step else 0.0).add_(grad)
+            weights.sub_(velocity, alpha=config.lr)
+        else:
+            weights.sub_(grad, alpha=config.lr)
+
+    return sgd_step
 
 
 def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
@@ -127,8 +173,13 @@ def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.
 
 
 @torch.no_grad()
-def evaluate(model: FlatModel, data: TensorData, batch_size: int = 2048) -> tuple[float, float]:
-    """Mean cross-entropy loss and accuracy of the model's current state on ``data``."""
+def evaluate(
+    model: FlatModel,
+    data: TensorData,
+    batch_size: int = 2048,
+    objective: Objective = DEFAULT_OBJECTIVE,
+) -> tuple[float, float]:
+    """Mean loss (the objective's) and accuracy of the model's current state on ``data``."""
     if len(data) == 0:
         return float("nan"), float("nan")
     model.module.eval()
@@ -137,6 +188,6 @@ def evaluate(model: FlatModel, data: TensorData, batch_size: int = 2048) -> tupl
     for start in range(0, len(data), batch_size):
         x, y = data.x[start : start + batch_size], data.y[start : start + batch_size]
         logits = model.module(x)
-        loss_sum += F.cross_entropy(logits, y, reduction="sum")
+        loss_sum += objective.summed_loss(logits, y)
         correct += (logits.argmax(dim=1) == y).sum()
     return float(loss_sum) / len(data), float(correct) / len(data)

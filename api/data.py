@@ -1,0 +1,113 @@
+"""A user's per-client data, as datasets or arrays, turned into what every client trains on.
+
+Each client has a train, a validation and a test split. A split is a map-style
+``torch.utils.data.Dataset`` whose items are ``(input, label)`` pairs, or a pair of arrays
+``(x, y)`` (numpy arrays or tensors) with the samples along the first axis. Either way the
+samples are stacked once into tensors on the compute device, as the built-in datasets are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from collabfl.client.node import ClientSplits
+from collabfl.kernel.training import TensorData
+
+Split = Dataset[Any] | tuple[Any, Any]
+"""One split of one client: a Dataset of (input, label) items, or arrays (x, y)."""
+
+
+def client_splits(
+    train: Sequence[Split], val: Sequence[Split], test: Sequence[Split], device: torch.device
+) -> list[ClientSplits]:
+    """Every client's three splits on ``device``; ValueError naming the client and split
+    when the lists disagree or a split is unusable."""
+    given = {"train": train, "val": val, "test": test}
+    for name, splits in given.items():
+        if isinstance(splits, Dataset | tuple) or not isinstance(splits, Sequence):
+            raise ValueError(f"{name} must be a list with one split per client")
+    counts = {name: len(splits) for name, splits in given.items()}
+    if len(set(counts.values())) != 1:
+        raise ValueError(f"train, val and test must list the same clients; got {counts}")
+    if not train:
+        raise ValueError("no clients: train, val and test are empty lists")
+    return [
+        ClientSplits(
+            train=tensors(train[k], f"train[{k}]", device),
+            val=tensors(val[k], f"val[{k}]", device),
+            test=tensors(test[k], f"test[{k}]", device),
+        )
+        for k in range(len(train))
+    ]
+
+
+def tensors(split: Split, where: str, device: torch.device) -> TensorData:
+    """One split as float32 inputs and int64 labels on ``device``."""
+    if isinstance(split, tuple):
+        if len(split) != 2:
+            raise ValueError(f"{where}: a split of arrays is a pair (x, y), got {len(split)} items")
+        x, y = _as_tensor(split[0], where, "x"), _as_tensor(split[1], where, "y")
+    elif isinstance(split, Dataset):
+        x, y = _stack(split, where)
+    else:
+        kind = type(split).__name__
+        raise ValueError(f"{where}: expected a torch Dataset or a pair of arrays, got a {kind}")
+    return TensorData(_inputs(x, where).to(device), _labels(y, len(x), where).to(device))
+
+
+def _stack(dataset: Dataset[Any], where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        size = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{where}: the Dataset has no len(); give a map-style Dataset") from None
+    if size == 0:
+        raise ValueError(f"{where} is empty")
+    inputs, labels = [], []
+    for i in range(size):
+        item = dataset[i]
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise ValueError(f"{where}: item {i} is not an (input, label) pair")
+        inputs.append(_as_tensor(item[0], where, f"item {i}'s input"))
+        labels.append(_as_tensor(item[1], where, f"item {i}'s label"))
+    shapes = {tuple(t.shape) for t in inputs}
+    if len(shapes) != 1:
+        raise ValueError(f"{where}: inputs differ in shape: {sorted(shapes)}")
+    return torch.stack(inputs), torch.stack(labels).reshape(-1)
+
+
+def _as_tensor(value: Any, where: str, what: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"{where}: {what} is not numeric array data ({error})") from None
+
+
+def _inputs(x: torch.Tensor, where: str) -> torch.Tensor:
+    if x.ndim == 0 or len(x) == 0:
+        raise ValueError(f"{where} is empty: give at least one sample")
+    if not (x.is_floating_point() or x.dtype in _INTEGER_DTYPES):
+        raise ValueError(f"{where}: x must be numeric, got {x.dtype}")
+    x = x.to(torch.float32)
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{where}: x holds NaN or infinite values")
+    return x
+
+
+def _labels(y: torch.Tensor, num_samples: int, where: str) -> torch.Tensor:
+    if y.ndim != 1:
+        raise ValueError(f"{where}: y must hold one label per sample (1-D), got {tuple(y.shape)}")
+    if y.dtype not in _INTEGER_DTYPES:
+        raise ValueError(f"{where}: labels must be integers (class indices), got {y.dtype}")
+    if len(y) != num_samples:
+        raise ValueError(f"{where}: x has {num_samples} samples but y has {len(y)}")
+    if int(y.min()) < 0:
+        raise ValueError(f"{where}: labels must be >= 0, got {int(y.min())}")
+    return y.to(torch.int64)
+
+
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)

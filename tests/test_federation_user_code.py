@@ -1,0 +1,41 @@
+"""User code over a real federation: a model factory and an optimiser named by import path.
+
+``collabfl federation up`` starts every party on loopback; its client daemons allow the code
+the config names (``--allow-import``), train the user's model with the user's optimiser,
+and give exactly the in-process runtime's results on the same seed and config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli_runs import invoke
+from tests.support.runtime_equality import SETTINGS, assert_same_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_CODE = [
+    "model.name=tests.support.user_code:make_net",
+    "training.optimizer=tests.support.user_code:make_adam",
+]
+
+
+@pytest.fixture
+def importable_tests(monkeypatch):
+    """The daemons' processes import tests.support.user_code from this checkout."""
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+
+
+def test_user_code_over_a_federation_equals_in_process(tmp_path, importable_tests):
+    overrides = [*SETTINGS, *USER_CODE, f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}"]
+    flags = [arg for o in overrides for arg in ("--set", o)]
+    real, inprocess = tmp_path / "real", tmp_path / "inprocess"
+    invoke("federation", "up", *flags, "--methods", "dpfl", "--out", str(real), "--timeout", "400")
+    invoke("compare", *flags, "--methods", "dpfl", "--out", str(inprocess))
+    assert_same_rows(real / "dpfl", inprocess / "dpfl", "dpfl")
+    resolved = json.loads((real / "dpfl" / "config.json").read_text())["resolved"]
+    assert resolved["model_bytes"] == (40 * 10 + 10) * 4  # the user's model, not the zoo's
