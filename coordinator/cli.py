@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from collabfl.coordinator.admin import admin_app
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
@@ -169,7 +170,8 @@ def _run(
 
 
 def _fail(error: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    # escaped: a message may hold brackets (pip extras, lists) that rich would read as markup
+    err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 

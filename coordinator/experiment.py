@@ -211,17 +211,14 @@ def _run_in_parallel(
             s.label: pool.apply_async(_run_labelled, ((s, run_dirs[s.label]),)) for s in specs
         }
         while pending:
-            while not updates.empty():
+            done = [label for label, result in pending.items() if result.ready()]
+            while not updates.empty():  # after the check: a finished method's rounds are in
                 board.show(updates.get())
-            for label, result in list(pending.items()):
-                if result.ready():
-                    results[label] = result.get()  # a worker's error is raised here
-                    board.finished(label, results[label]["rounds"])
-                    del pending[label]
-            if pending:
+            for label in done:
+                results[label] = pending.pop(label).get()  # a worker's error is raised here
+                board.finished(label, results[label]["rounds"])
+            if pending and not done:
                 next(iter(pending.values())).wait(POLL_S)
-        while not updates.empty():
-            board.show(updates.get())
         pool.close()
     except BaseException:
         pool.terminate()  # SIGTERM: each worker marks its method interrupted and exits

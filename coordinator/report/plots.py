@@ -82,6 +82,11 @@ def _curve(seeds: list[RunRecords], key: str) -> tuple[np.ndarray, np.ndarray, n
 
 
 def plot_accuracy_by_round(runs: RunsByMethod, path: Path | str) -> Path:
+    """Write ``accuracy_by_round_figure`` as a PNG."""
+    return _save(accuracy_by_round_figure(runs), path)
+
+
+def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
     """Mean benign test accuracy per round for each method: current model solid, best-val dashed
     with a band of ± one std (across clients for one seed, across seeds for several), and the
     DPFL set-up round marked.
@@ -125,12 +130,19 @@ def plot_accuracy_by_round(runs: RunsByMethod, path: Path | str) -> Path:
         ],
         loc="lower center",
     )
-    return _save(fig, path)
+    return fig
 
 
 def plot_accuracy_vs_variance(
     summaries: list[dict[str, Any]], path: Path | str, config: Mapping[str, Any] | None = None
 ) -> Path:
+    """Write ``accuracy_vs_variance_figure`` as a PNG."""
+    return _save(accuracy_vs_variance_figure(summaries, config), path)
+
+
+def accuracy_vs_variance_figure(
+    summaries: list[dict[str, Any]], config: Mapping[str, Any] | None = None
+) -> Figure:
     """Mean vs variance of per-client test accuracy, one labelled point per method, with the
     std across seeds as an error bar for multi-seed aggregates; ``config`` names the setting.
 
@@ -153,7 +165,7 @@ def plot_accuracy_vs_variance(
     ax.set_xlabel("variance of client test accuracy (%²)")
     ax.set_ylabel("mean client test accuracy (%)")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return fig
 
 
 def plot_adjacency_heatmaps(records: RunRecords, path: Path | str) -> Path | None:

@@ -103,20 +103,34 @@ def results_table(summaries: list[dict[str, Any]], columns: tuple[int, ...] = ()
     a table without the accuracy column names the bare method (its notes are beside it)."""
     chosen = columns or tuple(range(len(COLUMNS)))
     table = Table(title=table_title(summaries))
+    rows = [_row(summary) for summary in summaries]
+    if 1 not in chosen:
+        for cells, summary in zip(rows, summaries, strict=True):
+            cells[0] = str(summary["method"])
     for index in chosen:
         header = NARROW_HEADERS.get(COLUMNS[index], COLUMNS[index]) if columns else COLUMNS[index]
-        table.add_column(header, justify="left" if index == 0 else "right", overflow="fold")
-    for summary in summaries:
-        cells = _row(summary)
-        if 1 not in chosen:
-            cells[0] = str(summary["method"])
+        table.add_column(
+            header,
+            justify="left" if index == 0 else "right",
+            overflow="fold",
+            max_width=_narrow_width(header, [r[index] for r in rows]) if columns else None,
+        )
+    for cells in rows:
         table.add_row(*(cells[i] for i in chosen))
     return table
 
 
-NARROW_GROUPS = ((0, 1, 2, 8), (0, 3, 4, 5, 6, 7))
-"""Columns of the two tables a narrow terminal gets instead of one wide table: accuracy and
-time, then traffic and graphs."""
+def _narrow_width(header: str, cells: list[str]) -> int | None:
+    """A narrow table's number column is as wide as its widest cell or header word (the
+    header wraps), leaving the room to method labels; the method column takes the rest."""
+    if header == COLUMNS[0]:
+        return None
+    return max([len(word) for word in header.split()] + [len(cell) for cell in cells])
+
+
+NARROW_GROUPS = ((0, 1, 2, 5, 8), (0, 3, 4, 6, 7))
+"""Columns of the two tables a narrow terminal gets instead of one wide table: accuracy, peak
+peers and time, then traffic and graphs."""
 NARROW_HEADERS = {
     "Peer bytes/client/round": "Peer bytes",
     "Coordinator bytes/client/round": "Coordinator bytes",
@@ -129,12 +143,14 @@ def print_results(summaries: list[dict[str, Any]], console: Console | None = Non
     fits the terminal's width, else two narrower ones, so no header or label is cut short."""
     console = console or Console()
     wide = results_table(summaries)
-    if Measurement.get(console, console.options, wide).maximum <= console.width:
+    natural = Measurement.get(console, console.options.update(max_width=10**6), wide)
+    if natural.maximum <= console.width:
         console.print(wide)
         return
     for group in NARROW_GROUPS:
         table = results_table(summaries, group)
         if 3 in group:
+            table.title = "Traffic and collaboration graphs (last round)"
             table.caption = NARROW_CAPTION
         console.print(table)
 
