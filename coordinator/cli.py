@@ -272,7 +272,7 @@ def federation_up_command(
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
-    from collabfl.coordinator.config import load_config
+    from collabfl.coordinator.config import ConfigError, load_config
     from collabfl.coordinator.federation import federation_up
     from collabfl.coordinator.methods import parse_method_spec
 
@@ -280,6 +280,11 @@ def federation_up_command(
     try:
         extra = [f"data.num_clients={clients}"] if clients is not None else []
         settings = load_config(config, [*(overrides or []), *extra])
+        if settings.tracking.tensorboard is not None:
+            raise ConfigError(
+                "tracking.tensorboard is written by simulate and compare only; a real "
+                "federation records to its run directory"
+            )
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
         out_dir = _output_dir(out, overwrite, settings, "federation")

@@ -185,3 +185,12 @@ def test_tensorboard_event_files_read_back_or_the_clear_error(tmp_path: Path) ->
     events = EventAccumulator(str(tmp_path / "tb" / "local" / "seed_0"))
     events.Reload()
     assert [e.step for e in events.Scalars("accuracy/test")] == [0, 1]
+
+
+def test_a_federation_refuses_tensorboard_rather_than_ignoring_it(tmp_path: Path) -> None:
+    out = tmp_path / "fed"
+    args = ["federation", "up", "--set", f"tracking.tensorboard={tmp_path}", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "simulate and compare only" in result.output
+    assert not out.exists()
