@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -155,7 +156,8 @@ def run_seeds(
             console.rule(f"seed {seed}")
             by_seed[seed] = run_comparison(config, specs, out_dir / seed_folder(seed), console)
     except BaseException:
-        _write_seed_outputs(out_dir, labels, by_seed, planned)
+        with contextlib.suppress(Exception):  # the interrupt is what the caller must see
+            _write_seed_outputs(out_dir, labels, by_seed, planned)
         raise
     aggregates = _write_seed_outputs(out_dir, labels, by_seed, planned)
     console.rule(f"{len(planned)} seeds")
