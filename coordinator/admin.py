@@ -39,17 +39,14 @@ from collabfl.coordinator.report.coalition_moves import (
 )
 from collabfl.coordinator.report.table import human_bytes
 from collabfl.coordinator.run_options import RunOptions
-from collabfl.coordinator.service_client import (
-    CoordinatorClient,
-    CoordinatorError,
-    CoordinatorUnreachable,
-)
-from collabfl.coordinator.state import CoordinatorState, Run
 from collabfl.flower.processes import flower_env
-from collabfl.kernel.tls import ClientTLS
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from collabfl.coordinator.service_client import CoordinatorClient
+    from collabfl.coordinator.state import Run
+    from collabfl.kernel.tls import ClientTLS
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
 EXIT_REFUSED = 2
@@ -141,6 +138,8 @@ def connect(
                 "--ca needs --cert and --key: the coordinator admits only callers with a "
                 "certificate naming their role (an operator's, from deploy/make_tls.py)"
             )
+        from collabfl.kernel.tls import ClientTLS  # loads gRPC: only when TLS is asked for
+
         tls = ClientTLS.from_files(ca, cert, key)
     elif cert is not None or key is not None:
         raise typer.BadParameter("--cert and --key need --ca: mutual TLS is TLS first")
@@ -184,6 +183,13 @@ def _fail(message: object, code: int) -> NoReturn:
 @contextmanager
 def _client(ctx: typer.Context) -> Iterator[CoordinatorClient]:
     """A client for the command; coordinator failures become one stderr line and an exit code."""
+    # gRPC and the generated protocol load here, not at start-up (--help needs neither)
+    from collabfl.coordinator.service_client import (
+        CoordinatorClient,
+        CoordinatorError,
+        CoordinatorUnreachable,
+    )
+
     connection: _Connection = ctx.obj
     try:
         with CoordinatorClient(connection.address, connection.timeout_s, connection.tls) as client:
@@ -285,6 +291,8 @@ def register_supernode(
         node_id = flower_runs.register_supernode(key.resolve(), CONNECTION, env)
     except flower_runs.FlowerCliError as error:
         _fail(error, EXIT_REFUSED)
+    from collabfl.coordinator.state import CoordinatorState
+
     with CoordinatorState(state_dir / "coordinator.db") as state:
         state.bind_supernode(client_id, node_id, key.read_text().strip())
     console.print(f"client {client_id}: SuperNode key registered as Flower node {node_id}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,13 +16,13 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from collabfl.coordinator.admin import admin_app
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 
 if TYPE_CHECKING:
     from collabfl.coordinator.config import ExperimentConfig
-    from collabfl.coordinator.methods import MethodSpec
 
 app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
@@ -43,7 +44,25 @@ OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (defau
 OverwriteOpt = Annotated[
     bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
 ]
-LogOpt = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
+LogOpt = Annotated[
+    str, typer.Option("--log-level", help="DEBUG, INFO (a line per round), WARNING, ERROR")
+]
+SeedsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--seeds",
+        help="run once per seed, e.g. 0,1,2 (each into <out>/seed_N), and report mean ± std "
+        "across the seeds that finished (default: the config's seed)",
+    ),
+]
+TensorBoardOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tensorboard",
+        help="also write TensorBoard event files here (tracking.tensorboard; needs the "
+        "tensorboard package)",
+    ),
+]
 METHODS_HELP = "`collabfl methods` lists the methods."
 
 
@@ -89,18 +108,61 @@ def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kin
     return path
 
 
-def _run(settings: ExperimentConfig, specs: list[MethodSpec], out_dir: Path) -> None:
-    """Run a comparison; Ctrl-C or ``kill`` stops it (workers too) and says what is left."""
-    from collabfl.coordinator.experiment import run_comparison
-    from collabfl.coordinator.interrupts import sigterm_interrupts
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` → [0, 1, 2]: distinct non-negative integers, at least one."""
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds {text!r} must be comma-separated integers, e.g. 0,1,2") from None
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds {text!r} must name distinct non-negative integers, e.g. 0,1,2")
+    return seeds
 
+
+def _experiment_overrides(overrides: list[str] | None, tensorboard: Path | None) -> list[str]:
+    extra = [f"tracking.tensorboard={tensorboard}"] if tensorboard is not None else []
+    return [*(overrides or []), *extra]
+
+
+def _run(
+    config: Path | None,
+    overrides: list[str],
+    seeds: str | None,
+    out: Path | None,
+    overwrite: bool,
+    kind: str | None,
+    methods: Callable[[ExperimentConfig], list[str]],
+) -> None:
+    """Load and check everything, claim the run directory, then run a comparison (once per
+    seed with ``seeds``; a default run folder is named after ``kind``, else the config's
+    method). Ctrl-C or ``kill`` stops it (workers too) and says what is left."""
+    from collabfl.coordinator.config import ConfigError, load_config
+    from collabfl.coordinator.experiment import run_comparison, run_seeds
+    from collabfl.coordinator.interrupts import sigterm_interrupts
+    from collabfl.coordinator.methods import parse_method_spec
+    from collabfl.coordinator.tracking import require_tracking
+
+    settings = load_config(config, overrides)
+    runs = []
+    for seed in parse_seeds(seeds) if seeds is not None else [settings.seed]:
+        seeded = load_config(config, [*overrides, f"seed={seed}"])
+        specs = [parse_method_spec(name, seeded) for name in methods(seeded)]
+        if not specs:
+            raise ConfigError("--methods names no method")
+        runs.append((seed, seeded, specs))
+    require_tracking(settings)
+    out_dir = _output_dir(out, overwrite, settings, kind or settings.method)
     try:
         with sigterm_interrupts():
-            run_comparison(settings, specs, out_dir, console)
+            if seeds is None:
+                run_comparison(runs[0][1], runs[0][2], out_dir, console)
+            else:
+                run_seeds(runs, out_dir, console)
     except KeyboardInterrupt:
+        what = "each method's summary.json" if seeds is None else "the seed's summaries"
         err_console.print(
-            f"interrupted: {out_dir} holds the rounds done so far, "
-            "each method's summary.json marked interrupted",
+            f"interrupted: {out_dir} holds the rounds done so far, {what} marked interrupted"
+            + ("" if seeds is None else "; summary.json covers only the seeds that finished"),
             highlight=False,
             soft_wrap=True,
         )
@@ -108,7 +170,8 @@ def _run(settings: ExperimentConfig, specs: list[MethodSpec], out_dir: Path) -> 
 
 
 def _fail(error: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    # escaped: a message may hold brackets (pip extras, lists) that rich would read as markup
+    err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -116,19 +179,17 @@ def _fail(error: Exception) -> None:
 def simulate(
     config: ConfigArg = None,
     overrides: SetOpt = None,
+    seeds: SeedsOpt = None,
     out: OutOpt = None,
     overwrite: OverwriteOpt = False,
+    tensorboard: TensorBoardOpt = None,
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Run the config's ``method`` (``--set method=NAME``) in the in-process runtime."""
-    from collabfl.coordinator.config import load_config
-    from collabfl.coordinator.methods import parse_method_spec
-
     _setup(log_level)
     try:
-        settings = load_config(config, overrides)
-        specs = [parse_method_spec(settings.method, settings)]
-        _run(settings, specs, _output_dir(out, overwrite, settings, settings.method))
+        overrides = _experiment_overrides(overrides, tensorboard)
+        _run(config, overrides, seeds, out, overwrite, None, lambda s: [s.method])
     except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         _fail(error)
 
@@ -145,22 +206,18 @@ def compare(
         ),
     ] = None,
     overrides: SetOpt = None,
+    seeds: SeedsOpt = None,
     out: OutOpt = None,
     overwrite: OverwriteOpt = False,
+    tensorboard: TensorBoardOpt = None,
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Run several methods on the same partition and print one results table."""
-    from collabfl.coordinator.config import ConfigError, load_config
-    from collabfl.coordinator.methods import parse_method_spec
-
     _setup(log_level)
     try:
-        settings = load_config(config, overrides)
-        names = split_methods(methods) if methods else settings.methods
-        specs: list[MethodSpec] = [parse_method_spec(name, settings) for name in names]
-        if not specs:
-            raise ConfigError("--methods names no method")
-        _run(settings, specs, _output_dir(out, overwrite, settings, "compare"))
+        overrides = _experiment_overrides(overrides, tensorboard)
+        chosen = split_methods(methods) if methods else None
+        _run(config, overrides, seeds, out, overwrite, "compare", lambda s: chosen or s.methods)
     except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         _fail(error)
 
@@ -215,7 +272,7 @@ def federation_up_command(
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
-    from collabfl.coordinator.config import load_config
+    from collabfl.coordinator.config import ConfigError, load_config
     from collabfl.coordinator.federation import federation_up
     from collabfl.coordinator.methods import parse_method_spec
 
@@ -223,6 +280,11 @@ def federation_up_command(
     try:
         extra = [f"data.num_clients={clients}"] if clients is not None else []
         settings = load_config(config, [*(overrides or []), *extra])
+        if settings.tracking.tensorboard is not None:
+            raise ConfigError(
+                "tracking.tensorboard is written by simulate and compare only; a real "
+                "federation records to its run directory"
+            )
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
         out_dir = _output_dir(out, overwrite, settings, "federation")

@@ -279,6 +279,16 @@ PAPER_PRESET: dict[str, dict[str, Any]] = {
 (docs/fidelity.md lists each with its source, and what stays different and why)."""
 
 
+class TrackingConfig(_Section):
+    """Experiment-tracking sinks written beside metrics.jsonl (in-process runtime)."""
+
+    tensorboard: Path | None = Field(
+        None,
+        description="folder for TensorBoard event files, one run per method and seed "
+        "(needs the tensorboard package: pip install 'collabfl[tracking]')",
+    )
+
+
 def _under(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     """``given`` with every section value it leaves out taken from ``preset``."""
     merged = dict(given)
@@ -324,6 +334,7 @@ class ExperimentConfig(_Section):
     attack: AttackConfig = Field(default_factory=AttackConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import multiprocessing
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +31,14 @@ from collabfl.coordinator.driver import AfterRound, drive
 from collabfl.coordinator.inprocess import build_federation
 from collabfl.coordinator.interrupts import init_worker, worker_task
 from collabfl.coordinator.methods import MethodSpec, build_method
+from collabfl.coordinator.progress import ProgressBoard, RoundUpdate, round_update
 from collabfl.coordinator.recording import MethodRecorder, safe_name
 from collabfl.coordinator.report.comparison import write_comparison
+from collabfl.coordinator.report.run_dir import SEEDS_FILE
+from collabfl.coordinator.report.seeds import aggregate_seeds
 from collabfl.coordinator.report.table import print_results
+from collabfl.coordinator.tracking import require_tracking, tensorboard_hook
+from collabfl.kernel.atomic import write_text
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.objective import Objective, objective_from_names
@@ -100,6 +108,7 @@ def run_comparison(
     """Run every spec on the same partition; write run dirs, plots and a results table."""
     console = console or Console()
     check_user_code(specs)
+    require_tracking(config)
     device = resolve_device(config.device)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -115,14 +124,17 @@ def run_comparison(
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
+        board = ProgressBoard(
+            progress, [s.label for s in specs], {s.label: s.config.rounds for s in specs}
+        )
         if jobs == 1:
             splits = [ClientSplits.from_data(client, device) for client in data.clients]
             summaries = [
-                run_method(spec, data, splits, device, run_dirs[spec.label], progress)
+                run_method(spec, data, splits, device, run_dirs[spec.label], board.show)
                 for spec in specs
             ]
         else:
-            summaries = _run_in_parallel(specs, run_dirs, jobs, progress)
+            summaries = _run_in_parallel(specs, run_dirs, jobs, board)
     write_comparison(out_dir, summaries, run_dirs)
     print_results(summaries, console)
     console.print(f"run directory: {out_dir}")
@@ -139,25 +151,90 @@ def check_user_code(specs: list[MethodSpec]) -> None:
             build_model(model_name(config), num_classes=0, seed=config.seed)
 
 
+def run_seeds(
+    runs: list[tuple[int, ExperimentConfig, list[MethodSpec]]],
+    out_dir: Path,
+    console: Console | None = None,
+) -> list[dict[str, Any]]:
+    """Run the same comparison once per seed, each into ``seed_<seed>/``, and write the
+    aggregate over the seeds that finished (also when a later seed is interrupted) into
+    ``out_dir``: summary.json, results.md and plots with spread bands across seeds."""
+    console = console or Console()
+    planned = [seed for seed, _, _ in runs]
+    labels = [spec.label for spec in runs[0][2]]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_text(out_dir / SEEDS_FILE, json.dumps({"seeds": planned, "methods": labels}) + "\n")
+    by_seed: dict[int, list[dict[str, Any]]] = {}
+    try:
+        for seed, config, specs in runs:
+            console.rule(f"seed {seed}")
+            by_seed[seed] = run_comparison(config, specs, out_dir / seed_folder(seed), console)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the interrupt is what the caller must see
+            _write_seed_outputs(out_dir, labels, by_seed, planned)
+        raise
+    aggregates = _write_seed_outputs(out_dir, labels, by_seed, planned)
+    console.rule(f"{len(planned)} seeds")
+    print_results(aggregates, console)
+    console.print(f"run directory: {out_dir}")
+    return aggregates
+
+
+def seed_folder(seed: int) -> str:
+    """The sub-folder of a multi-seed run holding one seed's comparison."""
+    return f"seed_{seed}"
+
+
+def _write_seed_outputs(
+    out_dir: Path, labels: list[str], by_seed: dict[int, list[dict[str, Any]]], planned: list[int]
+) -> list[dict[str, Any]]:
+    aggregates = aggregate_seeds(labels, by_seed, planned)
+    run_dirs = {
+        a["method"]: [out_dir / seed_folder(s) / safe_name(a["method"]) for s in a["seeds"]]
+        for a in aggregates
+    }
+    write_comparison(out_dir, aggregates, run_dirs)
+    return aggregates
+
+
 def parallel_jobs(requested: int, num_specs: int) -> int:
     """Worker processes for a comparison: 0 means one per CPU core, never more than specs."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(requested or cores or 1, num_specs))
 
 
+_updates: Any = None
+"""In a worker process: the queue its methods' round updates go to the parent on."""
+
+
+def _init_worker(updates: Any) -> None:
+    global _updates
+    init_worker()
+    _updates = updates
+
+
 def _run_in_parallel(
-    specs: list[MethodSpec], run_dirs: dict[str, Path], jobs: int, progress: Progress
+    specs: list[MethodSpec], run_dirs: dict[str, Path], jobs: int, board: ProgressBoard
 ) -> list[dict[str, Any]]:
-    """One method per worker process; each rebuilds the same partition from the seed."""
-    tasks = {s.label: progress.add_task(s.label, total=s.config.rounds) for s in specs}
+    """One method per worker process; each rebuilds the same partition from the seed and
+    sends an update per round, which the board shows as it arrives."""
     results: dict[str, dict[str, Any]] = {}
     context = multiprocessing.get_context("spawn")
-    pool = context.Pool(jobs, initializer=init_worker)
+    updates = context.SimpleQueue()  # put() writes at once: a round's update precedes its result
+    pool = context.Pool(jobs, initializer=_init_worker, initargs=(updates,))
     try:
-        work = [(s, run_dirs[s.label]) for s in specs]
-        for label, summary in pool.imap_unordered(_run_labelled, work):
-            results[label] = summary
-            progress.update(tasks[label], completed=summary["rounds"])
+        pending = {
+            s.label: pool.apply_async(_run_labelled, ((s, run_dirs[s.label]),)) for s in specs
+        }
+        while pending:
+            done = [label for label, result in pending.items() if result.ready()]
+            while not updates.empty():  # after the check: a finished method's rounds are in
+                board.show(updates.get())
+            for label in done:
+                results[label] = pending.pop(label).get()  # a worker's error is raised here
+                board.finished(label, results[label]["rounds"])
+            if pending and not done:
+                next(iter(pending.values())).wait(POLL_S)
         pool.close()
     except BaseException:
         pool.terminate()  # SIGTERM: each worker marks its method interrupted and exits
@@ -167,10 +244,14 @@ def _run_in_parallel(
     return [results[s.label] for s in specs]
 
 
-def _run_labelled(work: tuple[MethodSpec, Path]) -> tuple[str, dict[str, Any]]:
+POLL_S = 0.1
+"""How often the parent looks for round updates while its workers run."""
+
+
+def _run_labelled(work: tuple[MethodSpec, Path]) -> dict[str, Any]:
     spec, run_dir = work
     with worker_task():
-        return spec.label, _run_one(spec, run_dir)
+        return _run_one(spec, run_dir)
 
 
 def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
@@ -181,7 +262,7 @@ def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
     device = resolve_device(config.device)
     data = prepare_data(config)
     splits = [ClientSplits.from_data(client, device) for client in data.clients]
-    return run_method(spec, data, splits, device, run_dir)
+    return run_method(spec, data, splits, device, run_dir, _updates.put)
 
 
 def run_method(
@@ -190,16 +271,23 @@ def run_method(
     splits: list[ClientSplits],
     device: torch.device,
     run_dir: Path,
-    progress: Progress | None = None,
+    on_round: Callable[[RoundUpdate], None] | None = None,
 ) -> dict[str, Any]:
-    """Run one method to the end, recording every round; return its summary."""
+    """Run one method to the end, recording every round (and to the tracking sinks the
+    config asks for), passing ``on_round`` an update per round; return its summary."""
     config = spec.config
     module = build_model(model_name(config), data.pool.num_classes, seed=config.seed)
     objective = objective_from_names(config.training.loss, config.training.optimizer)
-    after_round = progress_hook(progress, spec.label, config.rounds)
-    return run_on_splits(
-        spec, splits, module, objective, device, run_dir, model_name(config), after_round
-    )
+    with tensorboard_hook(config, spec.label) as track:
+
+        def after_round(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
+            track(outcome, rows)
+            if on_round is not None:
+                on_round(round_update(spec.label, config.rounds, outcome, rows))
+
+        return run_on_splits(
+            spec, splits, module, objective, device, run_dir, model_name(config), after_round
+        )
 
 
 def run_on_splits(
@@ -224,15 +312,3 @@ def run_on_splits(
         spec, run_dir, len(splits), model_label, workspace.nbytes, given=given
     )
     return drive(method, federation, config.rounds, recorder, after_round)
-
-
-def progress_hook(progress: Progress | None, label: str, rounds: int) -> AfterRound:
-    """The in-process runtime's after-round hook: advance the method's progress bar."""
-    if progress is None:
-        return lambda outcome, rows: None
-    task = progress.add_task(label, total=rounds)
-
-    def advance(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
-        progress.update(task, completed=min(outcome.round + 1, rounds))
-
-    return advance

@@ -17,7 +17,9 @@ HEAVY = ("torch", "matplotlib", "networkx", "cvxpy")
 @pytest.mark.parametrize(
     ("module", "heavy"),
     [
-        ("collabfl.coordinator.cli", HEAVY),
+        # gRPC, protobuf and SQLite load in the admin command that talks to a coordinator
+        # or opens its state, not for --help (about 70 ms of a 0.25 s start on an idle core).
+        ("collabfl.coordinator.cli", (*HEAVY, "grpc", "google.protobuf", "sqlite3")),
         # The client daemon serves files and supervises Flower: the warm executor beside it
         # is the one process of a participant that loads torch (and flwr, for the SuperNode).
         ("collabfl.client.daemon", (*HEAVY, "flwr", "safetensors")),

@@ -1,12 +1,14 @@
 """The outputs that compare methods run on one federation: one summary, one table, two plots.
 
-Both runtimes write them: ``collabfl compare``/``simulate`` for every method they ran, the
-Flower ServerApp for the one method of a real federation's run.
+Both runtimes write them: ``collabfl compare``/``simulate`` for every method they ran (over
+one seed, or aggregated over several), the Flower ServerApp for the one method of a real
+federation's run.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,21 @@ from collabfl.coordinator.report.table import results_markdown
 
 
 def write_comparison(
-    out_dir: Path, summaries: list[dict[str, Any]], run_dirs: dict[str, Path]
+    out_dir: Path,
+    summaries: list[dict[str, Any]],
+    run_dirs: Mapping[str, Path | Sequence[Path]],
 ) -> None:
-    """The cross-method outputs: summary.json, results.md and the two comparison plots."""
-    runs = {label: read_run(path) for label, path in run_dirs.items()}
+    """The cross-method outputs: summary.json, results.md and the two comparison plots.
+
+    ``run_dirs`` holds each method's run folder, or its folders over several seeds (the
+    plots then show the spread across seeds).
+    """
+    runs = {
+        label: [read_run(p) for p in ([paths] if isinstance(paths, Path) else paths)]
+        for label, paths in run_dirs.items()
+    }
+    config = next((r[0].config for r in runs.values() if r), {})
     plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
-    plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png")
+    plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png", config)
     (out_dir / "summary.json").write_text(json.dumps(summaries, indent=2))
     (out_dir / "results.md").write_text(results_markdown(summaries))

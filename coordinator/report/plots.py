@@ -4,6 +4,7 @@ Figures are built on matplotlib's Agg canvas directly rather than through pyplot
 plotting needs no screen and leaves no global figure state behind in long processes.
 """
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,33 +29,94 @@ def _save(fig: Figure, path: Path | str) -> Path:
     return path
 
 
-def _benign_mean_by_round(records: RunRecords, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """Rounds and the mean of `key` over benign clients with a value (NaN where none has one)."""
+RunsByMethod = Mapping[str, RunRecords | Sequence[RunRecords]]
+"""Per method label: its run, or its runs over several seeds."""
+
+SETUP_ROUND_METHODS = ("dpfl", "dpfl_random")
+"""Methods whose round 0 is an initialisation (BGGC over all clients) rather than a round."""
+
+
+def setting_title(config: Mapping[str, Any], method: str | None = None) -> str:
+    """The setting a figure shows, as a paper's caption names it: dataset, N, partition."""
+    data = config.get("data") or {}
+    if not data:
+        return method or ""
+    scheme = data.get("partition", "")
+    partition = {
+        "dirichlet": f"Dirichlet α={data.get('alpha')}",
+        "pathological": f"{data.get('classes_per_client')} classes per client",
+        "iid": "IID",
+    }.get(scheme, str(scheme).replace("_", " "))
+    setting = f"{data.get('dataset')}, N={data.get('num_clients')}, {partition}"
+    return f"{method}: {setting}" if method else setting
+
+
+def _seed_runs(runs: RunsByMethod) -> dict[str, list[RunRecords]]:
+    return {m: [r] if isinstance(r, RunRecords) else list(r) for m, r in runs.items()}
+
+
+def _benign_by_round(records: RunRecords, key: str) -> dict[int, list[float]]:
+    """Per round, the values of ``key`` of benign clients that have one."""
     malicious = malicious_clients(records.rows)
     by_round: dict[int, list[float]] = {}
     for row in records.rows:
         values = by_round.setdefault(int(row["round"]), [])
         if int(row["client"]) not in malicious and row.get(key) is not None:
             values.append(float(row[key]))
-    rounds = np.array(sorted(by_round))
-    means = np.array([np.mean(by_round[r]) if by_round[r] else np.nan for r in rounds])
-    return rounds, means
+    return by_round
 
 
-def plot_accuracy_by_round(runs: dict[str, RunRecords], path: Path | str) -> Path:
-    """Mean benign test accuracy per round for each method: current model solid, best-val dashed.
+def _curve(seeds: list[RunRecords], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rounds, mean and spread of ``key`` in %: for one run its benign clients' mean and std
+    across them; for several seeds the mean of their client means and its std across seeds
+    (NaN where nothing is known)."""
+    per_seed = [_benign_by_round(records, key) for records in seeds]
+    rounds = np.array(sorted(set().union(*per_seed)), dtype=int)
+    if len(per_seed) == 1:
+        values = [per_seed[0][r] for r in rounds]
+    else:
+        values = [[float(np.mean(s[r])) for s in per_seed if s.get(r)] for r in rounds]
+    mean = np.array([np.mean(v) if v else np.nan for v in values]) * 100
+    spread = np.array([np.std(v, ddof=int(len(seeds) > 1)) if len(v) > 1 else 0.0 for v in values])
+    return rounds, mean, spread * 100
+
+
+def plot_accuracy_by_round(runs: RunsByMethod, path: Path | str) -> Path:
+    """Write ``accuracy_by_round_figure`` as a PNG."""
+    return _save(accuracy_by_round_figure(runs), path)
+
+
+def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
+    """Mean benign test accuracy per round for each method: current model solid, best-val dashed
+    with a band of ± one std (across clients for one seed, across seeds for several), and the
+    DPFL set-up round marked.
 
     The two curves differ when training overfits or a graph method destabilises late; the
     dashed one is what results report.
     """
+    by_method = _seed_runs(runs)
+    seeds = max((len(r) for r in by_method.values()), default=0)
     fig = Figure(figsize=(8, 5))
     ax = fig.add_subplot()
-    for index, (method, records) in enumerate(runs.items()):
+    for index, (method, records) in enumerate(by_method.items()):
+        if not records:
+            continue
         colour = f"C{index % 10}"
-        rounds, current = _benign_mean_by_round(records, "test_acc")
-        ax.plot(rounds, current * 100, color=colour, label=method)
-        rounds, best = _benign_mean_by_round(records, "best_test_acc")
-        ax.plot(rounds, best * 100, color=colour, linestyle="--")
+        rounds, current, _ = _curve(records, "test_acc")
+        ax.plot(rounds, current, color=colour, label=method)
+        rounds, best, spread = _curve(records, "best_test_acc")
+        ax.plot(rounds, best, color=colour, linestyle="--")
+        ax.fill_between(rounds, best - spread, best + spread, color=colour, alpha=0.15)
+    setup = [m for m in by_method if m.split(":")[0] in SETUP_ROUND_METHODS]
+    if setup:
+        ax.axvline(0, color="black", linestyle=":", label="DPFL set-up (BGGC)")
+    configs = [r[0].config for r in by_method.values() if r]
+    only = next(iter(by_method)) if len(by_method) == 1 else None
+    across = f"{seeds} seeds" if seeds > 1 else "clients"
+    ax.set_title(
+        f"{setting_title(configs[0] if configs else {}, only)}\n"
+        f"best-validation band: ± std across {across}"
+    )
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("mean test accuracy of benign clients (%)")
@@ -68,11 +130,21 @@ def plot_accuracy_by_round(runs: dict[str, RunRecords], path: Path | str) -> Pat
         ],
         loc="lower center",
     )
-    return _save(fig, path)
+    return fig
 
 
-def plot_accuracy_vs_variance(summaries: list[dict[str, Any]], path: Path | str) -> Path:
-    """Mean vs variance of per-client test accuracy, one labelled point per method.
+def plot_accuracy_vs_variance(
+    summaries: list[dict[str, Any]], path: Path | str, config: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``accuracy_vs_variance_figure`` as a PNG."""
+    return _save(accuracy_vs_variance_figure(summaries, config), path)
+
+
+def accuracy_vs_variance_figure(
+    summaries: list[dict[str, Any]], config: Mapping[str, Any] | None = None
+) -> Figure:
+    """Mean vs variance of per-client test accuracy, one labelled point per method, with the
+    std across seeds as an error bar for multi-seed aggregates; ``config`` names the setting.
 
     Up and to the left is better: accurate on average and fair across clients. Methods
     without accuracy numbers are left out.
@@ -84,13 +156,16 @@ def plot_accuracy_vs_variance(summaries: list[dict[str, Any]], path: Path | str)
         if mean is None or var is None:
             continue
         x, y = var * 100**2, mean * 100
-        ax.scatter([x], [y], color=f"C{index % 10}")
+        seed_std = summary.get("seed_std_test_acc")
+        yerr = None if seed_std is None else [seed_std * 100]
+        ax.errorbar([x], [y], yerr=yerr, fmt="o", color=f"C{index % 10}", capsize=3)
         ax.annotate(summary["method"], (x, y), textcoords="offset points", xytext=(5, 5))
     ax.margins(0.15)
+    ax.set_title(setting_title(config or {}))
     ax.set_xlabel("variance of client test accuracy (%²)")
     ax.set_ylabel("mean client test accuracy (%)")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return fig
 
 
 def plot_adjacency_heatmaps(records: RunRecords, path: Path | str) -> Path | None:
@@ -118,4 +193,6 @@ def plot_adjacency_heatmaps(records: RunRecords, path: Path | str) -> Path | Non
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.colorbar(image, ax=list(axes), label="weight client i puts on peer j")
+    label = (records.config.get("resolved") or {}).get("label")
+    fig.suptitle(setting_title(records.config, label))
     return _save(fig, path)

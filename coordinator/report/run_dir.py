@@ -25,9 +25,11 @@ COALITIONS_FILE = "coalitions.jsonl"
 MESSAGES_FILE = "messages.jsonl"
 SUMMARY_FILE = "summary.json"
 GRAPHS_DIR = "graphs"
+SEEDS_FILE = "seeds.json"
+"""A multi-seed run's plan (seeds, methods), written before its first seed starts."""
 
 
-OUTPUT_MARKERS = ("partition.npz", "summary.json", "results.md")
+OUTPUT_MARKERS = ("partition.npz", "summary.json", "results.md", SEEDS_FILE)
 """Files a ``compare``/``simulate``/``federation up`` output folder holds once it has started."""
 
 

@@ -7,6 +7,7 @@ disagree. Accuracy is in percent and variance in %², the units papers in this a
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 COLUMNS = (
@@ -47,6 +48,11 @@ def method_label(summary: dict[str, Any]) -> str:
         planned = summary.get("rounds_planned")
         done = summary.get("rounds")
         notes.append(f"{status} after {done}/{planned} rounds" if planned else status)
+    seeds = summary.get("seeds_finished")
+    if seeds is not None:
+        finished, planned = (int(n) for n in str(seeds).split("/"))
+        if finished < planned:
+            notes.append(f"{seeds} seeds")
     reported = summary.get("clients_reported")
     if reported is not None:
         got, expected = (int(n) for n in str(reported).split("/"))
@@ -56,15 +62,24 @@ def method_label(summary: dict[str, Any]) -> str:
     return f"{label} ({'; '.join(notes)})" if notes else label
 
 
+def _accuracy_cell(summary: dict[str, Any]) -> str:
+    """Mean ± std: over clients for one run, over seeds for a multi-seed aggregate."""
+    mean = summary.get("mean_test_acc")
+    std = summary.get("seed_std_test_acc" if "seeds" in summary else "std_test_acc")
+    if mean is None:
+        return _MISSING
+    return f"{mean * 100:.2f} ± {_MISSING if std is None else f'{std * 100:.2f}'}"
+
+
 def _row(summary: dict[str, Any]) -> list[str]:
-    mean, std, var = (summary.get(k) for k in ("mean_test_acc", "std_test_acc", "var_test_acc"))
+    var = summary.get("var_test_acc")
     bytes_per = summary.get("bytes_fetched_per_client_round")
     coordinator_per = summary.get("coordinator_bytes_per_client_round")
     peak = summary.get("peak_peer_models")
     time_s = summary.get("wall_time_s")
     return [
         method_label(summary),
-        _MISSING if mean is None or std is None else f"{mean * 100:.2f} ± {std * 100:.2f}",
+        _accuracy_cell(summary),
         _MISSING if var is None else f"{var * 100**2:.2f}",
         _MISSING if bytes_per is None else human_bytes(bytes_per),
         _MISSING if coordinator_per is None else human_bytes(coordinator_per),
@@ -75,19 +90,69 @@ def _row(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-def results_table(summaries: list[dict[str, Any]]) -> Table:
-    """One row per method; graph columns show the last round's graph."""
-    table = Table(title="Results (benign clients, best-validation models)")
-    for index, name in enumerate(COLUMNS):
-        table.add_column(name, justify="left" if index == 0 else "right")
-    for summary in summaries:
-        table.add_row(*_row(summary))
+def table_title(summaries: list[dict[str, Any]]) -> str:
+    """What the numbers are: over clients, or over seeds for multi-seed aggregates."""
+    seeds = max((len(s.get("seeds", [])) for s in summaries), default=0)
+    spread = f"mean ± std over {seeds} seeds" if seeds else "mean ± std over clients"
+    return f"Results (benign clients, best-validation models; {spread})"
+
+
+def results_table(summaries: list[dict[str, Any]], columns: tuple[int, ...] = ()) -> Table:
+    """One row per method with the columns at ``columns`` (default: all, else starting with
+    the method); graph columns show the last round's graph. A label wraps, never cut short;
+    a table without the accuracy column names the bare method (its notes are beside it)."""
+    chosen = columns or tuple(range(len(COLUMNS)))
+    table = Table(title=table_title(summaries))
+    rows = [_row(summary) for summary in summaries]
+    if 1 not in chosen:
+        for cells, summary in zip(rows, summaries, strict=True):
+            cells[0] = str(summary["method"])
+    for index in chosen:
+        header = NARROW_HEADERS.get(COLUMNS[index], COLUMNS[index]) if columns else COLUMNS[index]
+        table.add_column(
+            header,
+            justify="left" if index == 0 else "right",
+            overflow="fold",
+            max_width=_narrow_width(header, [r[index] for r in rows]) if columns else None,
+        )
+    for cells in rows:
+        table.add_row(*(cells[i] for i in chosen))
     return table
 
 
+def _narrow_width(header: str, cells: list[str]) -> int | None:
+    """A narrow table's number column is as wide as its widest cell or header word (the
+    header wraps), leaving the room to method labels; the method column takes the rest."""
+    if header == COLUMNS[0]:
+        return None
+    return max([len(word) for word in header.split()] + [len(cell) for cell in cells])
+
+
+NARROW_GROUPS = ((0, 1, 2, 5, 8), (0, 3, 4, 6, 7))
+"""Columns of the two tables a narrow terminal gets instead of one wide table: accuracy, peak
+peers and time, then traffic and graphs."""
+NARROW_HEADERS = {
+    "Peer bytes/client/round": "Peer bytes",
+    "Coordinator bytes/client/round": "Coordinator bytes",
+}
+NARROW_CAPTION = "Peer and coordinator bytes: model bytes per client per round."
+
+
 def print_results(summaries: list[dict[str, Any]], console: Console | None = None) -> None:
-    """Print the results table to `console` (a fresh stdout console by default)."""
-    (console or Console()).print(results_table(summaries))
+    """Print the results to `console` (a fresh stdout console by default): one table when it
+    fits the terminal's width, else two narrower ones, so no header or label is cut short."""
+    console = console or Console()
+    wide = results_table(summaries)
+    natural = Measurement.get(console, console.options.update(max_width=10**6), wide)
+    if natural.maximum <= console.width:
+        console.print(wide)
+        return
+    for group in NARROW_GROUPS:
+        table = results_table(summaries, group)
+        if 3 in group:
+            table.title = "Traffic and collaboration graphs (last round)"
+            table.caption = NARROW_CAPTION
+        console.print(table)
 
 
 def results_markdown(summaries: list[dict[str, Any]]) -> str:

@@ -1,0 +1,196 @@
+"""Through the CLI: --seeds, live per-round progress from compare's workers, TensorBoard."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+from collabfl.coordinator import experiment, tracking
+from collabfl.coordinator.cli import app
+from collabfl.coordinator.progress import ProgressBoard
+from collabfl.coordinator.report.run_dir import read_run
+from tests.support.cli_runs import invoke, set_args
+
+SMALL = [
+    "data.num_train=1200",
+    "data.num_test=600",
+    "data.num_clients=6",
+    "rounds=3",
+    "epochs=0.5",
+    "dpfl.init_epochs=1",
+    "dpfl.budget=2",
+]
+
+
+def _args(cache: Path, *extra: str) -> list[str]:
+    return set_args([*SMALL, *extra], cache)
+
+
+def test_compare_over_seeds_in_workers_shows_every_round_and_reports_the_seed_spread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, str, int]] = []
+    show, finished = ProgressBoard.show, ProgressBoard.finished
+
+    def record_show(board: ProgressBoard, update: Any) -> None:
+        events.append(("show", update.label, update.round))
+        show(board, update)
+
+    def record_finished(board: ProgressBoard, label: str, rounds: int) -> None:
+        events.append(("finished", label, rounds))
+        finished(board, label, rounds)
+
+    monkeypatch.setattr(ProgressBoard, "show", record_show)
+    monkeypatch.setattr(ProgressBoard, "finished", record_finished)
+    caplog.set_level(logging.INFO, logger="collabfl.progress")
+    out = tmp_path / "seeds"
+    args = _args(tmp_path / "cache", "jobs=2")
+    result = invoke(
+        "compare", *args, "--methods", "local,dpfl", "--seeds", "0,1", "--out", str(out)
+    )
+
+    # every round of every method reached the parent before the method's result did
+    for label in ("local", "dpfl"):
+        mine = [e for e in events if e[1] == label]
+        assert mine == [*(("show", label, r) for r in range(3)), ("finished", label, 3)] * 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "collabfl.progress"]
+    assert sum(line.startswith("round 3/3 dpfl: mean val acc ") for line in lines) == 2
+    assert len(lines) == 2 * 2 * 3
+
+    per_seed = {s: json.loads((out / f"seed_{s}" / "summary.json").read_text()) for s in (0, 1)}
+    for seed in (0, 1):
+        assert read_run(out / f"seed_{seed}" / "dpfl").config["seed"] == seed
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["method"] for s in summary] == ["local", "dpfl"]
+    for aggregate in summary:
+        accs = [next(s for s in per_seed[k] if s["method"] == aggregate["method"]) for k in (0, 1)]
+        assert aggregate["seeds_finished"] == "2/2"
+        assert aggregate["mean_test_acc"] == pytest.approx(
+            sum(a["mean_test_acc"] for a in accs) / 2
+        )
+        assert aggregate["seed_std_test_acc"] is not None
+    assert "mean ± std over 2 seeds" in result.output
+    assert (out / "accuracy_by_round.png").stat().st_size > 0
+    assert json.loads((out / "seeds.json").read_text())["seeds"] == [0, 1]
+
+
+def test_an_interrupted_seed_is_left_out_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = experiment.run_comparison
+
+    def second_seed_interrupted(config: Any, specs: Any, out_dir: Path, console: Any) -> Any:
+        if out_dir.name == "seed_1":
+            raise KeyboardInterrupt
+        return real(config, specs, out_dir, console)
+
+    monkeypatch.setattr(experiment, "run_comparison", second_seed_interrupted)
+    out = tmp_path / "cut"
+    args = _args(tmp_path / "cache", "method=local")
+    result = CliRunner().invoke(app, ["simulate", *args, "--seeds", "0,1", "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    (aggregate,) = json.loads((out / "summary.json").read_text())
+    assert aggregate["seeds"] == [0]
+    assert aggregate["seeds_finished"] == "1/2"
+    assert aggregate["status"] == "interrupted"
+    assert "| local (interrupted; 1/2 seeds) |" in (out / "results.md").read_text()
+    refused = CliRunner().invoke(app, ["simulate", *args, "--seeds", "0,1", "--out", str(out)])
+    assert refused.exit_code == 2  # the folder holds a run
+
+
+@pytest.mark.parametrize("seeds", ["0,x", "1,1", "-1,2", ","])
+def test_bad_seeds_are_refused_in_one_line(tmp_path: Path, seeds: str) -> None:
+    out = tmp_path / "never"
+    result = CliRunner().invoke(app, ["simulate", "--seeds", seeds, "--out", str(out)])
+    assert result.exit_code == 2
+    assert "--seeds" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+class FakeWriter:
+    """Stands in for torch's SummaryWriter: records what the sink writes."""
+
+    made: ClassVar[list[FakeWriter]] = []
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.scalars: list[tuple[str, float, int]] = []
+        self.closed = False
+        FakeWriter.made.append(self)
+
+    def add_scalar(self, tag: str, value: float, global_step: int) -> None:
+        self.scalars.append((tag, value, global_step))
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_tensorboard_sink_writes_each_rounds_means(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracking, "summary_writer_class", lambda: FakeWriter)
+    FakeWriter.made.clear()
+    out, board = tmp_path / "run", tmp_path / "tb"
+    invoke("simulate", *_args(tmp_path / "cache"), "--tensorboard", str(board), "--out", str(out))
+    (writer,) = FakeWriter.made
+    assert writer.log_dir == str(board / "dpfl" / "seed_0")
+    assert writer.closed
+    rows = read_run(out / "dpfl").rows
+    for step in range(3):
+        accs = [r["test_acc"] for r in rows if r["round"] == step]
+        written = [v for tag, v, s in writer.scalars if tag == "accuracy/test" and s == step]
+        assert written == [pytest.approx(sum(accs) / len(accs))]
+    assert {tag for tag, _, _ in writer.scalars} >= {"accuracy/val", "loss/train"}
+
+
+def test_tensorboard_without_the_package_fails_in_one_line_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app, ["simulate", "--tensorboard", str(tmp_path / "tb"), "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert "tensorboard package" in result.output
+    assert "pip install 'collabfl[tracking]'" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_tensorboard_event_files_read_back_or_the_clear_error(tmp_path: Path) -> None:
+    """With the tensorboard package installed, the event file holds the run's scalars;
+    without it (as in the CI image), asking for it is the one-line error."""
+    args = [*_args(tmp_path / "cache", "method=local", "rounds=2")]
+    args += ["--tensorboard", str(tmp_path / "tb"), "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(app, ["simulate", *args])
+    if importlib.util.find_spec("tensorboard") is None:
+        assert result.exit_code == 2
+        assert "tensorboard package" in result.output
+        return
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert result.exit_code == 0, result.output
+    events = EventAccumulator(str(tmp_path / "tb" / "local" / "seed_0"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("accuracy/test")] == [0, 1]
+
+
+def test_a_federation_refuses_tensorboard_rather_than_ignoring_it(tmp_path: Path) -> None:
+    out = tmp_path / "fed"
+    args = ["federation", "up", "--set", f"tracking.tensorboard={tmp_path}", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "simulate and compare only" in result.output
+    assert not out.exists()
