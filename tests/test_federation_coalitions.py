@@ -1,8 +1,9 @@
 """FedCollab and collaboration equilibrium over the real federation (SuperLink, SuperNodes,
 peer gRPC servers, SQLite), compared with the in-process runtime on the same seed and config.
 
-The distance estimation's discriminators and SPO's target models and gradients travel as
-Flower messages, and the greedy OCS search fetches peers' warm-up models over gRPC; every
+The distance estimation's discriminators and SPO's target models and gradients travel through
+the coordinator's sub-step relay (one Flower seat message per client, flower/substeps.py),
+and the greedy OCS search fetches peers' warm-up models over gRPC; every
 method must reach the same coalitions and the same per-client results as in-process, and the
 coordinator must have stored the coalitions.
 """
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from collabfl.coordinator.cli import app
 from collabfl.coordinator.recording import safe_name
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
 from collabfl.coordinator.state import CoordinatorState
 
 METHODS = ["fedcollab", "equilibrium", "equilibrium:ocs=spo"]
@@ -79,6 +80,14 @@ def test_coordinator_stored_the_coalitions(runs):
             assert run.status == "finished"
             stored = state.coalitions(run.run_id)
             assert stored == read_run(real / safe_name(method)).coalitions
+
+
+def test_the_distance_steps_took_no_flower_message_of_their_own(runs):
+    """Round 0 (estimation, then training) took as many answered Flower messages as round 1
+    (training only): the discriminator steps went through the relay."""
+    lines = (runs[0] / safe_name("fedcollab") / MESSAGES_FILE).read_text().splitlines()
+    rounds = [json.loads(line)["round"] for line in lines]
+    assert rounds.count(0) == rounds.count(1) > 0
 
 
 @pytest.mark.parametrize("method", ["fedcollab", "equilibrium:ocs=spo"])
