@@ -50,11 +50,29 @@ def edge_shares(matrix: np.ndarray, malicious: np.ndarray) -> dict[str, float]:
     }
 
 
+def label_overlap(
+    matrix: np.ndarray, malicious: np.ndarray, val_labels: list[set[int]], labels: list[set[int]]
+) -> dict[str, float]:
+    """Of the benign → attacker edges, the share whose attacker trains on a label (as it sees
+    it) that the benign client validates on, beside that share over all benign-attacker
+    pairs: an attacker with no such label cannot hurt the client's validation accuracy."""
+    benign = [i for i in range(len(matrix)) if not malicious[i]]
+    attackers = [j for j in range(len(matrix)) if malicious[j]]
+    pairs = [(i, j) for i in benign for j in attackers]
+    edges = [(i, j) for i, j in pairs if matrix[i, j] > 0]
+
+    def share(among: list[tuple[int, int]]) -> float:
+        hits = sum(bool(val_labels[i] & labels[j]) for i, j in among)
+        return hits / len(among) if among else float("nan")
+
+    return {"overlap_of_edges": share(edges), "overlap_of_pairs": share(pairs)}
+
+
 def run(variant: str, seed: int, clients: int, rounds: int, folder: Path) -> dict[str, Any]:
     from rich.console import Console
 
     from collabfl.coordinator.config import load_config
-    from collabfl.coordinator.experiment import run_comparison
+    from collabfl.coordinator.experiment import prepare_data, run_comparison
     from collabfl.coordinator.methods import parse_method_spec
     from collabfl.coordinator.recording import safe_name
     from collabfl.coordinator.report.run_dir import read_run
@@ -76,11 +94,16 @@ def run(variant: str, seed: int, clients: int, rounds: int, folder: Path) -> dic
     malicious = np.zeros(clients, dtype=bool)
     malicious[[int(r["client"]) for r in records.rows if r.get("malicious")]] = True
     by_round = {r: edge_shares(m, malicious) for r, m in sorted(records.graphs.items())}
+    data = prepare_data(config).clients
+    val_labels = [{int(y) for y in c.val.y} for c in data]
+    labels = [{int(y) for y in c.train.y} for c in data]
+    last = records.graphs[max(records.graphs)]
     return {
         "variant": variant,
         "seed": seed,
         "overrides": overrides,
         "by_round": by_round,
+        "label_overlap_last": label_overlap(last, malicious, val_labels, labels),
         "mean_test_acc": summary["mean_test_acc"],
         "summary_weight_share_last": summary["benign_edges_to_malicious_last"],
         "wall_seconds": watch.wall,
@@ -110,7 +133,8 @@ def main() -> None:
                 )
                 runs.append(result)
                 last = result["by_round"][max(result["by_round"])]
-                print(f"{variant} s{seed}: last graph {last} ({result['wall_seconds']:.0f} s)")
+                overlap = result["label_overlap_last"]
+                print(f"{variant} s{seed}: last graph {last}, {overlap}", flush=True)
     table = []
     for result in runs:
         series = result["by_round"]

@@ -85,6 +85,7 @@ def test_figures_are_drawn_from_what_the_units_hold(docs: Path, tmp_path: Path):
     ]
     (docs / "notes").mkdir(parents=True)
     (docs / "notes" / "label_flip.md").write_text("Measured by hand: see the commands.\n")
+    (docs / "notes" / "results_intro.md").write_text("Which run made which figure.\n")
     methods = {"local", "dpfl:budget=0.1"}
     path = reproduce.write_report(
         results, [], ["label_flip"], methods, [0, 1], _args(tmp_path), total_units=4
@@ -98,6 +99,7 @@ def test_figures_are_drawn_from_what_the_units_hold(docs: Path, tmp_path: Path):
     assert "](results/label_flip_graph.png)" in text and "(seed 0)" in text
     assert "](results/label_flip_to_attackers.png)" in text
     assert "Measured by hand: see the commands." in text
+    assert text.index("Which run made which figure.") < text.index("## MNIST-1D")
     for figure in ("acc_var", "by_round", "graph", "to_attackers"):
         assert (docs / "results" / f"label_flip_{figure}.png").stat().st_size > 1000
     saved = json.loads((docs / "results.json").read_text())
@@ -141,6 +143,7 @@ def test_coalition_structure_and_the_synthetic_section(docs: Path, tmp_path: Pat
     assert "| ρ = 0.1, n = 2000 | `official` | 1 | s0: {0,1,2} {3,4,5} | 1/1 |" in text
     assert "| ρ = 1.0, n = 20000 | `ours` | 1 | s0: {0,1} {2} {3} {4} {5} | 0/1 |" in text
     assert "**not shown** (2 of 4 runs match)" in text
+    assert "every client alone in 0 of 4 runs" in text
 
 
 def test_report_figures_draw_nothing_from_nothing(tmp_path: Path):
