@@ -3,9 +3,11 @@
 Two settings of tests/support/synthetic.py: (ρ = 0.1, n = 2000), where the paper finds the
 coalitions {0,1,2} and {3,4,5}, and (ρ = 1.0, n = 20000), where every client stays alone.
 For each seed, ``collaboration_equilibrium`` runs with ``spo_estimator`` (default
-SpoSettings, in-memory linear-regression oracle) and the table gives the coalitions, whether
-they are the paper's, the wall and process CPU seconds of the whole equilibrium, the oracle
-calls (each one covers every client of the current set) and the equilibrium's iterations.
+SpoSettings, or with ``--spo official`` the official code's search and hypernetwork,
+``SpoSettings.official()``; in-memory linear-regression oracle) and the table gives the
+coalitions, whether they are the paper's, the wall and process CPU seconds of the whole
+equilibrium, the oracle calls (each one covers every client of the current set) and the
+equilibrium's iterations.
 
 For reference it also gives the exhaustive answer, the paper's "true benefit graph": every
 subset's pooled least-squares model, scored by each client's exact expected loss under its own
@@ -13,7 +15,7 @@ distribution, then the exact OCS and the same equilibrium. At the default label 
 (σ = 0.01, the official code's) this leaves every client alone in both settings; ``--noise``
 changes σ (pooling pays roughly when σ ≳ 3 at n = 2000, ρ = 0.1).
 
-Run: python benchmarks/equilibrium_synthetic.py [--seeds 0,1,2] [--noise 0.01]
+Run: python benchmarks/equilibrium_synthetic.py [--seeds 0,1,2] [--noise 0.01] [--spo official]
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from collabfl.strategies.spo import SpoSettings, spo_estimator
 from tests.support.equilibrium_reference import ocs_from_utility
 from tests.support.spo_oracles import linear_regression_oracle
 from tests.support.synthetic import DEFAULT_NOISE, SyntheticRegression, make_synthetic_regression
+
+SPO_VARIANTS = {"ours": SpoSettings(), "official": SpoSettings.official()}
+"""The SPO settings a run can use: our defaults, or the official code's choices."""
 
 SETTINGS = (
     (0.1, 2000, [[0, 1, 2], [3, 4, 5]]),
@@ -96,10 +101,11 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="label noise σ")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--spo", choices=sorted(SPO_VARIANTS), default="ours")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     torch.set_num_threads(args.threads)
-    settings = SpoSettings()
+    settings = SPO_VARIANTS[args.spo]
 
     rows: list[dict[str, Any]] = []
     for rho, samples, paper in SETTINGS:
@@ -110,7 +116,7 @@ def main() -> None:
             rows.append(row)
             print(f"rho={rho} n={samples} seed={seed}: {show(row['coalitions'])}", flush=True)
 
-    print(f"\nSPO collaboration equilibrium, synthetic regression, σ = {args.noise}")
+    print(f"\nSPO ({args.spo}) collaboration equilibrium, synthetic regression, σ = {args.noise}")
     print(
         format_table(
             [
@@ -143,6 +149,8 @@ def main() -> None:
     name = "equilibrium_synthetic"
     if args.noise != DEFAULT_NOISE:
         name += f"-noise{args.noise:g}"
+    if args.spo != "ours":
+        name += f"-{args.spo}"
     path = write_results(
         name,
         {

@@ -1,13 +1,22 @@
 """The reproduction report: every method on the papers' settings, one table per setting.
 
     python benchmarks/reproduce.py --jobs N [--seeds 0,1,2] [--clients 50] [--rounds 30]
+        [--settings dir,label_flip,ce_synthetic] [--methods local --methods dpfl:budget=0.1]
+        [--report-name results]
 
 Each unit of work is one (setting, seed, method) run in the in-process runtime, in a worker
 process with one torch thread; units of one (setting, seed) share the same partition (the
 seed fixes it). A finished unit leaves ``unit.json`` in its folder, so an interrupted run
 continues where it stopped when started again with the same ``--out``. The report,
-``docs/results.md`` (figures in ``docs/results.json``), is written from whatever units are
-finished, and says which are missing: a partial report never looks complete.
+``docs/results.md`` (figures in ``docs/results.json``, PNGs in ``docs/results/``), is
+written from whatever units are finished, and says which are missing: a partial report never
+looks complete. ``--report-name`` writes it under another name, so a small run (fewer
+settings, methods, seeds, clients or rounds) never replaces the full report. A unit keeps
+what the figures need: per-round accuracy, the last collaboration graph, the benign share
+on attackers by round; units from before it did lack them, and the report says so. The CE
+synthetic regression (``ce_synthetic``) runs in the main process: it takes seconds. Notes
+written by hand beside a setting's table live in ``docs/notes/<setting>.md``, and under the
+report's header in ``docs/notes/<report name>_intro.md``.
 
 Cells: mean ± sample std over seeds of the mean over benign clients of the test accuracy of
 each client's best-validation model; its variance across clients; peer plus coordinator
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import time
 import traceback
@@ -32,9 +42,14 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import report_figures
 from _common import REPO_ROOT, command_line, environment
 
 DOCS = REPO_ROOT / "docs"
+NOTES = DOCS / "notes"
+SYNTHETIC = "ce_synthetic"
+"""The collaboration-equilibrium paper's synthetic regression (benchmarks/equilibrium_synthetic)."""
 GRAPH_METHODS = (
     "local",
     "fedavg",
@@ -43,6 +58,7 @@ GRAPH_METHODS = (
     "ditto",
     "dpfl:budget=inf",
     "dpfl:budget=0.2",
+    "dpfl:budget=0.2,ggc_tie=larger",
     "dpfl:budget=0.1",
     "dpfl:budget=0.05",
     "dpfl_random:budget=0.1",
@@ -115,6 +131,11 @@ class Unit:
         return Path(self.folder) / "unit.json"
 
 
+def unit_folder(method: str) -> str:
+    """A method's folder name (``dpfl:budget=0.1`` → ``dpfl_budget-0.1``)."""
+    return method.replace(":", "_").replace("=", "-").replace(",", "_")
+
+
 def run_unit(unit: Unit) -> dict[str, Any]:
     """Run one method on one (setting, seed); never raises (the error is returned)."""
     import torch
@@ -133,12 +154,15 @@ def run_unit(unit: Unit) -> dict[str, Any]:
         config = load_config(None, [*unit.overrides, f"seed={unit.seed}", "threads=1", "jobs=1"])
         spec = parse_method_spec(unit.method, config)
         (summary,) = run_comparison(config, [spec], Path(unit.folder), Console(quiet=True))
-        rows = read_run(Path(unit.folder) / safe_name(spec.label)).rows
-        last = {int(r["client"]): r for r in rows}  # rows are in round order
+        records = read_run(Path(unit.folder) / safe_name(spec.label))
+        last = {int(r["client"]): r for r in records.rows}  # rows are in round order
+        malicious = sorted(k for k, r in last.items() if r.get("malicious"))
         result |= {
             "summary": summary,
             "client_acc": {k: r.get("best_test_acc") for k, r in sorted(last.items())},
-            "malicious": sorted(k for k, r in last.items() if r.get("malicious")),
+            "malicious": malicious,
+            "curve": benign_curve(records.rows, set(malicious)),
+            **graph_record(records.graphs, malicious),
             "error": None,
         }
     except Exception:
@@ -149,6 +173,32 @@ def run_unit(unit: Unit) -> dict[str, Any]:
     if result["error"] is None:
         unit.done_file.write_text(json.dumps(result))
     return result
+
+
+def benign_curve(rows: list[dict[str, Any]], malicious: set[int]) -> list[float | None]:
+    """By round, the benign clients' mean test accuracy of that round's model."""
+    by_round: dict[int, list[float]] = {}
+    for row in rows:
+        values = by_round.setdefault(int(row["round"]), [])
+        if int(row["client"]) not in malicious and row.get("test_acc") is not None:
+            values.append(float(row["test_acc"]))
+    return [statistics.fmean(v) if v else None for _, v in sorted(by_round.items())]
+
+
+def graph_record(graphs: dict[int, Any], malicious: list[int]) -> dict[str, Any]:
+    """The last collaboration graph (weights to 4 decimals) and, with attackers, the benign
+    weight share on them in every round's graph; nothing for a method without graphs."""
+    from collabfl.coordinator.report.graph_stats import edges_to_group
+
+    if not graphs:
+        return {}
+    record: dict[str, Any] = {"graph_last": graphs[max(graphs)].round(4).tolist()}
+    if malicious:
+        group = [k in malicious for k in range(len(graphs[max(graphs)]))]
+        record["to_attackers_by_round"] = {
+            r: edges_to_group(g, np.array(group)) for r, g in sorted(graphs.items())
+        }
+    return record
 
 
 def spread(values: list[float]) -> tuple[float, float]:
@@ -172,12 +222,14 @@ def ipr_rsd(method: dict[str, float | None], local: dict[str, float | None]) -> 
     return 100 * statistics.fmean(g > 0 for g in gains), statistics.pstdev(gains)
 
 
-def setting_cells(name: str, results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per method: the seeds it finished and the figures over them."""
+def setting_cells(
+    name: str, results: list[dict[str, Any]], methods: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """Per method (of ``methods``, in order): the seeds it finished and the figures."""
     setting = SETTINGS[name]
     by_method: dict[str, dict[str, Any]] = {}
     local = {r["seed"]: r for r in results if r["setting"] == name and r["method"] == "local"}
-    for method in setting.methods:
+    for method in methods:
         runs = [r for r in results if r["setting"] == name and r["method"] == method]
         runs.sort(key=lambda r: r["seed"])
         summaries = [r["summary"] for r in runs]
@@ -301,8 +353,7 @@ def setting_table(name: str, cells: dict[str, dict[str, Any]], seeds: list[int])
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    for method in setting.methods:
-        figures = cells[method]
+    for method, figures in cells.items():
         done = len(figures["seeds"])
         row = [f"`{method}`", f"{done}/{len(seeds)}", cell(figures["acc"]), cell(figures["var"], 1)]
         row.append(cell([b / 1024 for b in figures["bytes"]], 1))
@@ -325,55 +376,247 @@ def setting_table(name: str, cells: dict[str, dict[str, Any]], seeds: list[int])
     return [*lines, ""]
 
 
+def run_synthetic(out: Path, seeds: list[int], run_missing: bool) -> list[dict[str, Any]]:
+    """The CE synthetic regression (both settings of Table 1) with our SPO settings and the
+    official code's, one stored unit per (variant, seed); missing ones run when asked."""
+    import equilibrium_synthetic as ce
+    import torch
+
+    torch.set_num_threads(1)
+    results = []
+    for variant, settings in ce.SPO_VARIANTS.items():
+        for seed in seeds:
+            done = out / SYNTHETIC / variant / f"s{seed}.json"
+            if not done.exists() and run_missing:
+                started = time.perf_counter()
+                rows = [
+                    ce.run(rho, n, seed, ce.DEFAULT_NOISE, settings) | {"paper": paper}
+                    for rho, n, paper in ce.SETTINGS
+                ]
+                env = environment()
+                unit = {
+                    "variant": variant,
+                    "seed": seed,
+                    "rows": rows,
+                    "wall_s": time.perf_counter() - started,
+                    "machine": f"Python {env['python']}, torch {env['torch']}, "
+                    f"{env['cpu_count']} CPUs",
+                }
+                done.parent.mkdir(parents=True, exist_ok=True)
+                done.write_text(json.dumps(unit))
+                print(f"{SYNTHETIC} {variant} s{seed}: done in {unit['wall_s']:.0f} s", flush=True)
+            if done.exists():
+                results.append(json.loads(done.read_text()))
+    return results
+
+
+def synthetic_section(units: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """The CE synthetic table: per (ρ, n) and SPO variant, each seed's coalitions."""
+    import equilibrium_synthetic as ce
+
+    lines = [
+        "## Collaboration equilibrium, synthetic linear regression (CE paper, Table 1)",
+        "",
+        "Six clients, y = ±u_iᵀx + ε (clients 3–5 flipped), label noise σ = "
+        f"{ce.DEFAULT_NOISE}; SPO in memory (`benchmarks/equilibrium_synthetic.py`). `ours`: "
+        "our SPO defaults; `official`: the official code's start ray, upper clip, affine "
+        "hypernetwork and 200 search steps (`SpoSettings.official()`, docs/fidelity.md). "
+        "Exhaustive: the exact benefit graph from pooled least squares and exact losses.",
+        "",
+        "| ρ, n | SPO | seeds | coalitions per seed | = paper | exhaustive (first seed) |",
+        "|---|---|---|---|---|---|",
+    ]
+    figures: dict[str, Any] = {}
+    matched = total = 0
+    alone = [row["exhaustive"] == [[c] for c in range(6)] for u in units for row in u["rows"]]
+    for rho, n, paper in ce.SETTINGS:
+        for variant in ce.SPO_VARIANTS:
+            runs = sorted(
+                (
+                    (u["seed"], row)
+                    for u in units
+                    if u["variant"] == variant
+                    for row in u["rows"]
+                    if row["rho"] == rho
+                ),
+                key=lambda pair: pair[0],
+            )
+            hits = sum(row["coalitions"] == paper for _, row in runs)
+            matched, total = matched + hits, total + len(runs)
+            shown = "; ".join(f"s{seed}: {ce.show(row['coalitions'])}" for seed, row in runs)
+            exhaustive = ce.show(runs[0][1]["exhaustive"]) if runs else "—"
+            lines.append(
+                f"| ρ = {rho}, n = {n} | `{variant}` | {len(runs)} | {shown or '—'} | "
+                f"{hits}/{len(runs)} | {exhaustive} |"
+            )
+            figures[f"rho={rho},{variant}"] = {"seeds": [p[0] for p in runs], "matches": hits}
+    verdict = "not measured" if not total else "shown" if matched == total else "**not shown**"
+    lines += [
+        "",
+        "Paper claims, checked against the cells above:",
+        "",
+        "- SPO's equilibrium is {0,1,2} {3,4,5} at ρ = 0.1 and every client alone at ρ = 1 "
+        f"(CE paper, Table 1): {verdict} ({matched} of {total} runs match).",
+        f"- The exhaustive benefit graph leaves every client alone in {sum(alone)} of "
+        f"{len(alone)} runs; where it does at ρ = 0.1, SPO's grouping comes from its clip "
+        "floor (strategies/spo.py), not from a true benefit.",
+        "",
+    ]
+    return lines, figures
+
+
+def setting_figures(
+    name: str,
+    cells: dict[str, dict[str, Any]],
+    results: list[dict[str, Any]],
+    folder: Path,
+    report_name: str,
+) -> list[str]:
+    """Draw the setting's figures from its units; say for each one what it comes from."""
+    setting = SETTINGS[name]
+    units = [r for r in results if r["setting"] == name]
+    lines = ["Figures (from the runs in the table above):", ""]
+
+    def link(text: str, path: Path | None, missing: str) -> None:
+        if path is None:
+            lines.append(f"- {text}: not drawn, {missing}.")
+        else:
+            lines.append(f"- {text}: ![{text}]({report_name}/{path.name})")
+
+    link(
+        "accuracy vs variance across clients",
+        report_figures.accuracy_vs_variance(setting.title, cells, folder / f"{name}_acc_var.png"),
+        "no method finished",
+    )
+    curves = {
+        m: [[None if v is None else 100 * v for v in u["curve"]] for u in units
+            if u["method"] == m and u.get("curve")]
+        for m in cells
+    }  # fmt: skip
+    stored = sum(len(c) for c in curves.values())
+    link(
+        f"accuracy by round ({stored} of {len(units)} runs stored it)",
+        report_figures.series_by_round(
+            setting.title, "mean test accuracy of the round's model (%)", curves,
+            folder / f"{name}_by_round.png",
+        ),
+        "these units predate per-round records: rerun them to draw it",
+    )  # fmt: skip
+    if name == "label_flip":
+        shares = {
+            m: [[100 * v for _, v in sorted(u["to_attackers_by_round"].items(),
+                                            key=lambda kv: int(kv[0]))]
+                for u in units if u["method"] == m and u.get("to_attackers_by_round")]
+            for m in cells
+        }  # fmt: skip
+        link(
+            "benign weight on attackers by round",
+            report_figures.series_by_round(
+                setting.title, "benign clients' weight on attackers (%)", shares,
+                folder / f"{name}_to_attackers.png",
+            ),
+            "these units predate per-round graph records: rerun them to draw it",
+        )  # fmt: skip
+    dpfl = "dpfl:budget=0.1" if name == "label_flip" else "dpfl:budget=0.2"
+    with_graph = sorted((u for u in units if u["method"] == dpfl and u.get("graph_last")),
+                        key=lambda u: u["seed"])  # fmt: skip
+    link(
+        f"`{dpfl}` graph in the last round"
+        + (f" (seed {with_graph[0]['seed']})" if with_graph else ""),
+        report_figures.graph_heatmap(
+            f"{setting.title}: {dpfl}, seed {with_graph[0]['seed']}",
+            with_graph[0]["graph_last"], with_graph[0]["malicious"],
+            folder / f"{name}_graph.png",
+        ) if with_graph else None,
+        "these units predate graph records: rerun them to draw it",
+    )  # fmt: skip
+    if setting.coalitions:
+        strips = {
+            f"{u['method']} s{u['seed']}": u["summary"]["coalitions_last"]
+            for u in sorted(units, key=lambda u: (u["method"], u["seed"]))
+            if u["summary"].get("coalitions_last")
+        }
+        clients = max((len(u["client_acc"]) for u in units), default=0)
+        link(
+            "coalition structure (each client's final coalition)",
+            report_figures.coalition_structure(
+                setting.title, strips, clients, folder / f"{name}_coalitions.png"
+            ),
+            "no coalition method finished",
+        )
+    return [*lines, ""]
+
+
+def notes(name: str) -> list[str]:
+    """Hand-written notes kept beside a setting's table (docs/notes/<name>.md)."""
+    path = NOTES / f"{name}.md"
+    return [path.read_text().rstrip(), ""] if path.exists() else []
+
+
 def write_report(
     results: list[dict[str, Any]],
+    synthetic: list[dict[str, Any]],
     settings: list[str],
+    methods: set[str],
     seeds: list[int],
     args: argparse.Namespace,
     total_units: int,
 ) -> Path:
-    finished = len(results)
+    finished = len(results) + len(synthetic)
     status = (
         "complete"
         if finished == total_units
         else f"**partial: {finished} of {total_units} runs finished**"
     )
-    machines = sorted({r.get("machine", "not recorded") for r in results})
-    run_minutes = sum(r["wall_s"] for r in results) / 60
+    machines = sorted({r.get("machine", "not recorded") for r in [*results, *synthetic]})
+    run_minutes = sum(r["wall_s"] for r in [*results, *synthetic]) / 60
+    folder = DOCS / args.report_name
     lines = [
         "# Reproduction report",
         "",
         f"Status: {status}. Regenerate (resumable) with "
         f"`{command_line().replace(' --report-only', '')}`.",
         "",
-        f"N = {args.clients} clients, seeds {', '.join(map(str, seeds))}, {args.rounds} rounds, "
-        f"τ_train = {args.epochs:g} epoch(s), in-process runtime, defaults otherwise "
-        f"(evaluation.candidates = auto; see docs/fidelity.md for every difference from the "
-        f"papers' code). Each run in its own process with one torch thread, on: "
-        f"{'; '.join(machines) or 'no run finished'}; {run_minutes:.0f} process-minutes in all.",
+        f"N = {args.clients} clients (coalition settings: as stated), seeds "
+        f"{', '.join(map(str, seeds))}, {args.rounds} rounds, τ_train = {args.epochs:g} epoch(s), "
+        f"in-process runtime, defaults otherwise (evaluation.candidates = auto; see "
+        f"docs/fidelity.md for every difference from the papers' code). Each run in its own "
+        f"process with one torch thread, on: {'; '.join(machines) or 'no run finished'}; "
+        f"{run_minutes:.0f} process-minutes in all.",
         "",
         "Cells are mean ± sample std over the seeds that finished. Acc: mean over benign "
         "clients of the test accuracy of each client's best-validation model. Var: its "
         "variance across clients. KB: peer-to-peer plus coordinator model bytes per client "
         "per round. Local model reported: share of clients whose best-validation model is "
-        "their post-training model rather than the aggregate (methods that score both).",
+        "their post-training model rather than the aggregate (methods that score both). "
+        "`ggc_tie=larger`: GGC's opt-in tie variant (add a peer whose gains are both "
+        "non-positive only when its raw add gain is the larger), beside the paper's rule.",
         "",
+        *notes(f"{args.report_name}_intro"),
     ]
     figures: dict[str, Any] = {}
     for name in settings:
-        cells = setting_cells(name, results)
+        if name == SYNTHETIC:
+            section, figures[name] = synthetic_section(synthetic)
+            lines += section + notes(name)
+            continue
+        chosen = tuple(m for m in SETTINGS[name].methods if not methods or m in methods)
+        cells = setting_cells(name, results, chosen)
         figures[name] = cells
         lines += setting_table(name, cells, seeds)
+        lines += setting_figures(name, cells, results, folder, args.report_name)
+        lines += notes(name)
     DOCS.mkdir(exist_ok=True)
-    (DOCS / "results.md").write_text("\n".join(lines))
+    path = DOCS / f"{args.report_name}.md"
+    path.write_text("\n".join(lines))
     payload = {
         "settings": figures,
         "machines": machines,
         "command": command_line(),
         "status": status,
     }
-    (DOCS / "results.json").write_text(json.dumps(payload, indent=1, default=str))
-    return DOCS / "results.md"
+    (DOCS / f"{args.report_name}.json").write_text(json.dumps(payload, indent=1, default=str))
+    return path
 
 
 def main() -> None:
@@ -383,7 +626,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
+    choices = [*SETTINGS, SYNTHETIC]
+    parser.add_argument("--settings", default=",".join(choices), help=f"of {', '.join(choices)}")
+    parser.add_argument(
+        "--methods", action="append", default=[], help="only this method (repeat; default: all)"
+    )
+    parser.add_argument(
+        "--report-name", default="results", help="writes docs/NAME.md, NAME.json, NAME/*.png"
+    )
     parser.add_argument(
         "--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "reproduce"
     )
@@ -397,9 +647,15 @@ def main() -> None:
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-    unknown = set(settings) - set(SETTINGS)
+    unknown = set(settings) - set(choices)
     if unknown:
-        raise SystemExit(f"unknown settings {sorted(unknown)}; choose from {list(SETTINGS)}")
+        raise SystemExit(f"unknown settings {sorted(unknown)}; choose from {choices}")
+    methods = {m.strip() for m in args.methods if m.strip()}
+    known = {m for s in SETTINGS.values() for m in s.methods}
+    if methods - known:
+        raise SystemExit(f"unknown methods {sorted(methods - known)}; choose from {sorted(known)}")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", args.report_name):
+        raise SystemExit(f"--report-name must be letters, digits, _ or -, got {args.report_name!r}")
     base = (
         f"data.num_clients={args.clients}",
         f"rounds={args.rounds}",
@@ -408,18 +664,23 @@ def main() -> None:
     )
     units = [
         Unit(name, seed, method, (*base, *SETTINGS[name].overrides),
-             str(args.out / name / f"s{seed}" / method.replace(":", "_").replace("=", "-")))
+             str(args.out / name / f"s{seed}" / unit_folder(method)))
         for seed in seeds
-        for name in settings
-        for method in SETTINGS[name].methods
+        for name in settings if name != SYNTHETIC
+        for method in SETTINGS[name].methods if not methods or method in methods
     ]  # fmt: skip
     # Seeds first, so that a partial report has whole seeds; SPO, by far the slowest, last.
     units.sort(key=lambda u: (u.method == "equilibrium:ocs=spo", u.seed))
     results = [json.loads(u.done_file.read_text()) for u in units if u.done_file.exists()]
     todo = [] if args.report_only else [u for u in units if not u.done_file.exists()]
+    synthetic_units = 2 * len(seeds) if SYNTHETIC in settings else 0
     print(
-        f"{len(units)} runs: {len(results)} already finished, {len(todo)} to go, {args.jobs} jobs",
+        f"{len(units) + synthetic_units} runs: {len(results)} already finished (not counting "
+        f"{SYNTHETIC}), {len(todo)} to go, {args.jobs} jobs",
         flush=True,
+    )
+    synthetic = (
+        run_synthetic(args.out, seeds, not args.report_only) if SYNTHETIC in settings else []
     )
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
@@ -446,7 +707,8 @@ def main() -> None:
             if args.deadline_s and time.perf_counter() - started > args.deadline_s:
                 for pending in futures:
                     pending.cancel()
-    path = write_report(results, settings, seeds, args, len(units))
+    total = len(units) + synthetic_units
+    path = write_report(results, synthetic, settings, methods, seeds, args, total)
     print(f"wrote {path}")
 
 

@@ -94,14 +94,27 @@ def accuracies(
     return (predicted == targets[:, None]).to(torch.float32).mean(dim=1)
 
 
-def labelled_features(x: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """The discriminator's input: flattened features with the one-hot label appended.
+def official_label_scale(num_classes: int) -> float:
+    """The official FedCollab discriminator's weight on the one-hot label: it scales the
+    one-hot by L/√(L−1) (to match the features' scale) and doubles the label branch's output
+    (labels matter more than features). Both are linear, so with the branches' first layers
+    merged into ours the same function multiplies the one-hot by 2·L/√(L−1)."""
+    if num_classes < 2:
+        raise ValueError(f"label scaling needs at least 2 classes, got {num_classes}")
+    return 2 * num_classes / math.sqrt(num_classes - 1)
+
+
+def labelled_features(
+    x: torch.Tensor, y: torch.Tensor, num_classes: int, label_scale: float = 1.0
+) -> torch.Tensor:
+    """The discriminator's input: flattened features with the one-hot label (times
+    ``label_scale``) appended.
 
     With the label as an input, label, feature and concept shift all change the joint
     distribution the discriminator sees.
     """
     flat = x.reshape(x.shape[0], -1).to(torch.float32)
-    onehot = functional.one_hot(y, num_classes).to(flat.dtype)
+    onehot = functional.one_hot(y, num_classes).to(flat.dtype) * label_scale
     return torch.cat([flat, onehot], dim=1)
 
 
@@ -154,7 +167,7 @@ class ClientDiscriminators:
         self.val = val
         self.workspace = workspace
         self.initial_model = initial_model
-        self._inputs: dict[tuple[Features, int], DiscriminatorData] = {}
+        self._inputs: dict[tuple[Features, int, bool], DiscriminatorData] = {}
 
     def step(
         self, round_index: int, task: Discriminate, model: FlatVector | None, batch_size: int
@@ -162,7 +175,7 @@ class ClientDiscriminators:
         """Report the held-out accuracy of the received discriminators (fresh ones when
         ``model`` is None), then return them after the task's local SGD steps.
         ``batch_size``: samples per forward pass when extracting features."""
-        data = self._discriminator_inputs(task.features, task.samples, batch_size)
+        data = self._discriminator_inputs(task, batch_size)
         device = data.train.device
         targets = torch.tensor([float(t) for t in task.targets], device=device)
         in_dim = data.train.shape[1]
@@ -191,16 +204,16 @@ class ClientDiscriminators:
         )
         return Reply(metrics, weights.reshape(-1))
 
-    def _discriminator_inputs(
-        self, features: Features, samples: int, batch_size: int
-    ) -> DiscriminatorData:
-        """Train and held-out discriminator inputs, built once per (features, samples).
+    def _discriminator_inputs(self, task: Discriminate, batch_size: int) -> DiscriminatorData:
+        """Train and held-out discriminator inputs, built once per (features, samples, label
+        scaling).
 
         The first ``samples`` of a seeded shuffle of the train split train the discriminator
         (FedCollab uses the same count on every client); the rest of it and the validation
         split are held out.
         """
-        key = (features, samples)
+        features, samples = task.features, task.samples
+        key = (features, samples, task.scale_label)
         if key not in self._inputs:
             train, val = self.train, self.val
             if not 1 <= samples < len(train):
@@ -217,7 +230,8 @@ class ClientDiscriminators:
                 num_classes = int(self.workspace.module(x[:1]).shape[-1])
             if features == "initial_model":
                 x = penultimate_features(self.workspace.module, x, batch_size)
-            inputs = labelled_features(x, y, num_classes)
+            scale = official_label_scale(num_classes) if task.scale_label else 1.0
+            inputs = labelled_features(x, y, num_classes, scale)
             self._inputs[key] = DiscriminatorData(inputs[:samples], inputs[samples:])
         return self._inputs[key]
 

@@ -189,6 +189,8 @@ def _equilibrium(spec: MethodSpec, federation: FederationContext) -> Collaborati
             search_steps=options.spo_search_steps,
             search_lr=options.spo_search_lr,
             threshold=options.spo_threshold,
+            start_ray=options.spo_start_ray,
+            upper_clip=options.spo_upper_clip,
         )
         initial = federation.workspace.get()
         spo = SpoSearch(initial, settings, options.spo_batch_size, spec.config.seed)
@@ -212,6 +214,8 @@ def distance_settings(options: FedCollabConfig) -> DistanceSettings:
         hidden=options.distance_hidden,
         patience=options.distance_patience,
         features=options.distance_features,
+        eval_every=options.distance_eval_every,
+        scale_label=options.distance_scale_label,
     )
 
 

@@ -221,6 +221,12 @@ class FedCollabConfig(_Section):
     distance_features: Literal["raw", "initial_model"] = Field(
         "raw", description="initial_model: a frozen feature extractor for image inputs"
     )
+    distance_eval_every: int = Field(
+        1, ge=1, le=1_000_000, description="steps between evaluations (official: 10)"
+    )
+    distance_scale_label: bool = Field(
+        False, description="one-hot label × 2·L/√(L−1), as the official discriminator"
+    )
 
 
 class EquilibriumConfig(_Section):
@@ -240,6 +246,10 @@ class EquilibriumConfig(_Section):
     spo_search_steps: int = Field(100, ge=1, le=1_000_000, description="per client set")
     spo_search_lr: float = Field(1e-2, gt=0, le=100)
     spo_threshold: float = Field(0.7, gt=0, le=1, description="ratio rule d_j / d_i")
+    spo_start_ray: Literal["uniform", "last_ray"] = Field(
+        "uniform", description="where the d search begins (official: the last training ray)"
+    )
+    spo_upper_clip: bool = Field(False, description="also clip d at 1 − 1/(3|C|) (official)")
     spo_batch_size: int = Field(
         64, ge=0, le=1_000_000, description="train samples per client per step; 0 = all"
     )
@@ -273,7 +283,14 @@ PAPER_PRESET: dict[str, dict[str, Any]] = {
     "dpfl": {"collaborate_every": 2, "budget_counts_owner": True},
     "pfedgraph": {"local_steps": 200},
     "ipfl": {"lam": 1.0, "eta": 5.0},
-    "fedcollab": {"distance_local_steps": 1, "distance_patience": 100},
+    "fedcollab": {
+        "distance_rounds": 2000,
+        "distance_local_steps": 1,
+        "distance_patience": 100,
+        "distance_eval_every": 10,
+        "distance_scale_label": True,
+    },
+    "equilibrium": {"spo_start_ray": "last_ray", "spo_upper_clip": True},
 }
 """``preset = "paper"``: the official code's values where they differ from our defaults
 (docs/fidelity.md lists each with its source, and what stays different and why)."""

@@ -9,8 +9,9 @@ accuracy, and D̂_ij = max(0, 2·BalAcc − 1).
 
 Every pair advances in the same step: a client gets one message per step carrying the
 discriminators of all its pairs, so estimating N(N−1)/2 distances costs as many messages per
-client as estimating one. A pair stops after ``patience`` steps without a better balanced
-accuracy (or after ``rounds``). Its estimate is the balanced accuracy of its last evaluation:
+client as estimating one. The pair's balanced accuracy is evaluated every ``eval_every``
+steps (the official code: every 10 rounds), and a pair stops after ``patience`` steps without a
+better one (or after ``rounds``). Its estimate is the balanced accuracy of its last evaluation:
 picking the best of many noisy held-out evaluations would bias distances between identical
 distributions upwards, so the best value only decides when to stop.
 """
@@ -49,13 +50,22 @@ class DistanceSettings:
     features: Features = "raw"
     """``initial_model``: inputs go through the shared initial model's layers up to its last
     linear layer, a frozen feature extractor for image data (nothing is trained or sent)."""
+    eval_every: int = 1
+    """Steps between evaluations. 1: every step's report counts, the fresh discriminators'
+    included; k > 1: the reports after 1, k + 1, 2k + 1, ... steps of training, as the
+    official code evaluates after its rounds 0, k, 2k, ... (its k = 10)."""
+    scale_label: bool = False
+    """Weigh the one-hot label input as the official code does
+    (client.discriminator.official_label_scale); ours leaves it at 1."""
 
     def __post_init__(self) -> None:
-        for name in ("rounds", "local_steps", "batch_size", "hidden", "patience"):
+        for name in ("rounds", "local_steps", "batch_size", "hidden", "patience", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.eval_every > 1 and self.rounds < 2:
+            raise ValueError("eval_every > 1 needs rounds >= 2: the first evaluation is at step 1")
         if self.features not in ("raw", "initial_model"):
             raise ValueError(f"features must be 'raw' or 'initial_model', got {self.features!r}")
 
@@ -186,6 +196,7 @@ def estimate_distances(
         moved += sum(_nbytes(r.model) for r in replies.values())
         slices, failed = _split_replies(by_client, replies, step, problems)
         failed_clients |= failed
+        evaluated = step % settings.eval_every == 1 % settings.eval_every
         for pair in list(active):
             i, j = pair
             if i in failed or j in failed:
@@ -200,11 +211,13 @@ def estimate_distances(
                 unresolved.append(pair)
                 continue
             weights[pair] = (w_i + w_j) / 2
+            if not evaluated:
+                continue
             balanced[pair] = (acc_i + acc_j) / 2
             if balanced[pair] > best[pair]:
                 best[pair], stale[pair] = balanced[pair], 0
             else:
-                stale[pair] += 1
+                stale[pair] += settings.eval_every
                 if stale[pair] >= settings.patience:
                     active.remove(pair)
     resolved = {p: b for p, b in balanced.items() if p not in unresolved}
@@ -244,6 +257,7 @@ def _instructions(
             batch_size=settings.batch_size,
             hidden=settings.hidden,
             features=settings.features,
+            scale_label=settings.scale_label,
         )
         model = torch.cat(shared) if len(shared) == len(pairs) else None
         instructions[k] = Instruction(round_index, task, model)

@@ -15,6 +15,10 @@ there, and so does this search run on the exact front (weighted least squares, t
 with a floor of 1e-4, while with the paper's floor the same search keeps some or all of the
 client's own group in every OCS (seeds 0–2).
 
+``SpoSettings.official()`` takes the official code's choices where the paper is silent or
+differs: the search starts from the last training ray, clips above at 1 − 1/(3|C|) too, and
+the synthetic hypernetwork has no activation.
+
 Nothing here touches data: every loss comes from a ``LossOracle``, one call per step covering
 all clients (train) or all targets (val), so a federated client pool can answer in its place.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, get_args
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 import torch
@@ -34,6 +38,8 @@ from collabfl.strategies.equilibrium import OcsEstimator, ratio_rule_estimator
 from collabfl.strategies.verbs import Split
 
 SPLITS: tuple[Split, ...] = get_args(Split)
+
+StartRay = Literal["uniform", "last_ray"]
 
 OracleAnswer = Mapping[int, tuple[float | None, torch.Tensor | None]]
 """Per client, (mean loss, gradient wrt the flat vector); a remote client may leave either
@@ -65,7 +71,7 @@ class SpoSettings:
     (tests/support/synthetic.py) for every seed we tried."""
 
     hidden: int = 100
-    """Width of the hypernetwork's two hidden layers (official code: hidden_dim = 100)."""
+    """Width of the hypernetwork's hidden layers (official code: hidden_dim = 100)."""
     hypernet_steps: int = 1000
     """Scalarised training steps per client set, one Dirichlet draw each (our choice)."""
     hypernet_lr: float = 1e-2
@@ -81,6 +87,16 @@ class SpoSettings:
     """Ratio rule d_j / d_i ≥ threshold (official code)."""
     dirichlet_alpha: float = 1.0
     """Concentration of the d draws: 1 is uniform on the simplex (our choice; official 1/n)."""
+    start_ray: StartRay = "uniform"
+    """Where every target's search begins: the uniform ray (our choice; the paper leaves d0
+    open), or the last d the hypernetwork was trained on (official code: the hypernetwork
+    keeps its last input ray and the search moves it)."""
+    upper_clip: bool = False
+    """Also clip each weight to at most 1 − 1/(3|C|) before renormalising (official code);
+    the paper's Eq. 24 clips to [1/(3|C|), 1]."""
+    linear: bool = False
+    """One hidden layer and no activation, so h is affine in d (the official synthetic
+    hypernetwork, ``--n_hidden 1``); otherwise two ReLU hidden layers (our choice)."""
 
     def __post_init__(self) -> None:
         for name in ("hidden", "hypernet_steps", "search_steps"):
@@ -93,6 +109,22 @@ class SpoSettings:
                 raise ValueError(f"{name} must be finite and > 0, got {value!r}")
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must lie in (0, 1], got {self.threshold!r}")
+        if self.start_ray not in get_args(StartRay):
+            choices = get_args(StartRay)
+            raise ValueError(f"start_ray must be one of {choices}, got {self.start_ray!r}")
+
+    @classmethod
+    def official(cls, **overrides: object) -> SpoSettings:
+        """The official code's search (start from the last training ray, clip to
+        [1/(3|C|), 1 − 1/(3|C|)]) and synthetic hypernetwork (no activation), 200 search
+        steps as its synthetic example runs; other knobs as given or our defaults."""
+        values: dict[str, object] = {
+            "start_ray": "last_ray",
+            "upper_clip": True,
+            "linear": True,
+            "search_steps": 200,
+        }
+        return cls(**(values | overrides))  # type: ignore[arg-type]
 
 
 START_SCALE = 0.01
@@ -110,17 +142,24 @@ class ParetoHypernetwork(nn.Module):
     """
 
     def __init__(
-        self, num_clients: int, numel: int, hidden: int, start: torch.Tensor | None = None
+        self,
+        num_clients: int,
+        numel: int,
+        hidden: int,
+        start: torch.Tensor | None = None,
+        linear: bool = False,
     ) -> None:
         super().__init__()
         output = nn.Linear(hidden, numel)
-        self.net = nn.Sequential(
-            nn.Linear(num_clients, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(),
-            output,
+        hidden_layers: list[nn.Module] = (
+            [nn.Linear(num_clients, hidden)]
+            if linear
+            else [nn.Linear(num_clients, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()]
         )
+        self.net = nn.Sequential(*hidden_layers, output)
+        self.last_ray: torch.Tensor | None = None
+        """The last d it was trained on (``train_hypernetwork``), where an official search
+        begins."""
         if start is not None:
             if tuple(start.shape) != (numel,):
                 raise ValueError(f"start model has shape {tuple(start.shape)}, not ({numel},)")
@@ -180,7 +219,7 @@ def train_hypernetwork(
     start: torch.Tensor | None = None,
 ) -> ParetoHypernetwork:
     """Fit h so that h(d) minimises Σ_j d_j L_j^train, for d drawn over the whole simplex."""
-    hypernet = ParetoHypernetwork(len(clients), numel, settings.hidden, start)
+    hypernet = ParetoHypernetwork(len(clients), numel, settings.hidden, start, settings.linear)
     optimizer = torch.optim.Adam(hypernet.parameters(), lr=settings.hypernet_lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, settings.hypernet_steps)
     alpha = np.full(len(clients), settings.dirichlet_alpha)
@@ -195,13 +234,24 @@ def train_hypernetwork(
         theta.backward(direction)
         optimizer.step()
         schedule.step()
+        hypernet.last_ray = d
     return hypernet
 
 
-def clip_to_simplex(d: torch.Tensor, floor: float) -> torch.Tensor:
-    """Eq. 24's projection: clip each weight to [floor, 1], then rescale each row to sum 1."""
-    clipped = d.clamp(min=floor, max=1.0)
+def clip_to_simplex(d: torch.Tensor, floor: float, ceiling: float = 1.0) -> torch.Tensor:
+    """Eq. 24's projection: clip each weight to [floor, ceiling] (the paper: ceiling 1), then
+    rescale each row to sum 1."""
+    clipped = d.clamp(min=floor, max=ceiling)
     return clipped / clipped.sum(dim=-1, keepdim=True)
+
+
+def start_rays(hypernet: ParetoHypernetwork, n: int, start_ray: StartRay) -> torch.Tensor:
+    """One starting d per target (n rows): the uniform ray or the last training ray."""
+    if start_ray == "uniform":
+        return torch.full((n, n), 1.0 / n)
+    if hypernet.last_ray is None or tuple(hypernet.last_ray.shape) != (n,):
+        raise ValueError("start_ray = 'last_ray' needs a hypernetwork trained on these clients")
+    return hypernet.last_ray.detach().to(torch.float32).expand(n, n).clone()
 
 
 def search_directions(
@@ -211,10 +261,12 @@ def search_directions(
     numel: int,
     settings: SpoSettings,
 ) -> dict[int, dict[int, float]]:
-    """Every target's d* from the uniform start: descent on its own validation loss of h(d)."""
+    """Every target's d* (from ``settings.start_ray``): descent on its own validation loss
+    of h(d), clipped and renormalised after each step."""
     n = len(clients)
     floor = 1.0 / (3 * n)
-    d = torch.full((n, n), 1.0 / n)
+    ceiling = 1.0 - floor if settings.upper_clip else 1.0
+    d = start_rays(hypernet, n, settings.start_ray)
     hypernet.requires_grad_(False)
     for _ in range(settings.search_steps):
         d.requires_grad_(True)
@@ -222,7 +274,7 @@ def search_directions(
         reply = _ask(oracle, {i: thetas[k].detach() for k, i in enumerate(clients)}, "val", numel)
         (gradient,) = torch.autograd.grad(thetas, d, torch.stack([reply[i][1] for i in clients]))
         with torch.no_grad():
-            d = clip_to_simplex(d - settings.search_lr * gradient, floor)
+            d = clip_to_simplex(d - settings.search_lr * gradient, floor, ceiling)
     return {
         i: dict(zip(clients, row, strict=True)) for i, row in zip(clients, d.tolist(), strict=True)
     }

@@ -195,7 +195,8 @@ class Discriminate:
 
     ``targets``: the label this client's samples carry for each pair (1 for the pair's first
     client, 0 for the second); ``samples``: training samples per discriminator; ``step``:
-    the estimation step (seeds the mini-batches).
+    the estimation step (seeds the mini-batches); ``scale_label``: weigh the one-hot label
+    input as the official code does (client.discriminator.official_label_scale).
     """
 
     verb: ClassVar[Verb] = Verb.DISCRIMINATE
@@ -209,6 +210,7 @@ class Discriminate:
     batch_size: int
     hidden: int
     features: Features = "raw"
+    scale_label: bool = False
 
     def __post_init__(self) -> None:
         _require(

@@ -7,6 +7,7 @@ the lockstep exchange, late joiners, vanishing clients, and resuming from a chec
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -18,6 +19,8 @@ from collabfl.client.discriminator import (
     accuracies,
     discriminator_numel,
     initial_discriminator,
+    labelled_features,
+    official_label_scale,
     sgd_step,
 )
 from collabfl.client.node import ClientSplits
@@ -38,6 +41,7 @@ from collabfl.strategies.fedavg import FedAvg
 from collabfl.strategies.fedcollab import coalition_objective, place_new_client
 from collabfl.strategies.fedcollab_method import FedCollab
 from collabfl.strategies.local import Local
+from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Verb
 
@@ -139,7 +143,82 @@ def test_discriminator_matches_the_equivalent_torch_mlp():
     torch.testing.assert_close(stepped[-1:], weights[-1:] - 0.5 * mlp[2].bias.grad)
 
 
+def test_scaled_label_input_equals_the_official_two_branch_discriminator():
+    """The official net: h = W_x x + b_x + 2 (W_y (ν · onehot) + b_y), ν = L/√(L−1), then
+    ReLU and a linear layer. Ours reads [x, 2ν · onehot] with W1 = [W_x; W_y] and one bias."""
+    labels = 10
+    assert official_label_scale(labels) == pytest.approx(2 * 10 / 3)
+    with pytest.raises(ValueError, match="2 classes"):
+        official_label_scale(1)
+    generator = torch.Generator().manual_seed(2)
+    x, y = torch.randn(6, 1, 5, generator=generator), torch.tensor([0, 3, 9, 3, 1, 0])
+    feat, label, head = torch.nn.Linear(5, 4), torch.nn.Linear(labels, 4), torch.nn.Linear(4, 1)
+    nu = labels / math.sqrt(labels - 1)
+    onehot = torch.nn.functional.one_hot(y, labels).float()
+    hidden = torch.relu(feat(x.flatten(1)) + 2 * label(nu * onehot))
+    official = head(hidden)[:, 0]
+    with torch.no_grad():
+        w1 = torch.cat([feat.weight.T, label.weight.T])  # (D + L, H), our row-major layout
+        b1 = feat.bias + 2 * label.bias
+        ours = torch.cat([w1.reshape(-1), b1, head.weight[0], head.bias])
+        inputs = labelled_features(x, y, labels, official_label_scale(labels))
+        torch.testing.assert_close(inputs[:, 5:], 2 * nu * onehot)
+        for target in (0.0, 1.0):
+            expected = ((official > 0).float() == target).float().mean()
+            assert accuracies(ours[None], inputs, torch.tensor([target]), 4)[0] == expected
+    plain = labelled_features(x, y, labels)
+    torch.testing.assert_close(plain[:, 5:], onehot)
+
+
+def test_a_client_scales_the_label_only_when_the_task_asks():
+    node = _federation().nodes[0]
+    task = replace(DISCRIMINATE_ONE_PEER, local_steps=0)
+    for scale_label, weight in ((False, 1.0), (True, official_label_scale(10))):
+        node.handle(Instruction(0, replace(task, scale_label=scale_label)))
+        inputs = node.discriminators._inputs[("raw", task.samples, scale_label)]
+        onehots = inputs.train[:, LENGTH:]
+        assert torch.all(onehots.sum(dim=1) == weight)
+        assert onehots.unique().tolist() == pytest.approx([0.0, weight])
+
+
 # --- distance estimation ---------------------------------------------------------------------
+
+
+class ScriptedPool:
+    """Two clients whose reports follow a script: the accuracy each reports at a step."""
+
+    def __init__(self, accuracy) -> None:
+        self.accuracy = accuracy
+        self.steps: list[int] = []
+
+    @property
+    def sample_counts(self) -> Mapping[int, int]:
+        return {0: 100, 1: 100}
+
+    def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
+        step = next(iter(instructions.values())).task.step
+        self.steps.append(step)
+        metrics = ClientMetrics(disc_acc=(self.accuracy(step),))
+        return {k: Reply(metrics, torch.zeros(5)) for k in instructions}
+
+
+def test_evaluation_every_k_steps_counts_only_those_reports():
+    # Evaluated reports come after 1, 11, 21, ... steps; the others (0.99) must not count.
+    script = {1: 0.6, 11: 0.7, 21: 0.65, 31: 0.66}
+    pool = ScriptedPool(lambda step: script.get(step, 0.99))
+    every = DistanceSettings(rounds=500, eval_every=10, patience=20, hidden=4)
+    estimate = estimate_distances(pool, [(0, 1)], every, 0)
+    # Step 11 is the best; 21 and 31 add 10 steps each without gain: stop after step 31.
+    assert pool.steps == list(range(32)) and estimate.steps == 32
+    assert estimate.balanced_accuracy == {(0, 1): 0.66}  # the last evaluation, not the best
+    assert estimate.distances[(0, 1)] == pytest.approx(2 * 0.66 - 1)
+    each_step = DistanceSettings(rounds=50, patience=3, hidden=4)
+    each = estimate_distances(ScriptedPool(lambda step: 0.6), [(0, 1)], each_step, 0)
+    assert each.steps == 4  # every step evaluated: step 0's report is the best, 3 more stop it
+    with pytest.raises(ValueError, match="eval_every"):
+        DistanceSettings(rounds=1, eval_every=10)
+    with pytest.raises(ValueError, match="eval_every"):
+        DistanceSettings(eval_every=0)
 
 
 def test_distances_separate_same_and_disjoint_label_clients():

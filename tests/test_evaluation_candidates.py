@@ -118,6 +118,26 @@ def test_the_paper_preset_sets_the_official_values_and_keeps_what_is_given():
     )
 
 
+def test_the_paper_preset_takes_the_official_spo_and_discriminator_details():
+    workspace = FlatModel(build_model("mnist1d_cnn", num_classes=10, seed=0))
+    counts = dict.fromkeys(range(4), 10)
+    paper = validate_config({"preset": "paper", "fedcollab": {"distance_rounds": 50}})
+    fedcollab = build_method(parse_method_spec("fedcollab", paper), counts, workspace)
+    distance = fedcollab.distance  # type: ignore[attr-defined]
+    assert (distance.rounds, distance.local_steps, distance.patience) == (50, 1, 100)
+    assert (distance.eval_every, distance.scale_label) == (10, True)
+    equilibrium = build_method(parse_method_spec("equilibrium:ocs=spo", paper), counts, workspace)
+    spo = equilibrium.spo.settings  # type: ignore[attr-defined]
+    assert (spo.start_ray, spo.upper_clip, spo.linear) == ("last_ray", True, False)
+    assert validate_config({"preset": "paper"}).fedcollab.distance_rounds == 2000
+    plain = validate_config({})
+    assert (plain.fedcollab.distance_eval_every, plain.fedcollab.distance_scale_label) == (1, False)
+    assert (plain.equilibrium.spo_start_ray, plain.equilibrium.spo_upper_clip) == (
+        "uniform",
+        False,
+    )
+
+
 def test_a_bad_section_under_the_paper_preset_is_still_reported():
     with pytest.raises(ValueError, match="dpfl"):
         validate_config({"preset": "paper", "dpfl": "fast"})

@@ -19,6 +19,7 @@ from collabfl.strategies.spo import (
     search_directions,
     spo_directions,
     spo_estimator,
+    start_rays,
     train_hypernetwork,
 )
 from tests.support.spo_oracles import InMemoryOracle, linear_regression_oracle
@@ -80,6 +81,58 @@ def test_clip_keeps_rows_on_the_clipped_simplex():
     assert torch.allclose(d[2], torch.full((4,), 0.25))
 
 
+def test_upper_clip_caps_then_renormalises():
+    floor, ceiling = 1 / 9, 8 / 9  # three clients: [1/(3n), 1 − 1/(3n)]
+    raw = torch.tensor([[-1.0, -1.0, 3.0], [0.5, 0.3, 0.2], [2.0, 2.0, 0.0]])
+    d = clip_to_simplex(raw, floor, ceiling)
+    # Row 0 clips to (1/9, 1/9, 8/9), which sums to 10/9: renormalised to (0.1, 0.1, 0.8).
+    torch.testing.assert_close(d[0], torch.tensor([0.1, 0.1, 0.8]))
+    torch.testing.assert_close(d[1], raw[1])  # inside the box and on the simplex: unchanged
+    # Row 2 clips to (8/9, 8/9, 1/9) and renormalises to (8/17, 8/17, 1/17).
+    torch.testing.assert_close(d[2], torch.tensor([8 / 17, 8 / 17, 1 / 17]))
+    # Without the ceiling (Eq. 24): (1/9, 1/9, 1) renormalised, the large weight keeps more.
+    torch.testing.assert_close(clip_to_simplex(raw, floor)[0], torch.tensor([1.0, 1.0, 9.0]) / 11)
+
+
+def test_official_settings_take_the_official_code_values():
+    official = SpoSettings.official()
+    assert (official.start_ray, official.upper_clip, official.linear) == ("last_ray", True, True)
+    assert official.search_steps == 200 and official.search_lr == 0.01
+    assert SpoSettings.official(search_steps=5).search_steps == 5
+    ours = SpoSettings()
+    assert (ours.start_ray, ours.upper_clip, ours.linear) == ("uniform", False, False)
+    with pytest.raises(ValueError, match="start_ray"):
+        SpoSettings(start_ray="middle")  # type: ignore[arg-type]
+
+
+def test_linear_hypernetwork_is_affine_in_d():
+    torch.manual_seed(0)
+    a, b = torch.tensor([0.7, 0.1, 0.1, 0.1]), torch.tensor([0.1, 0.2, 0.3, 0.4])
+    linear = ParetoHypernetwork(num_clients=4, numel=7, hidden=16, linear=True)
+    assert not any(isinstance(m, torch.nn.ReLU) for m in linear.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(linear(0.3 * a + 0.7 * b), 0.3 * linear(a) + 0.7 * linear(b))
+        ours = ParetoHypernetwork(num_clients=4, numel=7, hidden=16)
+        assert not torch.allclose(ours(0.3 * a + 0.7 * b), 0.3 * ours(a) + 0.7 * ours(b))
+
+
+def test_search_starts_from_the_last_training_ray(small):
+    oracle, clients = oracle_for(small), [0, 2, 3, 5]
+    hypernet = train_hypernetwork(oracle, clients, small.dim + 1, QUICK, np.random.default_rng(0))
+    assert hypernet.last_ray is not None and math.isclose(float(hypernet.last_ray.sum()), 1.0)
+    starts = start_rays(hypernet, 4, "last_ray")
+    assert starts.shape == (4, 4) and all(torch.equal(row, hypernet.last_ray) for row in starts)
+    torch.testing.assert_close(start_rays(hypernet, 4, "uniform"), torch.full((4, 4), 0.25))
+    # No search step: each target's d is its start ray, clipped into the box.
+    still = SpoSettings.official(search_steps=1, search_lr=1e-12)
+    directions = search_directions(oracle, hypernet, clients, small.dim + 1, still)
+    expected = clip_to_simplex(hypernet.last_ray, 1 / 12, 11 / 12)
+    for weights in directions.values():
+        assert list(weights.values()) == pytest.approx(expected.tolist(), abs=1e-6)
+    with pytest.raises(ValueError, match="last_ray"):
+        start_rays(ParetoHypernetwork(4, 7, 16), 4, "last_ray")
+
+
 def test_search_stays_on_the_clipped_simplex(small):
     oracle, clients = oracle_for(small), [0, 2, 3, 5]
     hypernet = train_hypernetwork(oracle, clients, small.dim + 1, QUICK, np.random.default_rng(0))
@@ -107,15 +160,18 @@ def test_in_memory_oracle_gradient_matches_the_closed_form(small):
 
 
 @pytest.mark.parametrize(
+    "settings", [SpoSettings(), SpoSettings.official()], ids=["ours", "official"]
+)
+@pytest.mark.parametrize(
     ("rho", "samples", "expected"),
     [
         (0.1, 2000, [{0, 1, 2}, {3, 4, 5}]),
         (1.0, 20000, [{c} for c in range(NUM_CLIENTS)]),
     ],
 )
-def test_paper_synthetic_equilibrium(rho, samples, expected):
+def test_paper_synthetic_equilibrium(rho, samples, expected, settings):
     data = make_synthetic_regression(rho, samples, seed=0)
-    estimator = spo_estimator(oracle_for(data), data.dim + 1, SpoSettings(), seed=0)
+    estimator = spo_estimator(oracle_for(data), data.dim + 1, settings, seed=0)
     assert collaboration_equilibrium(range(NUM_CLIENTS), estimator) == expected
 
 

@@ -1,0 +1,124 @@
+"""The reproduction report's figures (benchmarks/reproduce.py), one PNG per function.
+
+Each function takes what the report stores (its cells, or finished units' records) and writes
+one figure; it returns None when the units hold nothing to draw, so the report can say which
+figure is missing and why instead of drawing an empty one. Figures use matplotlib's Agg canvas
+directly, like coordinator/report/plots.py, so nothing needs a screen.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+DPI = 110
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    return path
+
+
+def accuracy_vs_variance(
+    title: str, cells: Mapping[str, Mapping[str, Any]], path: Path
+) -> Path | None:
+    """Per method, mean accuracy against variance across clients (means over seeds, ± std)."""
+    points = {m: c for m, c in cells.items() if c.get("acc") and c.get("var")}
+    if not points:
+        return None
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    for n, (method, c) in enumerate(points.items()):
+        acc, var = c["acc"], c["var"]
+        ax.errorbar(
+            statistics.fmean(var),
+            statistics.fmean(acc),
+            xerr=statistics.stdev(var) if len(var) > 1 else None,
+            yerr=statistics.stdev(acc) if len(acc) > 1 else None,
+            fmt="osD^v<>"[n // 10 % 7],
+            capsize=3,
+            label=method,
+        )
+    ax.set_xlabel("variance of client accuracy (%²), lower is fairer")
+    ax.set_ylabel("mean client accuracy (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return _save(fig, path)
+
+
+def series_by_round(
+    title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]], path: Path
+) -> Path | None:
+    """Per method, the mean over its runs (seeds) of a per-round series."""
+    drawn = {m: runs for m, runs in curves.items() if runs}
+    if not drawn:
+        return None
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    for method, runs in drawn.items():
+        length = min(len(r) for r in runs)
+        values = np.array([[np.nan if v is None else v for v in r[:length]] for r in runs])
+        ax.plot(np.arange(length), np.nanmean(values, axis=0), label=f"{method} (n={len(runs)})")
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def graph_heatmap(
+    title: str, matrix: Sequence[Sequence[float]], marked: Sequence[int], path: Path
+) -> Path | None:
+    """A collaboration graph's weights (row i: the weight client i puts on peer j), with the
+    ``marked`` clients (attackers) moved to the last rows and columns behind a line."""
+    graph = np.array(matrix, dtype=float)
+    if graph.size == 0:
+        return None
+    order = [k for k in range(len(graph)) if k not in set(marked)] + sorted(marked)
+    graph = graph[np.ix_(order, order)]
+    np.fill_diagonal(graph, np.nan)
+    fig = Figure(figsize=(5.5, 5))
+    ax = fig.add_subplot()
+    image = ax.imshow(graph, cmap="viridis", interpolation="nearest")
+    fig.colorbar(image, ax=ax, shrink=0.8, label="aggregation weight")
+    if marked:
+        edge = len(graph) - len(marked) - 0.5
+        for line in (ax.axhline, ax.axvline):
+            line(edge, color="red", linewidth=1)
+    ax.set_xlabel("peer (attackers after the red line)" if marked else "peer")
+    ax.set_ylabel("client")
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def coalition_structure(
+    title: str, rows: Mapping[str, Sequence[Sequence[int]]], clients: int, path: Path
+) -> Path | None:
+    """One strip per (method, seed): each client coloured by the coalition it ended in
+    (coalitions numbered by their smallest member, so equal partitions look alike)."""
+    if not rows:
+        return None
+    grid = np.full((len(rows), clients), np.nan)
+    for n, coalitions in enumerate(rows.values()):
+        for index, members in enumerate(sorted(coalitions, key=min)):
+            for k in members:
+                if 0 <= k < clients:
+                    grid[n, k] = index
+    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.2))
+    ax = fig.add_subplot()
+    ax.imshow(grid, cmap="tab20", aspect="auto", interpolation="nearest", vmin=0, vmax=19)
+    ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
+    ax.set_xticks(range(clients), [str(k) for k in range(clients)], fontsize=6)
+    ax.set_xlabel("client (colour: its coalition)")
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)

@@ -1,0 +1,153 @@
+"""The reproduction report (benchmarks/reproduce.py) from fabricated units: the figures it
+draws or says it cannot, the per-round records a unit keeps, the method selection, the notes
+beside a table and the CE synthetic section. Nothing here trains a model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import report_figures
+import reproduce
+
+
+def _unit(method: str, seed: int, *, stored: bool, setting: str = "label_flip") -> dict:
+    """A finished unit as run_unit leaves it; ``stored``: with the per-round records."""
+    unit = {
+        "setting": setting,
+        "seed": seed,
+        "method": method,
+        "summary": {
+            "mean_test_acc": 0.8 + seed / 100,
+            "var_test_acc": 0.01,
+            "bytes_fetched_per_client_round": 1024.0,
+            "coordinator_bytes_per_client_round": 0.0,
+            "benign_edges_to_malicious_last": 0.25 if method.startswith("dpfl") else None,
+        },
+        "client_acc": {"0": 0.8, "1": 0.7, "2": 0.9, "3": 0.6},
+        "malicious": [3],
+        "wall_s": 2.0,
+        "machine": "test machine",
+    }
+    if stored:
+        unit["curve"] = [0.5, 0.6, 0.7]
+        if method.startswith("dpfl"):
+            unit |= reproduce.graph_record(
+                {0: np.full((4, 4), 0.25), 1: np.eye(4) * 0.5 + 0.1}, [3]
+            )
+    return unit
+
+
+def _args(tmp_path: Path, name: str = "results") -> argparse.Namespace:
+    return argparse.Namespace(clients=4, rounds=3, epochs=1.0, report_name=name)
+
+
+@pytest.fixture
+def docs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "docs"
+    monkeypatch.setattr(reproduce, "DOCS", folder)
+    monkeypatch.setattr(reproduce, "NOTES", folder / "notes")
+    return folder
+
+
+def test_a_unit_keeps_the_benign_curve_and_the_graph_records():
+    rows = [
+        {"round": 0, "client": 0, "test_acc": 0.5},
+        {"round": 0, "client": 1, "test_acc": 0.7},
+        {"round": 0, "client": 2, "test_acc": 0.0},  # an attacker: left out
+        {"round": 1, "client": 0, "test_acc": None},
+    ]
+    assert reproduce.benign_curve(rows, {2}) == [pytest.approx(0.6), None]
+    graphs = {0: np.array([[0, 0.5, 0.5], [0.5, 0, 0.5], [0.2, 0.8, 0]]), 3: np.eye(3)}
+    record = reproduce.graph_record(graphs, [2])
+    assert record["graph_last"] == np.eye(3).tolist()
+    # Round 0: benign rows 0 and 1 put 1.0 of their 2.0 weight on client 2; round 3: none.
+    assert record["to_attackers_by_round"] == {0: 0.5, 3: 0.0}
+    assert reproduce.graph_record({}, [2]) == {}
+    assert reproduce.unit_folder("dpfl:budget=0.1") == "dpfl_budget-0.1"  # resumes old units
+    assert reproduce.unit_folder("dpfl:budget=0.2,ggc_tie=larger") == (
+        "dpfl_budget-0.2_ggc_tie-larger"
+    )
+
+
+def test_figures_are_drawn_from_what_the_units_hold(docs: Path, tmp_path: Path):
+    results = [
+        _unit("local", 0, stored=False),
+        _unit("dpfl:budget=0.1", 0, stored=True),
+        _unit("dpfl:budget=0.1", 1, stored=True),
+    ]
+    (docs / "notes").mkdir(parents=True)
+    (docs / "notes" / "label_flip.md").write_text("Measured by hand: see the commands.\n")
+    (docs / "notes" / "results_intro.md").write_text("Which run made which figure.\n")
+    methods = {"local", "dpfl:budget=0.1"}
+    path = reproduce.write_report(
+        results, [], ["label_flip"], methods, [0, 1], _args(tmp_path), total_units=4
+    )
+    text = path.read_text()
+    assert "**partial: 3 of 4 runs finished**" in text
+    # Only the chosen methods are rows; local finished one seed of two.
+    assert "| `local` | 1/2 |" in text and "`fedavg`" not in text
+    assert "accuracy by round (2 of 3 runs stored it): ![" in text
+    assert "](results/label_flip_by_round.png)" in text
+    assert "](results/label_flip_graph.png)" in text and "(seed 0)" in text
+    assert "](results/label_flip_to_attackers.png)" in text
+    assert "Measured by hand: see the commands." in text
+    assert text.index("Which run made which figure.") < text.index("## MNIST-1D")
+    for figure in ("acc_var", "by_round", "graph", "to_attackers"):
+        assert (docs / "results" / f"label_flip_{figure}.png").stat().st_size > 1000
+    saved = json.loads((docs / "results.json").read_text())
+    assert saved["settings"]["label_flip"]["dpfl:budget=0.1"]["seeds"] == [0, 1]
+
+
+def test_units_without_records_say_why_a_figure_is_missing(docs: Path, tmp_path: Path):
+    results = [_unit(m, 0, stored=False) for m in ("local", "dpfl:budget=0.1")]
+    path = reproduce.write_report(
+        results, [], ["label_flip"], set(), [0], _args(tmp_path, "small"), total_units=2
+    )
+    assert path == docs / "small.md"
+    text = path.read_text()
+    assert "accuracy by round (0 of 2 runs stored it): not drawn, these units predate" in text
+    assert "graph in the last round: not drawn" in text
+    assert "| `fedavg` | 0/1 | — |" in text  # no selection: every method has a row
+    assert not (docs / "small" / "label_flip_by_round.png").exists()
+
+
+def test_coalition_structure_and_the_synthetic_section(docs: Path, tmp_path: Path):
+    coalitions = _unit("fedcollab", 0, stored=True, setting="label_groups")
+    coalitions["summary"]["coalitions_last"] = [[0, 1], [2, 3]]
+    synthetic = [
+        {
+            "variant": variant,
+            "seed": 0,
+            "rows": [
+                {"rho": 0.1, "coalitions": [[0, 1, 2], [3, 4, 5]], "exhaustive": [[0]]},
+                {"rho": 1.0, "coalitions": [[0, 1], [2], [3], [4], [5]], "exhaustive": [[0]]},
+            ],
+            "wall_s": 1.0,
+        }
+        for variant in ("ours", "official")
+    ]
+    settings = ["label_groups", reproduce.SYNTHETIC]
+    path = reproduce.write_report(
+        [coalitions], synthetic, settings, {"fedcollab"}, [0], _args(tmp_path), total_units=3
+    )
+    text = path.read_text()
+    assert "](results/label_groups_coalitions.png)" in text
+    assert "| ρ = 0.1, n = 2000 | `official` | 1 | s0: {0,1,2} {3,4,5} | 1/1 |" in text
+    assert "| ρ = 1.0, n = 20000 | `ours` | 1 | s0: {0,1} {2} {3} {4} {5} | 0/1 |" in text
+    assert "**not shown** (2 of 4 runs match)" in text
+    assert "every client alone in 0 of 4 runs" in text
+
+
+def test_report_figures_draw_nothing_from_nothing(tmp_path: Path):
+    assert report_figures.accuracy_vs_variance("t", {}, tmp_path / "a.png") is None
+    assert report_figures.series_by_round("t", "y", {"m": []}, tmp_path / "b.png") is None
+    assert report_figures.coalition_structure("t", {}, 4, tmp_path / "c.png") is None
+    assert not list(tmp_path.iterdir())
