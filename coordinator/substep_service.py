@@ -11,6 +11,8 @@ Who may do what:
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import grpc
@@ -26,6 +28,9 @@ from collabfl.proto import substeps_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 MAX_POLL_WAIT_S = 60.0
+LAUNCH_RECHECK_S = 1.0
+"""How long a launch found current is trusted: a relaunch stops its stale ServerApp's
+relaying within this."""
 MAX_RELAY_TIMEOUT_S = 24 * 3600.0
 WORKERS = 2 * MAX_SEATS + 16
 """Threads the service needs so that waiting relays and polls never starve each other."""
@@ -38,11 +43,22 @@ class SubstepService(pb_grpc.SubstepsServicer):
         self._state = state
         self.relay = relay
         self.authenticate = authenticate
+        self._checked: dict[tuple[str, str], float] = {}
+        """(run, launch token) -> when it was last found the active run's current launch."""
+        self._checked_lock = threading.Lock()
 
     def _check_launch(self, rpc: str, ref: pb.SessionRef) -> None:
-        """Only the active run's current ServerApp feeds its sessions."""
+        """Only the active run's current ServerApp feeds its sessions. A launch found valid
+        is trusted for LAUNCH_RECHECK_S: a step must not cost a database read."""
+        key = (ref.run_id, ref.launch_token)
+        with self._checked_lock:
+            if time.monotonic() - self._checked.get(key, -LAUNCH_RECHECK_S) < LAUNCH_RECHECK_S:
+                return
         self._state.active_run(ref.run_id)
         check_launch(self._state, rpc, ref.run_id, ref.launch_token)
+        with self._checked_lock:
+            self._checked = {k: t for k, t in self._checked.items() if k[0] != ref.run_id}
+            self._checked[key] = time.monotonic()
 
     @admitted
     def OpenSession(self, request: pb.OpenSessionRequest, context: Any) -> pb.SessionReply:
@@ -69,6 +85,8 @@ class SubstepService(pb_grpc.SubstepsServicer):
     @admitted
     def CloseSession(self, request: pb.SessionRef, context: Any) -> pb.SessionReply:
         check_launch(self._state, "CloseSession", request.run_id, request.launch_token)
+        with self._checked_lock:
+            self._checked = {k: t for k, t in self._checked.items() if k[0] != request.run_id}
         self.relay.close(request.run_id)
         return pb.SessionReply()
 

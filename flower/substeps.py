@@ -120,6 +120,8 @@ class RelayedSteps:
         """Clients whose seat message came back: its error, None when it ended cleanly."""
         self._opened = 0
         self._threads: ThreadPoolExecutor | None = None
+        self._steps = 0
+        self._opened_at = 0.0
 
     def send(
         self, instructions: Mapping[int, Instruction], nodes: Mapping[int, int]
@@ -134,6 +136,7 @@ class RelayedSteps:
             self.close()
             self._open(round_index, wanted)
         assert self._threads is not None
+        self._steps += 1
         futures = [
             self._threads.submit(self._relay_one, client, instructions[client])
             for client in sorted(instructions)
@@ -160,6 +163,13 @@ class RelayedSteps:
             self._threads.shutdown()
             self._threads = None
         self.feeder.close_session(session)
+        log.info(
+            "relay session %s: %d steps to %d clients in %.1f s",
+            session,
+            self._steps,
+            len(self._seated),
+            time.monotonic() - self._opened_at,
+        )
         self._watch_seats(self.timeout_s)
         failed = {k: error for k, error in self._returned.items() if error is not None}
         self._sent, self._seat_of, self._seated, self._returned = {}, {}, {}, {}
@@ -196,6 +206,7 @@ class RelayedSteps:
         if len(nodes) > MAX_SEATS:
             raise ValueError(f"a relay session seats at most {MAX_SEATS} clients")
         self._opened += 1
+        self._steps, self._opened_at = 0, time.monotonic()
         session = f"round-{round_index}-{self._opened}"
         tokens = {client: secrets.token_bytes(32) for client in nodes}
         self.feeder.open(session, tokens)

@@ -124,3 +124,13 @@ def test_a_failing_message_becomes_an_error_reply():
     assert reply.metadata.reply_to_message_id == "received"
     failed_load = error_reply(message, LoadClientAppError("no app"))
     assert failed_load.error.code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION
+
+
+def test_the_executor_preloads_the_client_app_the_app_names(tmp_path: Path) -> None:
+    """Preloading pays off only if Flower's loader later asks for that very module."""
+    from collabfl.coordinator.daemon import write_app
+    from collabfl.flower.warm_executor import PRELOADED
+
+    app = tomllib.loads((write_app(tmp_path) / "pyproject.toml").read_text())
+    module, _, _ = app["tool"]["flwr"]["app"]["components"]["clientapp"].partition(":")
+    assert module == PRELOADED
