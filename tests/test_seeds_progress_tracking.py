@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import sys
@@ -169,17 +168,14 @@ def test_tensorboard_without_the_package_fails_in_one_line_before_writing(
     assert not out.exists()
 
 
-def test_tensorboard_event_files_read_back_or_the_clear_error(tmp_path: Path) -> None:
-    """With the tensorboard package installed, the event file holds the run's scalars;
-    without it (as in the CI image), asking for it is the one-line error."""
+def test_tensorboard_event_files_read_back(tmp_path: Path) -> None:
+    """The event file TensorBoard reads holds the run's scalars (the dev extras install the
+    tensorboard package; the test above covers its absence)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     args = [*_args(tmp_path / "cache", "method=local", "rounds=2")]
     args += ["--tensorboard", str(tmp_path / "tb"), "--out", str(tmp_path / "run")]
     result = CliRunner().invoke(app, ["simulate", *args])
-    if importlib.util.find_spec("tensorboard") is None:
-        assert result.exit_code == 2
-        assert "tensorboard package" in result.output
-        return
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     assert result.exit_code == 0, result.output
     events = EventAccumulator(str(tmp_path / "tb" / "local" / "seed_0"))
