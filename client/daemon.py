@@ -21,6 +21,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from collabfl import __version__
@@ -214,15 +215,17 @@ def stream_limits(args: argparse.Namespace) -> StreamLimits:
     )
 
 
-def start_flower(args: argparse.Namespace) -> list[Supervisor]:
-    """Start the supervised SuperNode and, in the warm runtime, its one executor.
+def start_flower(args: argparse.Namespace, give_up: Callable[[str], None]) -> list[Supervisor]:
+    """Start the supervised SuperNode and, in the warm runtime, its one executor
+    (``give_up``: called with the name of one that keeps failing).
 
     Returned in the order to stop them: the executor before the SuperNode it serves.
     """
     env = flower_env(args.state_dir / "flwr")
     supernode = Supervisor(
-        "supernode", supernode_command(args), args.state_dir / "supernode.log", env
-    )
+        "supernode", supernode_command(args), args.state_dir / "supernode.log", env,
+        on_give_up=give_up,
+    )  # fmt: skip
     supernode.start()
     if args.runtime != "warm":
         return [supernode]
@@ -231,6 +234,7 @@ def start_flower(args: argparse.Namespace) -> list[Supervisor]:
         warm_executor_command(f"127.0.0.1:{args.runtime_port}"),
         args.state_dir / "executor.log",
         env,
+        on_give_up=give_up,
     )
     executor.start()
     return [executor, supernode]
@@ -271,12 +275,21 @@ def main(argv: list[str] | None = None) -> int:
             "register-supernode --client-id %s --key %s` on the coordinator machine",
             args.client_id, public_key, args.client_id, public_key.name,
         )  # fmt: skip
-    children = start_flower(args)
+    given_up: list[str] = []
+
+    def give_up(name: str) -> None:
+        given_up.append(name)
+        stop.set()
+
+    children = start_flower(args, give_up)
     stop.wait()
     log.info("client %s: shutting down", args.client_id)
     for child in children:
         child.stop()
     server.stop(grace=2.0)
+    if given_up:
+        log.error("client %s: its %s kept failing; exiting", args.client_id, given_up[0])
+        return 1
     return 0
 
 

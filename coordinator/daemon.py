@@ -407,9 +407,17 @@ def main(argv: list[str] | None = None) -> int:
     server, port = serve(state, signer, f"{args.host}:{args.service_port}", tls, runs_dir=runs_dir)
     log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
     env = flower_env(write_flower_home(args))
+    stop = threading.Event()
+    given_up: list[str] = []
+
+    def give_up(name: str) -> None:
+        given_up.append(name)
+        stop.set()
+
     superlink = Supervisor(
-        "superlink", superlink_command(args), args.state_dir / "superlink.log", env
-    )
+        "superlink", superlink_command(args), args.state_dir / "superlink.log", env,
+        on_give_up=give_up,
+    )  # fmt: skip
     superlink.start()
     gateway = fleet_gateway(args)
     gateway.start()
@@ -429,7 +437,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)
     thread.start()
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
@@ -439,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     superlink.stop()
     server.stop(grace=2.0)
     state.close()
+    if given_up:
+        log.error("coordinator: its %s kept failing; exiting", given_up[0])
+        return 1
     return 0
 
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,12 @@ class Supervisor:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         max_restarts: int = 5,
+        on_give_up: Callable[[str], None] = lambda name: None,
     ) -> None:
         self.name = name
+        self.on_give_up = on_give_up
+        """Called with the child's name once it is given up: a daemon that cannot do its job
+        without the child exits, so that what runs the daemon (systemd, compose) sees it."""
         self.original_command = list(command)
         self.command = with_parent_death_signal(self.original_command)
         self.log_path = log_path
@@ -99,6 +103,7 @@ class Supervisor:
                     said,
                     self.log_path,
                 )
+                self.on_give_up(self.name)
                 return
             delay = min(2.0**consecutive, 30.0)
             log.warning(

@@ -41,11 +41,15 @@ def test_a_child_that_keeps_failing_is_given_up_with_its_last_words(
 ) -> None:
     said = "address 127.0.0.1:9093 already in use"
     command = [sys.executable, "-c", f"import sys; print({said!r}); sys.exit(3)"]
-    child = Supervisor("superlink", command, tmp_path / "superlink.log", max_restarts=1)
+    given_up: list[str] = []
+    child = Supervisor(
+        "superlink", command, tmp_path / "superlink.log", max_restarts=1,
+        on_give_up=given_up.append,
+    )  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="collabfl.kernel.supervisor"):
         child.start()
         try:
-            _wait(lambda: "giving up" in caplog.text, "giving up")
+            _wait(lambda: given_up == ["superlink"], "the give-up callback")
         finally:
             child.stop(grace_s=5)
     assert child.restarts == 1
