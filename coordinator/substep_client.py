@@ -119,4 +119,4 @@ class SeatPoller(_RelayChannel):
         if result is not None:
             request.result.CopyFrom(pb.Result(payload=result.payload, error=result.error))
         reply = self._call(self._stub.Poll, request, wait_s + CALL_SLACK_S)
-        return Work(reply.step, reply.work, reply.closed)
+        return Work(reply.step, reply.work, reply.closed, reply.fed_ago_s)

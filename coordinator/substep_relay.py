@@ -48,6 +48,8 @@ class Work:
     step: int = 0
     payload: bytes = b""
     closed: bool = False
+    fed_ago_s: float = 0.0
+    """Seconds since the ServerApp last handed out or waited on a step of the session."""
 
 
 MAX_SEATS = 128
@@ -73,6 +75,8 @@ class SubstepRelay:
         self._lock = threading.Lock()
         self._sessions: dict[tuple[str, str], dict[int, _Seat]] = {}
         self._closed: list[tuple[str, str]] = []
+        self._fed_at: dict[tuple[str, str], float] = {}
+        """When each open session's ServerApp last handed out or waited on a step."""
 
     def open(self, run: str, session: str, tokens: Mapping[int, bytes]) -> None:
         """Open ``session`` for ``run``'s clients; any other session of the run ends."""
@@ -84,6 +88,7 @@ class SubstepRelay:
         with self._lock:
             self._close_locked(run)
             self._sessions[(run, session)] = {k: _Seat(bytes(t)) for k, t in tokens.items()}
+            self._fed_at[(run, session)] = time.monotonic()
 
     def close(self, run: str) -> None:
         """End ``run``'s session, if one is open: polls and relays waiting on it return."""
@@ -104,6 +109,8 @@ class SubstepRelay:
         ``timeout_s``."""
         with self._lock:
             seat = self._sessions.get((run, session), {}).get(client)
+            if seat is not None:
+                self._fed_at[(run, session)] = time.monotonic()
         if seat is None:
             raise UnknownSession(f"run {run} has no open session {session!r} seating {client}")
         deadline = time.monotonic() + timeout_s
@@ -147,7 +154,9 @@ class SubstepRelay:
             while not seat.closed and seat.step <= answered:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return Work()
+                    with self._lock:
+                        fed_at = self._fed_at.get((run, session), time.monotonic())
+                    return Work(fed_ago_s=time.monotonic() - fed_at)
                 seat.changed.wait(left)
             if seat.closed:
                 return Work(closed=True)
@@ -155,6 +164,7 @@ class SubstepRelay:
 
     def _close_locked(self, run: str) -> None:
         for key in [key for key in self._sessions if key[0] == run]:
+            self._fed_at.pop(key, None)
             for seat in self._sessions.pop(key).values():
                 with seat.changed:
                     seat.closed = True

@@ -110,4 +110,6 @@ class SubstepService(pb_grpc.SubstepsServicer):
             result,
             request.wait_s,
         )
-        return pb.PollReply(step=work.step, work=work.payload, closed=work.closed)
+        return pb.PollReply(
+            step=work.step, work=work.payload, closed=work.closed, fed_ago_s=work.fed_ago_s
+        )

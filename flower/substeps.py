@@ -47,6 +47,9 @@ SUBSTEP_TASKS = (Discriminate, Gradient)
 """The verbs a method sends many times within a round: these go through the relay."""
 HEARTBEAT_S = 1.0
 """How often the ServerApp looks whether a seat message came back while it waits on steps."""
+CLOSE_GRACE_S = 10.0
+"""How long closing a session waits for the seat messages to come back: a live seat returns
+at once, a hung client's never does and must not hold up the round."""
 POLL_WAIT_S = 20.0
 """How long one poll waits for a step (a closed session answers at once)."""
 _SEAT, _SERVED = "seat", "served"
@@ -62,7 +65,7 @@ class Seat:
     """Where the relay listens, as the ServerApp reaches it (a client may override it)."""
     round: int
     idle_s: float
-    """A seat left without a step this long is given up (its ServerApp is gone)."""
+    """A session its ServerApp has not fed this long is given up (the ServerApp is gone)."""
 
 
 def encode_seat(seat: Seat) -> RecordDict:
@@ -154,7 +157,8 @@ class RelayedSteps:
         return outcomes
 
     def close(self) -> dict[int, str]:
-        """End the session; return the clients whose seat message came back with an error."""
+        """End the session; return the clients whose seat message came back with an error
+        (within CLOSE_GRACE_S: a seat that has not come back by then is left behind)."""
         if self._session is None:
             return {}
         session = self._session
@@ -170,7 +174,7 @@ class RelayedSteps:
             len(self._seated),
             time.monotonic() - self._opened_at,
         )
-        self._watch_seats(self.timeout_s)
+        self._watch_seats(min(self.timeout_s, CLOSE_GRACE_S))
         failed = {k: error for k, error in self._returned.items() if error is not None}
         self._sent, self._seat_of, self._seated, self._returned = {}, {}, {}, {}
         return failed
@@ -242,19 +246,19 @@ def serve_seat(poller: SeatPoller, run_step: Callable[[Instruction], Reply], idl
     """Run the steps the relay hands this seat until the session closes; return how many.
 
     A step that is not a sub-round verb, or that fails, is answered with its error (the
-    ServerApp treats the client as not having answered it). A seat left idle for ``idle_s``
-    is given up: its ServerApp is gone, and the node must be free for the next run.
+    ServerApp treats the client as not having answered it). A session its ServerApp has not
+    fed for ``idle_s`` is given up (the ServerApp is gone, and the node must be free for the
+    next run); a ServerApp still waiting on another, slower client keeps feeding it.
     """
     answered, result, served = 0, None, 0
-    idle_since = time.monotonic()
     while True:
         work = poller.poll(answered, result, min(POLL_WAIT_S, idle_s))
         result = None  # delivered with that poll
         if work.closed:
             return served
         if work.step == 0:
-            if time.monotonic() - idle_since > idle_s:
-                raise TimeoutError(f"no step for {idle_s:g} s: the session was given up")
+            if work.fed_ago_s > idle_s:
+                raise TimeoutError(f"the session was not fed for {idle_s:g} s: given up")
             continue
         try:
             instruction = decode_instruction(content_from_bytes(work.payload))
@@ -265,4 +269,3 @@ def serve_seat(poller: SeatPoller, run_step: Callable[[Instruction], Reply], idl
             log.warning("sub-step %s failed: %s", work.step, error)
             result = StepResult(error=f"{type(error).__name__}: {error}")
         answered, served = work.step, served + 1
-        idle_since = time.monotonic()

@@ -86,11 +86,13 @@ class PollRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., session: _Optional[str] = ..., client_id: _Optional[int] = ..., token: _Optional[bytes] = ..., answered: _Optional[int] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class PollReply(_message.Message):
-    __slots__ = ("step", "work", "closed")
+    __slots__ = ("step", "work", "closed", "fed_ago_s")
     STEP_FIELD_NUMBER: _ClassVar[int]
     WORK_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
+    FED_AGO_S_FIELD_NUMBER: _ClassVar[int]
     step: int
     work: bytes
     closed: bool
-    def __init__(self, step: _Optional[int] = ..., work: _Optional[bytes] = ..., closed: _Optional[bool] = ...) -> None: ...
+    fed_ago_s: float
+    def __init__(self, step: _Optional[int] = ..., work: _Optional[bytes] = ..., closed: _Optional[bool] = ..., fed_ago_s: _Optional[float] = ...) -> None: ...

@@ -4,13 +4,18 @@ loop (``flower.substeps.serve_seat``) against it."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
 import torch
+from flwr.app import RecordDict
+from flwr.supercore.task_identity import TaskIdentity
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
 
@@ -25,13 +30,14 @@ from collabfl.coordinator.substep_relay import (
     UnknownSession,
     Work,
 )
+from collabfl.flower import substeps
 from collabfl.flower.codec import (
     content_bytes,
     content_from_bytes,
     decode_reply,
     encode_instruction,
 )
-from collabfl.flower.substeps import serve_seat
+from collabfl.flower.substeps import RelayedSteps, decode_seat, serve_seat
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
@@ -198,3 +204,89 @@ def test_over_tls_a_member_polls_only_its_own_seat_and_opens_nothing(
                 assert asked.result() == (1, StepResult(b"ok"))
     finally:
         server.stop(None)
+
+
+class SeatGrid:
+    """A stand-in for Flower's Grid that delivers seat messages to seat loops in threads.
+
+    A client in ``hung`` gets its seat but never polls it (a SIGSTOPped node); the others run
+    ``serve_seat`` against the real relay, and their seat message's reply appears once their
+    loop returns, as the SuperNode would send it.
+    """
+
+    def __init__(self, address: str, run_id: str, hung: set[int]) -> None:
+        self.address, self.run_id, self.hung = address, run_id, hung
+        self.replies: dict[str, object] = {}
+        self._count = 0
+        self._threads: list[threading.Thread] = []
+
+    def push_messages(self, messages):
+        ids = []
+        for message in messages:
+            self._count += 1
+            message_id = f"m{self._count}"
+            message.metadata.__dict__["_message_id"] = message_id
+            ids.append(message_id)
+            client = message.metadata.dst_node_id - 100
+            if client not in self.hung:
+                seat = decode_seat(message.content)
+                thread = threading.Thread(
+                    target=self._serve,
+                    args=(client, seat, message_id, message.metadata.dst_node_id),
+                )
+                thread.start()
+                self._threads.append(thread)
+        return ids
+
+    def _serve(self, client: int, seat, message_id: str, node: int) -> None:
+        with SeatPoller(self.address, self.run_id, seat.session, client, seat.token) as poller:
+            serve_seat(poller, _answer, seat.idle_s)
+        metadata = SimpleNamespace(
+            reply_to_message_id=message_id, src_node_id=node, created_at=time.time()
+        )
+        self.replies[message_id] = SimpleNamespace(
+            metadata=metadata, has_error=lambda: False, content=RecordDict()
+        )
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(m) for m in list(message_ids) if m in self.replies]
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+def test_a_hung_client_costs_one_deadline_and_does_not_hold_up_the_session_s_end(
+    state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(substeps, "CLOSE_GRACE_S", 0.5)
+    # The identity Flower's ServerApp process sets before it builds any Message.
+    for name, value in (("_task_id", 1), ("_run_id", 7), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    grid = SeatGrid(address, "r", hung={1})
+    with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
+        relayed = RelayedSteps(grid, feeder, timeout_s=2.0, poll_s=0.05)
+        nodes = {0: 100, 1: 101}
+        first = relayed.send({0: _step(1), 1: _step(1)}, nodes)
+        assert set(first) == {0}  # client 1 missed its deadline
+        assert torch.equal(first[0].model, torch.full((4,), 2.0))
+        # The method drops the silent client; the session goes on without a new seat.
+        second = relayed.send({0: _step(2)}, nodes)
+        assert torch.equal(second[0].model, torch.full((4,), 4.0))
+        # A message deadline of an hour would hang here if closing waited for client 1.
+        relayed.timeout_s = 3600.0
+        assert relayed.close() == {}
+    grid.join()
+
+
+def test_a_seat_whose_serverapp_stopped_feeding_it_gives_up(
+    state: CoordinatorState, address: str
+) -> None:
+    """The node must be freed for the next run when its ServerApp vanished mid-session."""
+    with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
+        feeder.open("s", {0: TOKENS[0]})
+    with (
+        SeatPoller(address, "r", "s", 0, TOKENS[0]) as poller,
+        pytest.raises(TimeoutError, match="not fed"),
+    ):
+        serve_seat(poller, _answer, idle_s=0.3)
