@@ -15,6 +15,8 @@ SLOWEST_FIRST = (
     "test_federation_stop.py",
     "test_warm_runtime.py",
     "test_federation_impostor.py",
+    "test_federation_relay_tls.py",
+    "test_federation_user_code.py",
     "test_multihost.py",
     "test_daemons.py",
     "test_spo_federated.py",
