@@ -43,6 +43,8 @@ from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
 
 HOST = "127.0.0.1"
+SUPERNODE_CONNECTED = "SuperNode ID:"
+"""What Flower 1.41's SuperNode logs once it has connected to the SuperLink."""
 
 
 def free_ports(count: int) -> list[int]:
@@ -171,6 +173,10 @@ class LocalFederation:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
 
+    @property
+    def client_ids(self) -> range:
+        return range(len(self.client_files))
+
     def __post_init__(self) -> None:
         n = len(self.client_files)
         ports = free_ports(2 + 2 * n)
@@ -215,7 +221,7 @@ class LocalFederation:
         key = self.coordinator_dir / "grant_key.pub.pem"
         for k, data in enumerate(self.client_files):
             self.start_client(k, data, key)
-        self.wait_online(len(self.client_files), timeout_s)
+        self._wait_connected(timeout_s)
 
     def start_client(self, k: int, data: Path, key: Path) -> None:
         name = f"client-{k}"
@@ -291,6 +297,24 @@ class LocalFederation:
             except (CoordinatorUnreachable, OSError):
                 time.sleep(0.5)
         raise TimeoutError(f"the coordinator was not ready within {timeout_s:.0f} s")
+
+    def _wait_connected(self, timeout_s: float) -> None:
+        """Wait until every client's SuperNode has logged its node id (it connected), by
+        reading the logs: each ``flwr`` query of the SuperLink (``wait_online``) starts a
+        process that costs a CPU-second, which a federation starting on a small machine
+        cannot spare. A SuperNode logs its id once the SuperLink has registered and
+        activated it."""
+        logs = {k: self.work_dir / f"client-{k}" / "supernode.log" for k in self.client_ids}
+        deadline = time.monotonic() + timeout_s
+        while waiting := [k for k, path in logs.items() if not _logged(path, SUPERNODE_CONNECTED)]:
+            for name in self.processes:
+                self._check_alive(name)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"clients {waiting} did not connect to the SuperLink within "
+                    f"{timeout_s:.0f} s; see their supernode.log"
+                )
+            time.sleep(0.1)
 
     def wait_online(self, expected: int, timeout_s: float) -> None:
         """Poll the SuperLink until ``expected`` SuperNodes are online."""
@@ -420,3 +444,10 @@ def federation_up(
     print_results(summaries, console)
     console.print(f"run directory: {out_dir}")
     return summaries
+
+
+def _logged(path: Path, text: str) -> bool:
+    try:
+        return text in path.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
