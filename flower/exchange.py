@@ -38,14 +38,15 @@ def push(grid: Grid, messages: list[Message]) -> dict[str, float]:
 def collect(
     grid: Grid, sent: dict[str, float], timeout_s: float, poll_s: float
 ) -> dict[int, Answer]:
-    """Poll for the replies to the ``sent`` messages until all arrived or the deadline passed.
+    """Poll for the replies to the ``sent`` messages until all arrived or the deadline passed
+    (``timeout_s`` 0: look once).
 
     Returns the answer per source node id.
     """
     pending = set(sent)
     deadline = time.monotonic() + timeout_s
     answers: dict[int, Answer] = {}
-    while pending and time.monotonic() < deadline:
+    while pending:
         for reply in grid.pull_messages(list(pending)):
             meta = reply.metadata
             pending.discard(meta.reply_to_message_id)
@@ -56,8 +57,9 @@ def collect(
             )
             sent_at = sent.get(meta.reply_to_message_id, meta.created_at)
             answers[meta.src_node_id] = Answer(content, sent_at, meta.created_at, time.time())
-        if pending:
-            time.sleep(poll_s)
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
     return answers
 
 

@@ -214,8 +214,10 @@ class SeatGrid:
     loop returns, as the SuperNode would send it.
     """
 
-    def __init__(self, address: str, run_id: str, hung: set[int]) -> None:
-        self.address, self.run_id, self.hung = address, run_id, hung
+    def __init__(
+        self, address: str, run_id: str, hung: set[int], failing: frozenset[int] = frozenset()
+    ) -> None:
+        self.address, self.run_id, self.hung, self.failing = address, run_id, hung, failing
         self.replies: dict[str, object] = {}
         self._count = 0
         self._threads: list[threading.Thread] = []
@@ -228,7 +230,9 @@ class SeatGrid:
             message.metadata.__dict__["_message_id"] = message_id
             ids.append(message_id)
             client = message.metadata.dst_node_id - 100
-            if client not in self.hung:
+            if client in self.failing:  # its ClientApp failed before taking the seat
+                self._reply(message_id, message.metadata.dst_node_id, "no route to the relay")
+            elif client not in self.hung:
                 seat = decode_seat(message.content)
                 thread = threading.Thread(
                     target=self._serve,
@@ -241,11 +245,17 @@ class SeatGrid:
     def _serve(self, client: int, seat, message_id: str, node: int) -> None:
         with SeatPoller(self.address, self.run_id, seat.session, client, seat.token) as poller:
             serve_seat(poller, _answer, seat.idle_s)
+        self._reply(message_id, node, None)
+
+    def _reply(self, message_id: str, node: int, error: str | None) -> None:
         metadata = SimpleNamespace(
             reply_to_message_id=message_id, src_node_id=node, created_at=time.time()
         )
         self.replies[message_id] = SimpleNamespace(
-            metadata=metadata, has_error=lambda: False, content=RecordDict()
+            metadata=metadata,
+            has_error=lambda: error is not None,
+            error=SimpleNamespace(code=1, reason=error),
+            content=RecordDict(),
         )
 
     def pull_messages(self, message_ids):
@@ -290,3 +300,20 @@ def test_a_seat_whose_serverapp_stopped_feeding_it_gives_up(
         pytest.raises(TimeoutError, match="not fed"),
     ):
         serve_seat(poller, _answer, idle_s=0.3)
+
+
+def test_a_seat_that_failed_is_waited_for_no_longer(
+    state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its seat message came back with an error: the step is answered with that error
+    within a heartbeat, not after the message deadline (an hour here)."""
+    for name, value in (("_task_id", 1), ("_run_id", 7), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    grid = SeatGrid(address, "r", hung=set(), failing=frozenset({1}))
+    with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
+        relayed = RelayedSteps(grid, feeder, timeout_s=3600.0, poll_s=0.05)
+        outcomes = relayed.send({0: _step(1), 1: _step(1)}, {0: 100, 1: 101})
+        assert torch.equal(outcomes[0].model, torch.full((4,), 2.0))
+        assert outcomes[1] == "relay seat: error 1: no route to the relay"
+        assert relayed.close() == {1: "error 1: no route to the relay"}
+    grid.join()
