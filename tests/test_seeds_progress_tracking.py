@@ -15,21 +15,7 @@ from collabfl.coordinator import experiment, tracking
 from collabfl.coordinator.cli import app
 from collabfl.coordinator.progress import ProgressBoard
 from collabfl.coordinator.report.run_dir import read_run
-from tests.support.cli_runs import invoke, set_args
-
-SMALL = [
-    "data.num_train=1200",
-    "data.num_test=600",
-    "data.num_clients=6",
-    "rounds=3",
-    "epochs=0.5",
-    "dpfl.init_epochs=1",
-    "dpfl.budget=2",
-]
-
-
-def _args(cache: Path, *extra: str) -> list[str]:
-    return set_args([*SMALL, *extra], cache)
+from tests.support.cli_runs import invoke, small_args
 
 
 def test_compare_over_seeds_in_workers_shows_every_round_and_reports_the_seed_spread(
@@ -50,7 +36,7 @@ def test_compare_over_seeds_in_workers_shows_every_round_and_reports_the_seed_sp
     monkeypatch.setattr(ProgressBoard, "finished", record_finished)
     caplog.set_level(logging.INFO, logger="collabfl.progress")
     out = tmp_path / "seeds"
-    args = _args(tmp_path / "cache", "jobs=2")
+    args = small_args(tmp_path / "cache", "jobs=2")
     result = invoke(
         "compare", *args, "--methods", "local,dpfl", "--seeds", "0,1", "--out", str(out)
     )
@@ -92,7 +78,7 @@ def test_an_interrupted_seed_is_left_out_and_said(
 
     monkeypatch.setattr(experiment, "run_comparison", second_seed_interrupted)
     out = tmp_path / "cut"
-    args = _args(tmp_path / "cache", "method=local")
+    args = small_args(tmp_path / "cache", "method=local")
     result = CliRunner().invoke(app, ["simulate", *args, "--seeds", "0,1", "--out", str(out)])
     assert result.exit_code == 130, result.output
     (aggregate,) = json.loads((out / "summary.json").read_text())
@@ -141,7 +127,8 @@ def test_the_tensorboard_sink_writes_each_rounds_means(
     monkeypatch.setattr(tracking, "summary_writer_class", lambda: FakeWriter)
     FakeWriter.made.clear()
     out, board = tmp_path / "run", tmp_path / "tb"
-    invoke("simulate", *_args(tmp_path / "cache"), "--tensorboard", str(board), "--out", str(out))
+    args = small_args(tmp_path / "cache")
+    invoke("simulate", *args, "--tensorboard", str(board), "--out", str(out))
     (writer,) = FakeWriter.made
     assert writer.log_dir == str(board / "dpfl" / "seed_0")
     assert writer.closed
@@ -173,7 +160,7 @@ def test_tensorboard_event_files_read_back(tmp_path: Path) -> None:
     tensorboard package; the test above covers its absence)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    args = [*_args(tmp_path / "cache", "method=local", "rounds=2")]
+    args = [*small_args(tmp_path / "cache", "method=local", "rounds=2")]
     args += ["--tensorboard", str(tmp_path / "tb"), "--out", str(tmp_path / "run")]
     result = CliRunner().invoke(app, ["simulate", *args])
 

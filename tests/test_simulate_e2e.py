@@ -10,28 +10,14 @@ from typer.testing import CliRunner
 
 from collabfl.coordinator.cli import app, split_methods
 from collabfl.coordinator.report.run_dir import read_run
-from tests.support.cli_runs import invoke, set_args, without_timings
-
-SMALL = [
-    "data.num_train=1200",
-    "data.num_test=600",
-    "data.num_clients=6",
-    "rounds=3",
-    "epochs=0.5",
-    "dpfl.init_epochs=1",
-    "dpfl.budget=2",
-]
-
-
-def _args(cache: Path, *extra: str) -> list[str]:
-    return set_args([*SMALL, *extra], cache)
+from tests.support.cli_runs import invoke, small_args, without_timings
 
 
 @pytest.fixture(scope="module")
 def dpfl_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sim")
     out = root / "run"
-    invoke("simulate", *_args(root / "cache"), "--out", str(out))
+    invoke("simulate", *small_args(root / "cache"), "--out", str(out))
     return out
 
 
@@ -64,18 +50,19 @@ def test_dpfl_graph_respects_budget_every_round(dpfl_run):
 
 def test_same_seed_samewithout_timings(dpfl_run, tmp_path):
     cache = dpfl_run.parent / "cache"
-    invoke("simulate", *_args(cache), "--out", str(tmp_path / "again"))
+    invoke("simulate", *small_args(cache), "--out", str(tmp_path / "again"))
     first = without_timings(read_run(dpfl_run / "dpfl").rows)
     second = without_timings(read_run(tmp_path / "again" / "dpfl").rows)
     assert first == second
-    invoke("simulate", *_args(cache, "seed=1"), "--out", str(tmp_path / "other"))
+    invoke("simulate", *small_args(cache, "seed=1"), "--out", str(tmp_path / "other"))
     assert without_timings(read_run(tmp_path / "other" / "dpfl").rows) != first
 
 
 def test_compare_runs_every_method_on_one_partition(tmp_path):
     out = tmp_path / "cmp"
     methods = "local,fedavg_ft,ditto,dpfl_random:budget=1"
-    result = invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    args = small_args(tmp_path / "cache")
+    result = invoke("compare", *args, "--methods", methods, "--out", str(out))
     summaries = json.loads((out / "summary.json").read_text())
     assert [s["method"] for s in summaries] == methods.split(",")
     assert "dpfl_random:budget=1" in result.output
@@ -108,7 +95,7 @@ def test_split_methods_keeps_options_with_their_method():
 
 def test_parallel_compare_equals_sequential(tmp_path):
     methods = "local,dpfl"
-    common = _args(tmp_path / "cache")
+    common = small_args(tmp_path / "cache")
     invoke(
         "compare", *common, "--set", "jobs=1", "--methods", methods, "--out", str(tmp_path / "a")
     )
@@ -124,7 +111,7 @@ def test_parallel_compare_equals_sequential(tmp_path):
 def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
     methods = "pfedgraph,pfedgraph:attack.kind=sign_flip,attack.fraction=0.34,similarity=head"
     out = tmp_path / "pfg"
-    invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    invoke("compare", *small_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
     clean = read_run(out / "pfedgraph")
     assert sorted(clean.graphs) == [0, 1, 2]
     for matrix in clean.graphs.values():
@@ -141,7 +128,7 @@ def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
 def test_ipfl_market_with_roles_keeps_a_ledger(tmp_path):
     methods = "ipfl:sellers=0.17,buyers=0.17,attackers=0.17"
     out = tmp_path / "ipfl"
-    invoke("compare", *_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    invoke("compare", *small_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
     records = read_run(out / "ipfl_sellers_0.17_buyers_0.17_attackers_0.17")
     for round_index in range(3):
         rows = [r for r in records.rows if r["round"] == round_index]

@@ -11,6 +11,22 @@ from typer.testing import CliRunner
 
 from collabfl.coordinator.cli import app
 
+SMALL = [
+    "data.num_train=1200",
+    "data.num_test=600",
+    "data.num_clients=6",
+    "rounds=3",
+    "epochs=0.5",
+    "dpfl.init_epochs=1",
+    "dpfl.budget=2",
+]
+"""A federation small enough for a CLI run in a few seconds."""
+
+
+def small_args(cache: Path, *extra: str) -> list[str]:
+    """``--set`` arguments for the SMALL federation plus ``extra`` overrides."""
+    return set_args([*SMALL, *extra], cache)
+
 
 def set_args(overrides: list[str], cache: Path) -> list[str]:
     """``--set`` arguments for ``overrides``, with the MNIST-1D cache in ``cache``."""
