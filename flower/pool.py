@@ -97,16 +97,10 @@ class FlowerClientPool:
         self.close_relay()
         online = self.refresh()
         messages, steps = [], {}
-        for client_id, program in programs.items():
-            member = self.members.get(client_id)
-            if member is None:
-                continue
-            if member.flower_node_id not in online:
-                self.on_event(round_index, "offline", client_id, "node is offline; skipped")
-                continue
-            program = [self._with_peer_access(client_id, step, online) for step in program]
-            steps[member.flower_node_id] = len(program)
-            messages.append(_message(program, member.flower_node_id))
+        for client_id, node in self._reachable(programs, online, round_index).items():
+            program = [self._with_peer_access(client_id, s, online) for s in programs[client_id]]
+            steps[node] = len(program)
+            messages.append(_message(program, node))
         replies: dict[int, list[Reply]] = {}
         for node, answer in exchange(self.grid, messages, self.timeout_s, self.poll_s).items():
             sender = self.by_node.get(node)
@@ -146,16 +140,7 @@ class FlowerClientPool:
         messages)."""
         assert self.relay is not None
         round_index = next(iter(instructions.values())).round
-        online = self.refresh()
-        nodes = {}
-        for client_id in instructions:
-            member = self.members.get(client_id)
-            if member is None:
-                continue
-            if member.flower_node_id not in online:
-                self.on_event(round_index, "offline", client_id, "node is offline; skipped")
-                continue
-            nodes[client_id] = member.flower_node_id
+        nodes = self._reachable(instructions, self.refresh(), round_index)
         reachable = {k: ins for k, ins in instructions.items() if k in nodes}
         outcomes = self.relay.send(reachable, nodes) if reachable else {}
         replies: dict[int, Reply] = {}
@@ -169,6 +154,22 @@ class FlowerClientPool:
             reason = "no valid reply in time" if outcome is None else outcome
             self.on_event(round_index, "no_reply", client_id, reason)
         return replies
+
+    def _reachable(
+        self, clients: Collection[int], online: set[int], round_index: int
+    ) -> dict[int, int]:
+        """The Flower node of each of ``clients`` that is a member and online now; an
+        offline member is recorded as skipped."""
+        nodes = {}
+        for client_id in clients:
+            member = self.members.get(client_id)
+            if member is None:
+                continue
+            if member.flower_node_id not in online:
+                self.on_event(round_index, "offline", client_id, "node is offline; skipped")
+                continue
+            nodes[client_id] = member.flower_node_id
+        return nodes
 
     def refresh(self) -> set[int]:
         """Admit nodes that appeared since the last message (new or restarted clients).
