@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import grpc
 
 from collabfl.coordinator.service_client import CoordinatorError, CoordinatorUnreachable
-from collabfl.coordinator.service_codec import RELAY_CHANNEL_OPTIONS
-from collabfl.coordinator.substep_relay import StepResult, Work
+from collabfl.coordinator.service_codec import MAX_STEP_BYTES, RELAY_CHANNEL_OPTIONS
+from collabfl.coordinator.substep_relay import Relayed, StepResult, Work
 from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import substeps_pb2 as pb
 from collabfl.proto import substeps_pb2_grpc as pb_grpc
@@ -73,17 +73,30 @@ class SessionFeeder(_RelayChannel):
         self._call(self._stub.OpenSession, request, CALL_SLACK_S)
 
     def relay(
-        self, session: str, client: int, work: bytes, step: int, timeout_s: float
-    ) -> tuple[int, StepResult | None]:
-        """Hand ``client`` ``work`` as its next step (``step`` 0), or wait on for the result
-        of ``step``; return the step and its result, None when none came in ``timeout_s``."""
-        request = pb.RelayRequest(
-            ref=self._ref(session), client_id=client, step=step, work=work, timeout_s=timeout_s
-        )
-        reply = self._call(self._stub.Relay, request, timeout_s + CALL_SLACK_S)
-        if not reply.answered:
-            return reply.step, None
-        return reply.step, StepResult(reply.result.payload, reply.result.error)
+        self,
+        session: str,
+        work: Mapping[int, bytes],
+        awaiting: Mapping[int, int],
+        timeout_s: float,
+    ) -> Relayed:
+        """Hand each client in ``work`` its next step, then wait up to ``timeout_s`` for the
+        results of those and of the steps in ``awaiting`` (client -> step). Steps go out in
+        requests of at most MAX_STEP_BYTES, the last of which waits."""
+        batches = _batches(work, MAX_STEP_BYTES)
+        steps: dict[int, int] = {}
+        results: dict[int, StepResult] = {}
+        for n, batch in enumerate(batches):
+            last = n == len(batches) - 1
+            request = pb.RelayRequest(
+                ref=self._ref(session),
+                work=batch,
+                awaiting=awaiting if last else {},
+                timeout_s=timeout_s if last else 0.0,
+            )
+            reply = self._call(self._stub.Relay, request, request.timeout_s + CALL_SLACK_S)
+            steps.update(reply.steps)
+            results.update({k: StepResult(r.payload, r.error) for k, r in reply.results.items()})
+        return Relayed(steps, results)
 
     def close_session(self, session: str) -> None:
         self._call(self._stub.CloseSession, self._ref(session), CALL_SLACK_S)
@@ -120,3 +133,18 @@ class SeatPoller(_RelayChannel):
             request.result.CopyFrom(pb.Result(payload=result.payload, error=result.error))
         reply = self._call(self._stub.Poll, request, wait_s + CALL_SLACK_S)
         return Work(reply.step, reply.work, reply.closed, reply.fed_ago_s)
+
+
+def _batches(work: Mapping[int, bytes], max_bytes: int) -> list[dict[int, bytes]]:
+    """``work`` in client order, split into requests of at most ``max_bytes`` of payload
+    (a single larger step goes alone, and the service refuses it); always one at least."""
+    batches: list[dict[int, bytes]] = [{}]
+    size = 0
+    for client in sorted(work):
+        payload = work[client]
+        if batches[-1] and size + len(payload) > max_bytes:
+            batches.append({})
+            size = 0
+        batches[-1][client] = payload
+        size += len(payload)
+    return batches

@@ -19,6 +19,7 @@ import grpc
 
 from collabfl.coordinator.admission import admitted, check_launch
 from collabfl.coordinator.authorization import Forbidden
+from collabfl.coordinator.service_codec import MAX_STEP_BYTES
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.coordinator.substep_relay import MAX_SEATS, StepResult, SubstepRelay
 from collabfl.kernel.identity import caller_identity
@@ -32,8 +33,8 @@ LAUNCH_RECHECK_S = 1.0
 """How long a launch found current is trusted: a relaunch stops its stale ServerApp's
 relaying within this."""
 MAX_RELAY_TIMEOUT_S = 24 * 3600.0
-WORKERS = 2 * MAX_SEATS + 16
-"""Threads the service needs so that waiting relays and polls never starve each other."""
+WORKERS = MAX_SEATS + 16
+"""Threads the service needs so that waiting polls (one per seat) never starve a relay."""
 
 
 class SubstepService(pb_grpc.SubstepsServicer):
@@ -68,19 +69,22 @@ class SubstepService(pb_grpc.SubstepsServicer):
 
     @admitted
     def Relay(self, request: pb.RelayRequest, context: Any) -> pb.RelayReply:
-        if not 0 < request.timeout_s <= MAX_RELAY_TIMEOUT_S:
-            raise ValueError(f"timeout_s must be in (0, {MAX_RELAY_TIMEOUT_S:g}]")
+        if not 0 <= request.timeout_s <= MAX_RELAY_TIMEOUT_S:
+            raise ValueError(f"timeout_s must be in [0, {MAX_RELAY_TIMEOUT_S:g}]")
         self._check_launch("Relay", request.ref)
         ref = request.ref
-        payload = request.work if request.step == 0 else None
-        step, result = self.relay.relay(
-            ref.run_id, ref.session, request.client_id, payload, request.step, request.timeout_s
+        relayed = self.relay.relay(
+            ref.run_id,
+            ref.session,
+            dict(request.work),
+            dict(request.awaiting),
+            request.timeout_s,
+            MAX_STEP_BYTES,
         )
-        if result is None:
-            return pb.RelayReply(step=step, answered=False)
-        return pb.RelayReply(
-            step=step, answered=True, result=pb.Result(payload=result.payload, error=result.error)
-        )
+        results = {
+            k: pb.Result(payload=r.payload, error=r.error) for k, r in relayed.results.items()
+        }
+        return pb.RelayReply(steps=relayed.steps, results=results)
 
     @admitted
     def CloseSession(self, request: pb.SessionRef, context: Any) -> pb.SessionReply:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
@@ -26,8 +26,9 @@ from collabfl.flower.codec import (
     encode_program,
     message_type,
 )
-from collabfl.flower.exchange import Answer, exchange
+from collabfl.flower.exchange import exchange
 from collabfl.flower.substeps import RelayedSteps, is_substep
+from collabfl.flower.timing import MessageTiming, message_timing
 from collabfl.strategies.protocol import Instruction, Program, Reply
 from collabfl.strategies.verbs import Collaborate
 
@@ -132,8 +133,11 @@ class FlowerClientPool:
         if self.relay is None:
             return
         round_index = self.relay.round
-        for client, error in self.relay.close().items():
+        ended = self.relay.close()
+        for client, error in ended.failed.items():
             self.on_event(round_index, "client_error", client, f"relay seat: {error}")
+        for timing in ended.timings:
+            self.on_timing(timing)
 
     def _send_relayed(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
         """Sub-round steps through the relay (same replies, events and silences as
@@ -232,40 +236,3 @@ def _message(program: Program, node: int) -> Message:
 
 def _decode(content: RecordDict, steps: int) -> list[Reply]:
     return [decode_reply(content)] if steps == 1 else decode_replies(content, steps)
-
-
-@dataclass(frozen=True)
-class MessageTiming:
-    """Where one message's round trip went (messages.jsonl): the client's work (its
-    verbs' seconds), getting the message to the client and the work started
-    (``to_client_s``: delivery, the ClientApp's start, state loading and saving), and
-    getting the reply back (``to_coordinator_s``). Client and coordinator clocks are
-    compared, so on separate machines the split is only as good as their synchronisation.
-    """
-
-    round: int
-    client: int
-    steps: int
-    round_trip_s: float
-    work_s: float
-    to_client_s: float
-    to_coordinator_s: float
-
-
-WORK_FIELDS = ("train_s", "collaborate_s", "evaluate_s", "discriminate_s", "gradient_s")
-"""The verbs' seconds (fetch_s is part of collaborate_s)."""
-
-
-def message_timing(
-    round_index: int, client: int, answer: Answer, replies: list[Reply]
-) -> MessageTiming:
-    work = sum(getattr(r.metrics, name) or 0.0 for r in replies for name in WORK_FIELDS)
-    return MessageTiming(
-        round=round_index,
-        client=client,
-        steps=len(replies),
-        round_trip_s=answer.seen_at - answer.sent_at,
-        work_s=work,
-        to_client_s=answer.replied_at - answer.sent_at - work,
-        to_coordinator_s=answer.seen_at - answer.replied_at,
-    )

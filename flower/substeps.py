@@ -18,7 +18,6 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -35,7 +34,8 @@ from collabfl.flower.codec import (
     encode_instruction,
     encode_reply,
 )
-from collabfl.flower.exchange import collect, push
+from collabfl.flower.exchange import Answer, collect, push
+from collabfl.flower.timing import WORK_FIELDS, MessageTiming, seat_timing
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Gradient
 from collabfl.strategies.wire import decode, encode
@@ -80,9 +80,33 @@ def decode_seat(content: RecordDict) -> Seat:
     return decode(Seat, record)
 
 
-def encode_served(steps: int) -> RecordDict:
-    """A seat's reply once its session closed: how many steps it served."""
-    return RecordDict({_SERVED: ConfigRecord({_SERVED: steps})})
+@dataclass(frozen=True)
+class Served:
+    """A seat's reply once its session closed: the steps it served and their seconds."""
+
+    steps: int
+    work_s: float
+
+
+def encode_served(served: Served) -> RecordDict:
+    return RecordDict({_SERVED: ConfigRecord(encode(served))})
+
+
+def decode_served(content: RecordDict) -> Served:
+    """What a seat's reply says it served; ValueError if it is malformed."""
+    record = content.config_records.get(_SERVED)
+    if record is None:
+        raise ValueError("the seat's reply says nothing of what it served")
+    return decode(Served, record)
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """What closing a session found: the seats that came back with an error, and the
+    timing of each seat that came back cleanly (messages.jsonl)."""
+
+    failed: dict[int, str]
+    timings: list[MessageTiming]
 
 
 def is_substep(instructions: Mapping[int, Instruction]) -> bool:
@@ -119,10 +143,9 @@ class RelayedSteps:
         """Seat message id -> when it was sent."""
         self._seat_of: dict[str, int] = {}
         """Seat message id -> its client."""
-        self._returned: dict[int, str | None] = {}
-        """Clients whose seat message came back: its error, None when it ended cleanly."""
+        self._returned: dict[int, Answer] = {}
+        """Clients whose seat message came back, and its answer."""
         self._opened = 0
-        self._threads: ThreadPoolExecutor | None = None
         self._steps = 0
         self._opened_at = 0.0
 
@@ -138,34 +161,36 @@ class RelayedSteps:
         if self._session is None or round_index != self.round or not seated:
             self.close()
             self._open(round_index, wanted)
-        assert self._threads is not None
+        assert self._session is not None
+        session, deadline = self._session, time.monotonic() + self.timeout_s
         self._steps += 1
-        futures = [
-            self._threads.submit(self._relay_one, client, instructions[client])
-            for client in sorted(instructions)
-        ]
-        while wait(futures, timeout=HEARTBEAT_S).not_done:
+        work = {k: content_bytes(encode_instruction(i)) for k, i in sorted(instructions.items())}
+        relayed = self.feeder.relay(session, work, {}, min(HEARTBEAT_S, self.timeout_s))
+        steps, results = relayed.steps, dict(relayed.results)
+        # Wait in short calls, so that a seat that came back is noticed within HEARTBEAT_S.
+        while awaiting := {
+            k: step for k, step in steps.items() if k not in results and k not in self._returned
+        }:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
             self._watch_seats()
-        outcomes: dict[int, Outcome] = {}
-        for future in futures:
-            client, result = future.result()
-            if result is not None:
-                outcomes[client] = _outcome(result)
-            elif client in self._returned:
-                reason = self._returned[client] or "its ClientApp left the session"
+            results |= self.feeder.relay(session, {}, awaiting, min(HEARTBEAT_S, left)).results
+        outcomes: dict[int, Outcome] = {k: _outcome(result) for k, result in results.items()}
+        for client in steps.keys() - results.keys():
+            if client in self._returned:
+                served = _served(self._returned[client])
+                reason = served if isinstance(served, str) else "its ClientApp left the session"
                 outcomes[client] = f"relay seat: {reason}"
         return outcomes
 
-    def close(self) -> dict[int, str]:
-        """End the session; return the clients whose seat message came back with an error
-        (within CLOSE_GRACE_S: a seat that has not come back by then is left behind)."""
+    def close(self) -> SessionEnd:
+        """End the session and wait up to CLOSE_GRACE_S for its seat messages to come back
+        (a seat that has not by then is left behind)."""
         if self._session is None:
-            return {}
+            return SessionEnd({}, [])
         session = self._session
         self._session = None
-        if self._threads is not None:
-            self._threads.shutdown()
-            self._threads = None
         self.feeder.close_session(session)
         log.info(
             "relay session %s: %d steps to %d clients in %.1f s",
@@ -175,23 +200,15 @@ class RelayedSteps:
             time.monotonic() - self._opened_at,
         )
         self._watch_seats(min(self.timeout_s, CLOSE_GRACE_S))
-        failed = {k: error for k, error in self._returned.items() if error is not None}
+        failed, timings = {}, []
+        for client, answer in sorted(self._returned.items()):
+            served = _served(answer)
+            if isinstance(served, str):
+                failed[client] = served
+            else:
+                timings.append(seat_timing(self.round, client, answer, served.steps, served.work_s))
         self._sent, self._seat_of, self._seated, self._returned = {}, {}, {}, {}
-        return failed
-
-    def _relay_one(self, client: int, instruction: Instruction) -> tuple[int, StepResult | None]:
-        """Hand ``client`` its step, then wait in short calls, so that a seat that came back
-        is noticed within HEARTBEAT_S."""
-        assert self._session is not None
-        session, work = self._session, content_bytes(encode_instruction(instruction))
-        deadline = time.monotonic() + self.timeout_s
-        step, result = self.feeder.relay(session, client, work, 0, HEARTBEAT_S)
-        while result is None and client not in self._returned:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            _, result = self.feeder.relay(session, client, b"", step, min(HEARTBEAT_S, left))
-        return client, result
+        return SessionEnd(failed, timings)
 
     def _watch_seats(self, timeout_s: float = 0.0) -> None:
         """Note the seats whose message came back, waiting up to ``timeout_s`` for all."""
@@ -203,8 +220,7 @@ class RelayedSteps:
         }
         for node, answer in collect(self.grid, pending, timeout_s, self.poll_s).items():
             if node in by_node:
-                error = answer.content if isinstance(answer.content, str) else None
-                self._returned[by_node[node]] = error
+                self._returned[by_node[node]] = answer
 
     def _open(self, round_index: int, nodes: Mapping[int, int]) -> None:
         if len(nodes) > MAX_SEATS:
@@ -230,7 +246,16 @@ class RelayedSteps:
         client_of = {node: client for client, node in nodes.items()}
         self._seat_of = {message: client_of[node] for message, node in node_of.items()}
         self._session, self.round, self._seated = session, round_index, dict(nodes)
-        self._threads = ThreadPoolExecutor(len(nodes), thread_name_prefix="relay")
+
+
+def _served(answer: Answer) -> Served | str:
+    """What a seat that came back served, or why it came back unsuccessfully."""
+    if isinstance(answer.content, str):
+        return answer.content
+    try:
+        return decode_served(answer.content)
+    except ValueError as error:
+        return f"unreadable seat reply: {error}"
 
 
 def _outcome(result: StepResult) -> Outcome:
@@ -242,20 +267,23 @@ def _outcome(result: StepResult) -> Outcome:
         return f"unreadable reply: {error}"
 
 
-def serve_seat(poller: SeatPoller, run_step: Callable[[Instruction], Reply], idle_s: float) -> int:
-    """Run the steps the relay hands this seat until the session closes; return how many.
+def serve_seat(
+    poller: SeatPoller, run_step: Callable[[Instruction], Reply], idle_s: float
+) -> Served:
+    """Run the steps the relay hands this seat until the session closes; return what it
+    served.
 
     A step that is not a sub-round verb, or that fails, is answered with its error (the
     ServerApp treats the client as not having answered it). A session its ServerApp has not
     fed for ``idle_s`` is given up (the ServerApp is gone, and the node must be free for the
     next run); a ServerApp still waiting on another, slower client keeps feeding it.
     """
-    answered, result, served = 0, None, 0
+    answered, result, served, work_s = 0, None, 0, 0.0
     while True:
         work = poller.poll(answered, result, min(POLL_WAIT_S, idle_s))
         result = None  # delivered with that poll
         if work.closed:
-            return served
+            return Served(served, work_s)
         if work.step == 0:
             if work.fed_ago_s > idle_s:
                 raise TimeoutError(f"the session was not fed for {idle_s:g} s: given up")
@@ -264,7 +292,9 @@ def serve_seat(poller: SeatPoller, run_step: Callable[[Instruction], Reply], idl
             instruction = decode_instruction(content_from_bytes(work.payload))
             if not isinstance(instruction.task, SUBSTEP_TASKS):
                 raise ValueError(f"{instruction.verb.value} is not a sub-round step")
-            result = StepResult(content_bytes(encode_reply(run_step(instruction))))
+            reply = run_step(instruction)
+            work_s += sum(getattr(reply.metrics, name) or 0.0 for name in WORK_FIELDS)
+            result = StepResult(content_bytes(encode_reply(reply)))
         except Exception as error:  # the ServerApp hears why; the seat stays usable
             log.warning("sub-step %s failed: %s", work.step, error)
             result = StepResult(error=f"{type(error).__name__}: {error}")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ollabfl/proto/substeps.proto\x12\x11\x63ollabfl.substeps\"C\n\nSessionRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0claunch_token\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\"\xb2\x01\n\x12OpenSessionRequest\x12*\n\x03ref\x18\x01 \x01(\x0b\x32\x1d.collabfl.substeps.SessionRef\x12\x41\n\x06tokens\x18\x02 \x03(\x0b\x32\x31.collabfl.substeps.OpenSessionRequest.TokensEntry\x1a-\n\x0bTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"\x0e\n\x0cSessionReply\"|\n\x0cRelayRequest\x12*\n\x03ref\x18\x01 \x01(\x0b\x32\x1d.collabfl.substeps.SessionRef\x12\x11\n\tclient_id\x18\x02 \x01(\x03\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12\x0c\n\x04work\x18\x04 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x05 \x01(\x01\"(\n\x06Result\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"W\n\nRelayReply\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x10\n\x08\x61nswered\x18\x02 \x01(\x08\x12)\n\x06result\x18\x03 \x01(\x0b\x32\x19.collabfl.substeps.Result\"\x9d\x01\n\x0bPollRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\x03\x12\r\n\x05token\x18\x04 \x01(\x0c\x12\x10\n\x08\x61nswered\x18\x05 \x01(\x04\x12)\n\x06result\x18\x06 \x01(\x0b\x32\x19.collabfl.substeps.Result\x12\x0e\n\x06wait_s\x18\x07 \x01(\x01\"J\n\tPollReply\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04work\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\x12\x11\n\tfed_ago_s\x18\x04 \x01(\x01\x32\xc0\x02\n\x08Substeps\x12U\n\x0bOpenSession\x12%.collabfl.substeps.OpenSessionRequest\x1a\x1f.collabfl.substeps.SessionReply\x12G\n\x05Relay\x12\x1f.collabfl.substeps.RelayRequest\x1a\x1d.collabfl.substeps.RelayReply\x12N\n\x0c\x43loseSession\x12\x1d.collabfl.substeps.SessionRef\x1a\x1f.collabfl.substeps.SessionReply\x12\x44\n\x04Poll\x12\x1e.collabfl.substeps.PollRequest\x1a\x1c.collabfl.substeps.PollReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ollabfl/proto/substeps.proto\x12\x11\x63ollabfl.substeps\"C\n\nSessionRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0claunch_token\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\"\xb2\x01\n\x12OpenSessionRequest\x12*\n\x03ref\x18\x01 \x01(\x0b\x32\x1d.collabfl.substeps.SessionRef\x12\x41\n\x06tokens\x18\x02 \x03(\x0b\x32\x31.collabfl.substeps.OpenSessionRequest.TokensEntry\x1a-\n\x0bTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"\x0e\n\x0cSessionReply\"\xa5\x02\n\x0cRelayRequest\x12*\n\x03ref\x18\x01 \x01(\x0b\x32\x1d.collabfl.substeps.SessionRef\x12\x37\n\x04work\x18\x02 \x03(\x0b\x32).collabfl.substeps.RelayRequest.WorkEntry\x12?\n\x08\x61waiting\x18\x03 \x03(\x0b\x32-.collabfl.substeps.RelayRequest.AwaitingEntry\x12\x11\n\ttimeout_s\x18\x04 \x01(\x01\x1a+\n\tWorkEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\x1a/\n\rAwaitingEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"(\n\x06Result\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"\xfb\x01\n\nRelayReply\x12\x37\n\x05steps\x18\x01 \x03(\x0b\x32(.collabfl.substeps.RelayReply.StepsEntry\x12;\n\x07results\x18\x02 \x03(\x0b\x32*.collabfl.substeps.RelayReply.ResultsEntry\x1a,\n\nStepsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1aI\n\x0cResultsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.collabfl.substeps.Result:\x02\x38\x01\"\x9d\x01\n\x0bPollRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\x03\x12\r\n\x05token\x18\x04 \x01(\x0c\x12\x10\n\x08\x61nswered\x18\x05 \x01(\x04\x12)\n\x06result\x18\x06 \x01(\x0b\x32\x19.collabfl.substeps.Result\x12\x0e\n\x06wait_s\x18\x07 \x01(\x01\"J\n\tPollReply\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04work\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63losed\x18\x03 \x01(\x08\x12\x11\n\tfed_ago_s\x18\x04 \x01(\x01\x32\xc0\x02\n\x08Substeps\x12U\n\x0bOpenSession\x12%.collabfl.substeps.OpenSessionRequest\x1a\x1f.collabfl.substeps.SessionReply\x12G\n\x05Relay\x12\x1f.collabfl.substeps.RelayRequest\x1a\x1d.collabfl.substeps.RelayReply\x12N\n\x0c\x43loseSession\x12\x1d.collabfl.substeps.SessionRef\x1a\x1f.collabfl.substeps.SessionReply\x12\x44\n\x04Poll\x12\x1e.collabfl.substeps.PollRequest\x1a\x1c.collabfl.substeps.PollReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OPENSESSIONREQUEST_TOKENSENTRY']._loaded_options = None
   _globals['_OPENSESSIONREQUEST_TOKENSENTRY']._serialized_options = b'8\001'
+  _globals['_RELAYREQUEST_WORKENTRY']._loaded_options = None
+  _globals['_RELAYREQUEST_WORKENTRY']._serialized_options = b'8\001'
+  _globals['_RELAYREQUEST_AWAITINGENTRY']._loaded_options = None
+  _globals['_RELAYREQUEST_AWAITINGENTRY']._serialized_options = b'8\001'
+  _globals['_RELAYREPLY_STEPSENTRY']._loaded_options = None
+  _globals['_RELAYREPLY_STEPSENTRY']._serialized_options = b'8\001'
+  _globals['_RELAYREPLY_RESULTSENTRY']._loaded_options = None
+  _globals['_RELAYREPLY_RESULTSENTRY']._serialized_options = b'8\001'
   _globals['_SESSIONREF']._serialized_start=52
   _globals['_SESSIONREF']._serialized_end=119
   _globals['_OPENSESSIONREQUEST']._serialized_start=122
@@ -41,16 +49,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENSESSIONREQUEST_TOKENSENTRY']._serialized_end=300
   _globals['_SESSIONREPLY']._serialized_start=302
   _globals['_SESSIONREPLY']._serialized_end=316
-  _globals['_RELAYREQUEST']._serialized_start=318
-  _globals['_RELAYREQUEST']._serialized_end=442
-  _globals['_RESULT']._serialized_start=444
-  _globals['_RESULT']._serialized_end=484
-  _globals['_RELAYREPLY']._serialized_start=486
-  _globals['_RELAYREPLY']._serialized_end=573
-  _globals['_POLLREQUEST']._serialized_start=576
-  _globals['_POLLREQUEST']._serialized_end=733
-  _globals['_POLLREPLY']._serialized_start=735
-  _globals['_POLLREPLY']._serialized_end=809
-  _globals['_SUBSTEPS']._serialized_start=812
-  _globals['_SUBSTEPS']._serialized_end=1132
+  _globals['_RELAYREQUEST']._serialized_start=319
+  _globals['_RELAYREQUEST']._serialized_end=612
+  _globals['_RELAYREQUEST_WORKENTRY']._serialized_start=520
+  _globals['_RELAYREQUEST_WORKENTRY']._serialized_end=563
+  _globals['_RELAYREQUEST_AWAITINGENTRY']._serialized_start=565
+  _globals['_RELAYREQUEST_AWAITINGENTRY']._serialized_end=612
+  _globals['_RESULT']._serialized_start=614
+  _globals['_RESULT']._serialized_end=654
+  _globals['_RELAYREPLY']._serialized_start=657
+  _globals['_RELAYREPLY']._serialized_end=908
+  _globals['_RELAYREPLY_STEPSENTRY']._serialized_start=789
+  _globals['_RELAYREPLY_STEPSENTRY']._serialized_end=833
+  _globals['_RELAYREPLY_RESULTSENTRY']._serialized_start=835
+  _globals['_RELAYREPLY_RESULTSENTRY']._serialized_end=908
+  _globals['_POLLREQUEST']._serialized_start=911
+  _globals['_POLLREQUEST']._serialized_end=1068
+  _globals['_POLLREPLY']._serialized_start=1070
+  _globals['_POLLREPLY']._serialized_end=1144
+  _globals['_SUBSTEPS']._serialized_start=1147
+  _globals['_SUBSTEPS']._serialized_end=1467
 # @@protoc_insertion_point(module_scope)

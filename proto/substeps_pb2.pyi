@@ -36,18 +36,30 @@ class SessionReply(_message.Message):
     def __init__(self) -> None: ...
 
 class RelayRequest(_message.Message):
-    __slots__ = ("ref", "client_id", "step", "work", "timeout_s")
+    __slots__ = ("ref", "work", "awaiting", "timeout_s")
+    class WorkEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: bytes
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
+    class AwaitingEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     REF_FIELD_NUMBER: _ClassVar[int]
-    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
-    STEP_FIELD_NUMBER: _ClassVar[int]
     WORK_FIELD_NUMBER: _ClassVar[int]
+    AWAITING_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     ref: SessionRef
-    client_id: int
-    step: int
-    work: bytes
+    work: _containers.ScalarMap[int, bytes]
+    awaiting: _containers.ScalarMap[int, int]
     timeout_s: float
-    def __init__(self, ref: _Optional[_Union[SessionRef, _Mapping]] = ..., client_id: _Optional[int] = ..., step: _Optional[int] = ..., work: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    def __init__(self, ref: _Optional[_Union[SessionRef, _Mapping]] = ..., work: _Optional[_Mapping[int, bytes]] = ..., awaiting: _Optional[_Mapping[int, int]] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class Result(_message.Message):
     __slots__ = ("payload", "error")
@@ -58,14 +70,26 @@ class Result(_message.Message):
     def __init__(self, payload: _Optional[bytes] = ..., error: _Optional[str] = ...) -> None: ...
 
 class RelayReply(_message.Message):
-    __slots__ = ("step", "answered", "result")
-    STEP_FIELD_NUMBER: _ClassVar[int]
-    ANSWERED_FIELD_NUMBER: _ClassVar[int]
-    RESULT_FIELD_NUMBER: _ClassVar[int]
-    step: int
-    answered: bool
-    result: Result
-    def __init__(self, step: _Optional[int] = ..., answered: _Optional[bool] = ..., result: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
+    __slots__ = ("steps", "results")
+    class StepsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    class ResultsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Result
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.ScalarMap[int, int]
+    results: _containers.MessageMap[int, Result]
+    def __init__(self, steps: _Optional[_Mapping[int, int]] = ..., results: _Optional[_Mapping[int, Result]] = ...) -> None: ...
 
 class PollRequest(_message.Message):
     __slots__ = ("run_id", "session", "client_id", "token", "answered", "result", "wait_s")

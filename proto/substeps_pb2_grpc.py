@@ -67,8 +67,8 @@ class SubstepsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Relay(self, request, context):
-        """Hand a client its next step (step 0), or keep waiting for the result of step `step`,
-        for up to timeout_s.
+        """Hand clients their next steps and wait up to timeout_s for the results of those and of
+        steps handed out earlier: one call per step of the whole session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

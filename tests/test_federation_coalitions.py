@@ -85,9 +85,13 @@ def test_coordinator_stored_the_coalitions(runs):
 def test_the_distance_steps_took_no_flower_message_of_their_own(runs):
     """Round 0 (estimation, then training) took as many answered Flower messages as round 1
     (training only): the discriminator steps went through the relay."""
-    lines = (runs[0] / safe_name("fedcollab") / MESSAGES_FILE).read_text().splitlines()
-    rounds = [json.loads(line)["round"] for line in lines]
+    records = [
+        json.loads(line) for line in (runs[0] / safe_name("fedcollab") / MESSAGES_FILE).open()
+    ]
+    rounds = [r["round"] for r in records if r["kind"] == "message"]
     assert rounds.count(0) == rounds.count(1) > 0
+    seats = sorted((r["round"], r["client"], r["steps"]) for r in records if r["kind"] == "seat")
+    assert seats == [(0, k, 3) for k in range(3)]  # one seat each, serving all 3 steps
 
 
 @pytest.mark.parametrize("method", ["fedcollab", "equilibrium:ocs=spo"])

@@ -31,9 +31,11 @@ def test_fedcollab_steps_cross_the_relay_over_tls(tmp_path):
     assert result.exit_code == 0, result.output
     run = read_run(out / "fedcollab")
     assert sorted({row["client"] for row in run.rows if row["round"] == 1}) == [0, 1, 2]
-    lines = (out / "fedcollab" / MESSAGES_FILE).read_text().splitlines()
-    rounds = [json.loads(line)["round"] for line in lines]
+    records = [json.loads(line) for line in (out / "fedcollab" / MESSAGES_FILE).open()]
+    rounds = [r["round"] for r in records if r["kind"] == "message"]
     assert rounds.count(0) == rounds.count(1) > 0  # the 5 distance steps took no message
+    seats = sorted((r["round"], r["client"], r["steps"]) for r in records if r["kind"] == "seat")
+    assert seats == [(0, k, 5) for k in range(3)]  # one seat each, serving all 5 steps
     for k in range(3):
         log = (out / "federation" / f"client-{k}" / "supernode.log").read_text()
         assert log.count("Receiving: query.substeps") == 1

@@ -12,7 +12,8 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from collabfl.coordinator.state import Member
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
-from collabfl.flower.pool import FlowerClientPool, MessageTiming
+from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.timing import MessageTiming
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Collaborate, Evaluate, Train
 

@@ -19,11 +19,13 @@ from flwr.supercore.task_identity import TaskIdentity
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
 
+from collabfl.coordinator import substep_client
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorError
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.coordinator.substep_client import SeatPoller, SessionFeeder
 from collabfl.coordinator.substep_relay import (
+    Relayed,
     SeatRefused,
     StepResult,
     SubstepRelay,
@@ -37,26 +39,27 @@ from collabfl.flower.codec import (
     decode_reply,
     encode_instruction,
 )
-from collabfl.flower.substeps import RelayedSteps, decode_seat, serve_seat
+from collabfl.flower.substeps import RelayedSteps, decode_seat, encode_served, serve_seat
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Evaluate
 
 TOKENS = {0: b"a" * 32, 1: b"b" * 32}
+BUDGET = 1 << 20
 
 
 def test_a_step_goes_out_on_a_poll_and_its_result_comes_back_on_the_next() -> None:
     relay = SubstepRelay()
     relay.open("r", "s", TOKENS)
     with ThreadPoolExecutor(2) as pool:
-        waiting = pool.submit(relay.relay, "r", "s", 0, b"work", 0, 30.0)
+        waiting = pool.submit(relay.relay, "r", "s", {0: b"work"}, {}, 30.0, BUDGET)
         work = relay.poll("r", "s", 0, TOKENS[0], 0, None, 30.0)
         assert work == Work(1, b"work")
         # The poll's reply was lost: asking again gives the same step, not a new one.
         assert relay.poll("r", "s", 0, TOKENS[0], 0, None, 30.0) == Work(1, b"work")
         follow = pool.submit(relay.poll, "r", "s", 0, TOKENS[0], 1, StepResult(b"done"), 30.0)
-        assert waiting.result() == (1, StepResult(b"done"))
+        assert waiting.result() == Relayed({0: 1}, {0: StepResult(b"done")})
         relay.close("r")
         assert follow.result() == Work(closed=True)
     assert relay.poll("r", "s", 0, TOKENS[0], 1, None, 30.0) == Work(closed=True)
@@ -65,14 +68,61 @@ def test_a_step_goes_out_on_a_poll_and_its_result_comes_back_on_the_next() -> No
 def test_a_late_result_is_dropped_and_a_silent_client_times_out() -> None:
     relay = SubstepRelay()
     relay.open("r", "s", TOKENS)
-    assert relay.relay("r", "s", 1, b"first", 0, 0.05) == (1, None)
+    assert relay.relay("r", "s", {1: b"first"}, {}, 0.05, BUDGET) == Relayed({1: 1}, {})
     with ThreadPoolExecutor(1) as pool:
-        second = pool.submit(relay.relay, "r", "s", 1, b"second", 0, 30.0)
+        second = pool.submit(relay.relay, "r", "s", {1: b"second"}, {}, 30.0, BUDGET)
         assert relay.poll("r", "s", 1, TOKENS[1], 0, None, 30.0) == Work(2, b"second")
         # The answer to step 1 arrives after step 2 went out: it must not count for step 2.
         relay.poll("r", "s", 1, TOKENS[1], 1, StepResult(b"late"), 0.0)
         relay.poll("r", "s", 1, TOKENS[1], 2, StepResult(b"on time"), 0.0)
-        assert second.result() == (2, StepResult(b"on time"))
+        assert second.result() == Relayed({1: 2}, {1: StepResult(b"on time")})
+
+
+def test_one_call_hands_every_seat_its_step_and_returns_when_all_answered() -> None:
+    relay = SubstepRelay()
+    relay.open("r", "s", TOKENS)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(relay.relay, "r", "s", {0: b"w0", 1: b"w1"}, {}, 30.0, BUDGET)
+        assert relay.poll("r", "s", 0, TOKENS[0], 0, None, 30.0) == Work(1, b"w0")
+        assert relay.poll("r", "s", 1, TOKENS[1], 0, None, 30.0) == Work(1, b"w1")
+        relay.poll("r", "s", 0, TOKENS[0], 1, StepResult(b"r0"), 0.0)
+        time.sleep(0.05)  # one answer of two: the call must still be waiting
+        assert not waiting.done()
+        relay.poll("r", "s", 1, TOKENS[1], 1, StepResult(error="boom"), 0.0)
+        assert waiting.result() == Relayed(
+            {0: 1, 1: 1}, {0: StepResult(b"r0"), 1: StepResult(error="boom")}
+        )
+
+
+def test_results_beyond_the_byte_budget_wait_for_the_next_call() -> None:
+    relay = SubstepRelay()
+    relay.open("r", "s", TOKENS)
+    relay.relay("r", "s", {0: b"w0", 1: b"w1"}, {}, 0.0, BUDGET)
+    for client in (0, 1):
+        relay.poll("r", "s", client, TOKENS[client], 1, StepResult(b"x" * 10), 0.0)
+    first = relay.relay("r", "s", {}, {0: 1, 1: 1}, 30.0, max_bytes=15)
+    assert first == Relayed({0: 1, 1: 1}, {0: StepResult(b"x" * 10)})
+    # Asked again for the one left, it comes at once: it was answered already.
+    assert relay.relay("r", "s", {}, {1: 1}, 30.0, 15).results == {1: StepResult(b"x" * 10)}
+
+
+def test_the_serverapp_splits_steps_larger_than_one_request(
+    state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request stays within what the service admits; each seat still gets its step."""
+    monkeypatch.setattr(substep_client, "MAX_STEP_BYTES", 100)
+    sizes = {0: 60, 1: 30, 2: 80}
+    assert [
+        sorted(b) for b in substep_client._batches({k: b"x" * n for k, n in sizes.items()}, 100)
+    ] == [[0, 1], [2]]
+    tokens = {k: bytes([65 + k]) * 32 for k in sizes}
+    with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
+        feeder.open("s", tokens)
+        relayed = feeder.relay("s", {k: b"x" * n for k, n in sizes.items()}, {}, 0.0)
+        assert relayed == Relayed({0: 1, 1: 1, 2: 1}, {})
+        for k, n in sizes.items():
+            with SeatPoller(address, "r", "s", k, tokens[k]) as poller:
+                assert poller.poll(0, None, 0.0) == Work(1, b"x" * n)
 
 
 def test_seats_refuse_strangers_and_weak_tokens() -> None:
@@ -87,7 +137,7 @@ def test_seats_refuse_strangers_and_weak_tokens() -> None:
     with pytest.raises(UnknownSession):
         relay.poll("r", "other", 0, TOKENS[0], 0, None, 0.0)
     with pytest.raises(UnknownSession):
-        relay.relay("r", "s", 7, b"x", 0, 0.0)
+        relay.relay("r", "s", {7: b"x"}, {}, 0.0, BUDGET)
     relay.open("r", "next", TOKENS)  # a run has one session: the old one is closed
     assert relay.poll("r", "s", 0, TOKENS[0], 0, None, 0.0) == Work(closed=True)
 
@@ -133,16 +183,17 @@ def test_a_session_over_grpc_runs_steps_on_the_seat_loop(
             served = pool.submit(serve_seat, poller, _answer, 30.0)
             for n in range(1, 4):
                 work = content_bytes(encode_instruction(_step(n)))
-                step, result = feeder.relay("s", 0, work, 0, 30.0)
-                assert step == n and result is not None and not result.error
+                relayed = feeder.relay("s", {0: work}, {}, 30.0)
+                result = relayed.results[0]
+                assert relayed.steps == {0: n} and not result.error
                 reply = decode_reply(content_from_bytes(result.payload))
                 assert torch.equal(reply.model, torch.full((4,), 2.0 * n))
             # Anything but a sub-round verb is answered with an error, not run.
             other = Instruction(0, Evaluate(), None)
-            _, refused = feeder.relay("s", 0, content_bytes(encode_instruction(other)), 0, 30.0)
-            assert refused is not None and "not a sub-round step" in refused.error
+            refused = feeder.relay("s", {0: content_bytes(encode_instruction(other))}, {}, 30.0)
+            assert "not a sub-round step" in refused.results[0].error
             feeder.close_session("s")
-            assert served.result(timeout=30) == 4
+            assert served.result(timeout=30).steps == 4
         poller.close()
 
 
@@ -158,7 +209,7 @@ def test_a_stale_serverapp_cannot_open_or_feed_a_session(
     with SessionFeeder(address, "r", current) as feeder:
         feeder.open("s", TOKENS)
     with SessionFeeder(address, "r", old) as stale, pytest.raises(CoordinatorError):
-        stale.relay("s", 0, b"x", 0, 1.0)
+        stale.relay("s", {0: b"x"}, {}, 1.0)
 
 
 def test_a_poll_with_another_seats_token_is_refused(state: CoordinatorState, address: str):
@@ -198,10 +249,10 @@ def test_over_tls_a_member_polls_only_its_own_seat_and_opens_nothing(
                 assert caught.value.code == grpc.StatusCode.PERMISSION_DENIED
             owner = SeatPoller(address, "r", "s", 0, TOKENS[0], member0)
             with owner, ThreadPoolExecutor(1) as pool:
-                asked = pool.submit(feeder.relay, "s", 0, b"step", 0, 30.0)
+                asked = pool.submit(feeder.relay, "s", {0: b"step"}, {}, 30.0)
                 assert owner.poll(0, None, 30.0) == Work(1, b"step")
                 owner.poll(1, StepResult(b"ok"), 0.0)
-                assert asked.result() == (1, StepResult(b"ok"))
+                assert asked.result() == Relayed({0: 1}, {0: StepResult(b"ok")})
     finally:
         server.stop(None)
 
@@ -244,10 +295,12 @@ class SeatGrid:
 
     def _serve(self, client: int, seat, message_id: str, node: int) -> None:
         with SeatPoller(self.address, self.run_id, seat.session, client, seat.token) as poller:
-            serve_seat(poller, _answer, seat.idle_s)
-        self._reply(message_id, node, None)
+            served = serve_seat(poller, _answer, seat.idle_s)
+        self._reply(message_id, node, None, encode_served(served))
 
-    def _reply(self, message_id: str, node: int, error: str | None) -> None:
+    def _reply(
+        self, message_id: str, node: int, error: str | None, content: RecordDict | None = None
+    ) -> None:
         metadata = SimpleNamespace(
             reply_to_message_id=message_id, src_node_id=node, created_at=time.time()
         )
@@ -255,7 +308,7 @@ class SeatGrid:
             metadata=metadata,
             has_error=lambda: error is not None,
             error=SimpleNamespace(code=1, reason=error),
-            content=RecordDict(),
+            content=content,
         )
 
     def pull_messages(self, message_ids):
@@ -285,7 +338,11 @@ def test_a_hung_client_costs_one_deadline_and_does_not_hold_up_the_session_s_end
         assert torch.equal(second[0].model, torch.full((4,), 4.0))
         # A message deadline of an hour would hang here if closing waited for client 1.
         relayed.timeout_s = 3600.0
-        assert relayed.close() == {}
+        ended = relayed.close()
+        assert ended.failed == {}
+        # Client 0's seat served both steps; it is recorded as one "seat" message.
+        [timing] = ended.timings
+        assert (timing.client, timing.steps, timing.kind) == (0, 2, "seat")
     grid.join()
 
 
@@ -315,5 +372,5 @@ def test_a_seat_that_failed_is_waited_for_no_longer(
         outcomes = relayed.send({0: _step(1), 1: _step(1)}, {0: 100, 1: 101})
         assert torch.equal(outcomes[0].model, torch.full((4,), 2.0))
         assert outcomes[1] == "relay seat: error 1: no route to the relay"
-        assert relayed.close() == {1: "error 1: no route to the relay"}
+        assert relayed.close().failed == {1: "error 1: no route to the relay"}
     grid.join()
