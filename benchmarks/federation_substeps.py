@@ -7,6 +7,12 @@ a real federation their cost is mostly messaging. This runs each method's first 
 runtime and on a loopback federation of N client daemons, one after the other on this
 machine, and reports both wall times, their ratio and the federation's message count.
 
+The sub-round steps alone are compared too: in the in-process runtime, the time spent in
+the pool's sends of sub-round steps (timed here by wrapping ``InProcessFederation.send``);
+over the federation, the longest relay seat of round 0 (its messages.jsonl "seat" record:
+from the seat message's creation to its reply, so seating the clients and closing the
+session count against the federation).
+
     python benchmarks/federation_substeps.py [--clients 8] [--methods fedcollab,equilibrium:ocs=spo]
 """
 
@@ -16,6 +22,8 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +33,13 @@ from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import ExperimentConfig, load_config
 from collabfl.coordinator.experiment import prepare_data, resolve_device, run_method
 from collabfl.coordinator.federation import LocalFederation, write_client_files
+from collabfl.coordinator.inprocess import InProcessFederation
 from collabfl.coordinator.methods import MethodSpec, parse_method_spec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
 from collabfl.coordinator.run_options import RunOptions
+from collabfl.flower.substeps import is_substep
+from collabfl.strategies.protocol import Instruction, Reply
 
 
 def first_round_s(run_dir: Path) -> float:
@@ -36,21 +47,45 @@ def first_round_s(run_dir: Path) -> float:
     return float(rows[0]["round_s"])
 
 
-def in_process(spec: MethodSpec, root: Path) -> float:
+@contextmanager
+def timed_substeps() -> Iterator[list[float]]:
+    """Seconds of every in-process send of sub-round steps made inside the block."""
+    spans: list[float] = []
+    send = InProcessFederation.send
+
+    def timed(
+        self: InProcessFederation, instructions: Mapping[int, Instruction]
+    ) -> dict[int, Reply]:
+        started = time.perf_counter()
+        replies = send(self, instructions)
+        if is_substep(instructions):
+            spans.append(time.perf_counter() - started)
+        return replies
+
+    InProcessFederation.send = timed  # type: ignore[method-assign]
+    try:
+        yield spans
+    finally:
+        InProcessFederation.send = send  # type: ignore[method-assign]
+
+
+def in_process(spec: MethodSpec, root: Path) -> tuple[float, float]:
+    """Round 0's wall time and the part of it spent in sub-round steps."""
     config = spec.config
     device = resolve_device(config.device)
     data = prepare_data(config)
     splits = [ClientSplits.from_data(client, device) for client in data.clients]
     run_dir = root / safe_name(spec.label)
-    run_method(spec, data, splits, device, run_dir)
-    return first_round_s(run_dir)
+    with timed_substeps() as spans:
+        run_method(spec, data, splits, device, run_dir)
+    return first_round_s(run_dir), sum(spans)
 
 
 def federated(
     spec: MethodSpec, config: ExperimentConfig, root: Path, deadline_s: float
-) -> tuple[float | None, int]:
-    """Round 0's wall time on a federation (None: not done within ``deadline_s``) and the
-    messages it took (so far)."""
+) -> tuple[float | None, float | None, int]:
+    """Round 0's wall time on a federation (None: not done within ``deadline_s``), its
+    longest relay seat (None: none came back) and the Flower messages it took (so far)."""
     clients = config.data.num_clients
     files = write_client_files(config, root / "data")
     options = RunOptions(clients, out_dir=str(root))
@@ -62,10 +97,11 @@ def federated(
                 break
             time.sleep(0.2)
     run_dir = root / safe_name(spec.label)
-    messages = (run_dir / MESSAGES_FILE).read_text().splitlines()
-    round_zero = [m for m in map(json.loads, messages) if m["round"] == 0]
+    records = [json.loads(line) for line in (run_dir / MESSAGES_FILE).open()]
+    round_zero = [r for r in records if r["round"] == 0]
+    seats = [r["round_trip_s"] for r in round_zero if r["kind"] == "seat"]
     done = run.last_completed_round is not None
-    return (first_round_s(run_dir) if done else None), len(round_zero)
+    return (first_round_s(run_dir) if done else None), max(seats, default=None), len(round_zero)
 
 
 def main() -> None:
@@ -90,21 +126,48 @@ def main() -> None:
     for text in args.methods.split(","):
         spec = parse_method_spec(text, config)
         with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as other:
-            local_s = in_process(spec, Path(one))
-            federation_s, messages = federated(spec, config, Path(other), args.deadline_s)
+            local_s, local_steps_s = in_process(spec, Path(one))
+            federation_s, seat_s, messages = federated(spec, config, Path(other), args.deadline_s)
         # An unfinished round 0 is reported as its lower bound: the deadline.
         ratio = (federation_s or args.deadline_s) / local_s
+        steps_ratio = None if seat_s is None else seat_s / local_steps_s
         figures[spec.label] = {
             "in_process_round0_s": local_s,
             "federation_round0_s": federation_s,
             "federation_finished_round0": federation_s is not None,
             "ratio": ratio,
+            "in_process_substeps_s": local_steps_s,
+            "federation_longest_seat_s": seat_s,
+            "substeps_ratio": steps_ratio,
             "federation_round0_messages": messages,
         }
         shown = f"{federation_s:.1f}" if federation_s else f"> {args.deadline_s:.0f}"
-        rows.append([spec.label, f"{local_s:.1f}", shown, messages, f"{ratio:.2f}x"])
+        seat_shown = "-" if seat_s is None else f"{seat_s:.1f}"
+        steps_shown = "-" if steps_ratio is None else f"{steps_ratio:.2f}x"
+        rows.append(
+            [
+                spec.label,
+                f"{local_s:.1f}",
+                shown,
+                f"{ratio:.2f}x",
+                f"{local_steps_s:.1f}",
+                seat_shown,
+                steps_shown,
+                messages,
+            ]
+        )
         print(json.dumps({spec.label: figures[spec.label]}), flush=True)
-    print(format_table(["method", "in-process s", "federation s", "messages", "ratio"], rows))
+    headers = [
+        "method",
+        "round 0 in-process s",
+        "federation s",
+        "ratio",
+        "sub-steps in-process s",
+        "longest seat s",
+        "ratio",
+        "messages",
+    ]
+    print(format_table(headers, rows))
     path = write_results("federation_substeps", figures, vars(args) | {"overrides": overrides})
     print(f"wrote {path}")
 
