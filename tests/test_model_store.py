@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 
 import pytest
 import torch
@@ -159,3 +160,19 @@ def test_joining_a_run_makes_its_folder_ready_for_serving(tmp_path):
     published.retire_other_runs("new")
     assert published.for_serving("old") is None
     assert published.for_serving("new").rounds() == []  # a run it is in, nothing out yet
+
+
+def test_a_stream_abandoned_midway_stops_its_hashing(tmp_path):
+    store = DiskModelStore(tmp_path, owner=0)
+    store.publish(0, 0, torch.randn(3000))
+
+    def hashing() -> set[int | None]:
+        return {t.ident for t in threading.enumerate() if t.name.startswith("sha256")}
+
+    before = hashing()
+    with store.open_round(0) as published:
+        chunks = published.chunks(1 << 10)
+        next(chunks)
+        next(chunks)
+        chunks.close()  # the fetcher went away
+    assert hashing() <= before

@@ -292,3 +292,38 @@ def test_message_over_the_grpc_limit_is_unavailable(serve):
     address, _ = serve(FakePeer(manifest_of(huge), [peer_pb2.Chunk(data=huge, offset=0)]))
     with pytest.raises(PeerUnavailable, match="RESOURCE_EXHAUSTED"):
         fetch_from(address)
+
+
+def flipped_first_weight(payload: bytes) -> bytes:
+    at = 8 + int.from_bytes(payload[:8], "little")
+    return payload[:at] + bytes([payload[at] ^ 1]) + payload[at + 1 :]
+
+
+def hashing_threads() -> set[int | None]:
+    return {t.ident for t in threading.enumerate() if t.name.startswith("sha256")}
+
+
+def test_digest_mismatch_early_in_a_long_stream_is_invalid(serve):
+    # Many chunks, so the damaged one is hashed in the background long before the end.
+    chunks = chunks_of(flipped_first_weight(GOOD), size=100)
+    address, _ = serve(FakePeer(manifest_of(GOOD), chunks))
+    with pytest.raises(InvalidPeerModel, match="SHA-256"):
+        fetch_from(address)
+
+
+@pytest.mark.parametrize("case", ["digest-mismatch", "truncated-stream", "offset-gap"])
+def test_no_hashing_thread_outlives_a_refused_fetch(serve, case):
+    manifest, chunks, message = bad_cases()[case]
+    address, _ = serve(FakePeer(manifest, chunks))
+    before = hashing_threads()
+    with pytest.raises(InvalidPeerModel, match=message):
+        fetch_from(address)
+    assert hashing_threads() <= before
+
+
+def test_no_hashing_thread_outlives_a_stream_cut_midway(serve):
+    address, _ = serve(FakePeer(manifest_of(BIG, numel=400_000), chunks_of(BIG), 0, "abort"))
+    before = hashing_threads()
+    with pytest.raises(PeerUnavailable, match="INTERNAL"):
+        fetch_from(address, numel=400_000)
+    assert hashing_threads() <= before
