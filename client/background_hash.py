@@ -5,6 +5,8 @@ on a second core while the streaming thread receives, copies or sends the next c
 ends of a peer fetch hash every byte, and in series the two hashes cost more than the
 transfer itself. Buffers are digested in the order given; at most ``depth`` wait their
 turn, so a hash slower than the stream holds back the stream instead of piling up chunks.
+The first ``INLINE_BYTES`` are hashed on the caller's thread: starting a worker costs more
+than it saves on a small model (a tiny fetch took twice as long with one).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 DEFAULT_DEPTH = 4
+INLINE_BYTES = 1 << 20
 
 
 class BackgroundSha256:
@@ -29,11 +32,18 @@ class BackgroundSha256:
             raise ValueError(f"depth must be >= 1, got {depth}")
         self._depth = depth
         self._sha = hashlib.sha256()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")
+        self._inline_left = INLINE_BYTES
+        self._worker: ThreadPoolExecutor | None = None
         self._pending: deque[Future[Any]] = deque()
 
     def update(self, buffer: bytes | memoryview) -> None:
         """Queue ``buffer`` to be digested after everything queued before it."""
+        if self._worker is None and len(buffer) <= self._inline_left:
+            self._inline_left -= len(buffer)
+            self._sha.update(buffer)
+            return
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")
         while len(self._pending) >= self._depth:
             self._pending.popleft().result()
         self._pending.append(self._worker.submit(self._sha.update, buffer))
@@ -49,7 +59,8 @@ class BackgroundSha256:
         for future in self._pending:
             future.cancel()
         self._pending.clear()
-        self._worker.shutdown(wait=True)
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
 
     def __enter__(self) -> BackgroundSha256:
         return self
