@@ -18,6 +18,7 @@ from typing import Any
 
 DEFAULT_DEPTH = 4
 INLINE_BYTES = 1 << 20
+"""How much of a stream is hashed on the caller's thread before the worker starts."""
 
 
 class BackgroundSha256:
@@ -38,8 +39,9 @@ class BackgroundSha256:
 
     def update(self, buffer: bytes | memoryview) -> None:
         """Queue ``buffer`` to be digested after everything queued before it."""
-        if self._worker is None and len(buffer) <= self._inline_left:
-            self._inline_left -= len(buffer)
+        size = memoryview(buffer).nbytes
+        if self._worker is None and size <= self._inline_left:
+            self._inline_left -= size
             self._sha.update(buffer)
             return
         if self._worker is None:
