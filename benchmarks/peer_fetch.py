@@ -1,15 +1,17 @@
 """Peer fetch over loopback: throughput against bare gRPC streaming, and peak extra memory.
 
-For each model size a run's ``DiskModelStore`` publishes a random float32 vector and two
+For each model size a run's ``DiskModelStore`` publishes a random float32 vector and three
 servers run in this process: the real ``PeerModelServer`` (grant check, file read from disk,
-its digest checked on the way) and a bare gRPC server that streams the same file bytes,
-pre-split into 1 MiB messages with no protobuf at all: the fastest a server-streaming
-transfer can go here. Throughput is the payload size over the median wall time of
-``GrpcPeerSource.fetch`` (one call: manifest on the first chunk, parse, SHA-256, copy into
-the result tensor) and of draining the bare stream; repetitions alternate which goes first.
-Target: ratio >= 0.8. For context, "new tensor" is the rate at which this machine can merely
-allocate a fresh tensor of the model's size and copy bytes into it, a floor under any fetch
-that returns a new tensor (page faults dominate it in a VM).
+its digest checked on the way) and two bare gRPC servers that stream the same file bytes
+with no protobuf at all, pre-split into 1 MiB messages (the fastest a server-streaming
+transfer went here) and into messages of the peer server's own ``CHUNK_BYTES``. Throughput
+is the payload size over the median wall time of ``GrpcPeerSource.fetch`` (one call:
+manifest on the first chunk, parse, SHA-256 on both ends, copy into the result tensor) and
+of draining each bare stream; repetitions alternate which goes first. Target: ratio >= 0.8
+against the 1 MiB stream (the ratio against the same-size messages is reported beside it).
+For context, "new tensor" is the rate at which this machine can merely allocate a fresh
+tensor of the model's size and copy bytes into it, a floor under any fetch that returns a
+new tensor (page faults dominate it in a VM).
 
 Memory: a fresh subprocess (this script with ``--child``) makes one call that transfers
 nothing to open the connection, resets its RSS high-water mark (/proc/self/clear_refs), then
@@ -19,7 +21,7 @@ fetch of a process that never used torch or a model stream before (one-time cost
 torch's first operations alone take about 1.2 MB); "warm" first fetches a tiny model (a
 second round of 16 values), as a client that trained and fetched before, so the figure is
 what one more fetch costs. The same is measured for draining the bare stream after a ping,
-which shows what gRPC itself buffers.
+which shows what gRPC itself buffers (for both message sizes).
 
 Run: python benchmarks/peer_fetch.py [--quick]
 """
@@ -108,8 +110,8 @@ def peak_extra(warm_up: Callable[[], object], run: Callable[[], object]) -> dict
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
-    """One measured transfer (``fetch`` or ``bare``) in this fresh process."""
-    if spec["kind"] == "bare":
+    """One measured transfer (a fetch or a bare stream) in this fresh process."""
+    if spec["kind"].startswith("bare"):
         with grpc.insecure_channel(spec["address"], options=BARE_OPTIONS) as channel:
             ping = channel.unary_unary("/bare.Bytes/Ping")
             return peak_extra(
@@ -145,6 +147,10 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return json.loads(lines[-1][len(RESULT_PREFIX) :])
 
 
+def split(payload: bytes, step: int) -> list[bytes]:
+    return [payload[at : at + step] for at in range(0, len(payload), step)]
+
+
 def timed(run: Callable[[], object]) -> float:
     started = time.perf_counter()
     run()
@@ -174,21 +180,25 @@ def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float
         store.publish(OWNER, WARM_ROUND, torch.randn(WARM_NUMEL))
         payload = store.path(ROUND).read_bytes()
         byte_size = len(payload)
-        step = BARE_CHUNK_BYTES
-        chunks = [payload[at : at + step] for at in range(0, byte_size, step)]
+        chunks = split(payload, BARE_CHUNK_BYTES)
+        same_chunks = split(payload, CHUNK_BYTES)
         del payload
         server = PeerModelServer(published, GrantVerifier(signer.public_key_bytes()))
         address = f"127.0.0.1:{server.start()}"
         bare, bare_port = bare_server(chunks)
         bare_address = f"127.0.0.1:{bare_port}"
+        bare_same, bare_same_port = bare_server(same_chunks)
+        bare_same_address = f"127.0.0.1:{bare_same_port}"
         grant = signer.issue(RUN, 0, OWNER, ROUND, ttl_s=3600)
         source = GrpcPeerSource(
             {OWNER: address}, {OWNER: grant}, numel, max_bytes, timeout_s, run=RUN
         )
         bare_channel = grpc.insecure_channel(bare_address, options=BARE_OPTIONS)
+        bare_same_channel = grpc.insecure_channel(bare_same_address, options=BARE_OPTIONS)
         runs = {
             "fetch": lambda: source.fetch(OWNER, ROUND),
             "bare": lambda: drain_bare(bare_channel, timeout_s),
+            "bare_same_chunk": lambda: drain_bare(bare_same_channel, timeout_s),
             "new_tensor": lambda: fill_new_tensor(numel, chunks),
         }
         for run in runs.values():
@@ -205,6 +215,11 @@ def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float
             "fetch": {**fetch_spec, "kind": "fetch"},
             "fetch_warm": {**fetch_spec, "kind": "fetch_warm", "warm_grant": warm_grant},
             "bare": {**child_spec, "kind": "bare", "address": bare_address},
+            "bare_same_chunk": {
+                **child_spec,
+                "kind": "bare_same_chunk",
+                "address": bare_same_address,
+            },
         }
         memory = {}
         for kind, spec in specs.items():
@@ -213,7 +228,9 @@ def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float
             memory[kind] = {"extra_bytes": median(extras), "children": reports}
         source.close()
         bare_channel.close()
+        bare_same_channel.close()
         bare.stop(None)
+        bare_same.stop(None)
         server.stop(None)
     rates = {name: byte_size / MB / median(values) for name, values in times.items()}
     return {
@@ -222,6 +239,7 @@ def bench_size(size_mb: int, repeats: int, memory_repeats: int, timeout_s: float
         "times_s": times,
         "mb_per_s": rates,
         "throughput_ratio": rates["fetch"] / rates["bare"],
+        "throughput_ratio_same_chunk": rates["fetch"] / rates["bare_same_chunk"],
         "memory": memory,
         "extra_memory_ratio": memory["fetch"]["extra_bytes"] / byte_size,
         "extra_memory_ratio_warm": memory["fetch_warm"]["extra_bytes"] / byte_size,
@@ -257,22 +275,28 @@ def main() -> None:
         fetch_extra = r["memory"]["fetch"]["extra_bytes"]
         warm_extra = r["memory"]["fetch_warm"]["extra_bytes"]
         bare_extra = r["memory"]["bare"]["extra_bytes"]
+        bare_same_extra = r["memory"]["bare_same_chunk"]["extra_bytes"]
         rows.append(
             [
                 f"{r['size_mb']}",
                 f"{r['mb_per_s']['fetch']:.0f}",
                 f"{r['mb_per_s']['bare']:.0f}",
+                f"{r['mb_per_s']['bare_same_chunk']:.0f}",
                 f"{r['throughput_ratio']:.2f}",
+                f"{r['throughput_ratio_same_chunk']:.2f}",
                 f"{r['mb_per_s']['new_tensor']:.0f}",
                 f"{fetch_extra / MB:.1f}",
                 f"{warm_extra / MB:.1f}",
                 f"{bare_extra / MB:.1f}",
+                f"{bare_same_extra / MB:.1f}",
                 f"{r['extra_memory_ratio']:.2f}",
                 f"{r['extra_memory_ratio_warm']:.2f}",
             ]
         )
-    headers = ["MB", "fetch MB/s", "bare MB/s", "ratio", "new tensor MB/s"]
-    headers += ["extra MB fresh", "extra MB warm", "bare extra MB"]
+    same = f"{CHUNK_BYTES // 1024}K"
+    headers = ["MB", "fetch MB/s", "bare 1M MB/s", f"bare {same} MB/s", "ratio 1M"]
+    headers += [f"ratio {same}", "new tensor MB/s", "extra MB fresh", "extra MB warm"]
+    headers += ["bare 1M extra MB", f"bare {same} extra MB"]
     headers += ["extra/model fresh", "extra/model warm"]
     print()
     print(format_table(headers, rows))

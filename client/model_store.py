@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from collabfl.client.background_hash import BackgroundSha256
+
 if TYPE_CHECKING:
     import torch
 
@@ -233,9 +235,10 @@ class PublishedModels:
 class PublishedRound:
     """One published round's file, open for serving: its manifest facts, then its bytes.
 
-    ``chunks`` reads the file once and hashes the weights on the way; when they no longer
-    match the digest recorded at publish it raises CorruptModel instead of yielding the last
-    chunk, so a damaged file never leaves complete and the check costs no pass of its own.
+    ``chunks`` reads the file once and hashes the weights on the way, on a worker thread
+    while earlier chunks are sent; when they no longer match the digest recorded at publish
+    it raises CorruptModel instead of yielding the last chunk, so a damaged file never
+    leaves complete and the check costs no pass of its own.
     """
 
     def __init__(self, file: BinaryIO, round_index: int) -> None:
@@ -272,17 +275,17 @@ class PublishedRound:
 
     def chunks(self, size: int) -> Iterator[bytes]:
         """The whole file, in order, in pieces of ``size`` bytes (the first holds the header)."""
-        weights = hashlib.sha256()
-        first = self._file.read(max(size - len(self._head), 0))
-        weights.update(first)
-        pending = self._head + first
-        while following := self._file.read(size):
-            weights.update(following)
-            yield pending
-            pending = following
-        if weights.hexdigest() != self.stored.weights_sha256:
-            reason = "SHA-256 of the stored weights differs from the one recorded at publish"
-            raise self._corrupt(self.stored.round, reason)
+        with BackgroundSha256() as weights:
+            first = self._file.read(max(size - len(self._head), 0))
+            weights.update(first)
+            pending = self._head + first
+            while following := self._file.read(size):
+                weights.update(following)  # hashed while ``pending`` is sent
+                yield pending
+                pending = following
+            if weights.hexdigest() != self.stored.weights_sha256:
+                reason = "SHA-256 of the stored weights differs from the one recorded at publish"
+                raise self._corrupt(self.stored.round, reason)
         yield pending
 
     def close(self) -> None:

@@ -3,8 +3,9 @@
 Everything a peer sends is untrusted. One call fetches a model: the manifest on its first
 chunk is checked against what this client expects before any of the payload is used; the
 streamed safetensors payload is parsed here, header included, and its tensor bytes are
-written straight into a preallocated tensor while their SHA-256 is computed on the way and
-compared, at the end, with the digest the owner recorded at publish. So a fetch needs about
+written straight into a preallocated tensor; a worker thread hashes each region of the
+tensor while the next chunk arrives, and the SHA-256 is compared, at the end, with the
+digest the owner recorded at publish. So a fetch needs about
 one model's worth of memory plus a chunk or two. Network trouble becomes
 ``PeerUnavailable``, a payload that must not be used becomes ``InvalidPeerModel``; either
 way the fetcher skips the peer.
@@ -12,7 +13,6 @@ way the fetcher skips the peer.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import torch
 
+from collabfl.client.background_hash import BackgroundSha256
 from collabfl.client.model_store import TENSOR_NAME
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
 from collabfl.client.stream_limits import BUSY_KEY
@@ -146,19 +147,23 @@ class GrpcPeerSource:
             return InvalidPeerModel(f"peer {owner} round {round_index}: {reason}")
 
         sink: _PayloadSink | None = None
-        for chunk in chunks:
-            has_manifest = chunk.HasField("manifest")
+        try:
+            for chunk in chunks:
+                has_manifest = chunk.HasField("manifest")
+                if sink is None:
+                    if not has_manifest:
+                        raise invalid("the first chunk carries no manifest")
+                    self._check_manifest(owner, round_index, chunk.manifest)
+                    sink = _PayloadSink(owner, round_index, self.expected_numel, chunk.manifest)
+                elif has_manifest:
+                    raise invalid(f"a second manifest at offset {chunk.offset}")
+                sink.feed(chunk.offset, chunk.data)
             if sink is None:
-                if not has_manifest:
-                    raise invalid("the first chunk carries no manifest")
-                self._check_manifest(owner, round_index, chunk.manifest)
-                sink = _PayloadSink(owner, round_index, self.expected_numel, chunk.manifest)
-            elif has_manifest:
-                raise invalid(f"a second manifest at offset {chunk.offset}")
-            sink.feed(chunk.offset, chunk.data)
-        if sink is None:
-            raise invalid("the stream ended before its manifest")
-        return sink.finish()
+                raise invalid("the stream ended before its manifest")
+            return sink.finish()
+        finally:
+            if sink is not None:
+                sink.close()
 
     def _check_manifest(self, owner: int, round_index: int, manifest: peer_pb2.Manifest) -> None:
         """Refuse, before any of the payload is used, a model this client cannot use."""
@@ -201,7 +206,7 @@ class _PayloadSink:
         self._header_len: int | None = None
         self._data_start: int | None = None
         self._received = 0
-        self._sha = hashlib.sha256()
+        self._sha = BackgroundSha256()
 
     def feed(self, offset: int, data: bytes) -> None:
         if offset != self._received:
@@ -214,9 +219,10 @@ class _PayloadSink:
         while view and self._data_start is None:
             view = self._take_head(view)
         if view and self._data_start is not None:  # the header is complete: this is data
-            self._sha.update(view)
             start = self._received + len(data) - len(view) - self._data_start
-            self._dest[start : start + len(view)] = view
+            region = self._dest[start : start + len(view)]
+            region[:] = view
+            self._sha.update(region)  # hashed from the tensor while the next chunk arrives
         self._received += len(data)
 
     def finish(self) -> torch.Tensor:
@@ -225,6 +231,10 @@ class _PayloadSink:
         if self._sha.hexdigest() != self.weights_sha256.lower():
             raise self._invalid("SHA-256 of the tensor bytes does not match the manifest")
         return self.tensor
+
+    def close(self) -> None:
+        """Stop the hashing worker (after ``finish`` or when the stream failed)."""
+        self._sha.close()
 
     def _take_head(self, view: memoryview) -> memoryview:
         """Move header bytes from ``view`` into the head buffer; return what is left."""

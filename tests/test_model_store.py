@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 
 import pytest
 import torch
 from safetensors import safe_open
 
+from collabfl.client import background_hash
 from collabfl.client.model_store import CorruptModel, DiskModelStore, PublishedModels, StoredModel
 from collabfl.client.peers import ModelPublisher
 
@@ -159,3 +161,26 @@ def test_joining_a_run_makes_its_folder_ready_for_serving(tmp_path):
     published.retire_other_runs("new")
     assert published.for_serving("old") is None
     assert published.for_serving("new").rounds() == []  # a run it is in, nothing out yet
+
+
+def test_damaged_weights_fail_before_the_last_chunk_when_hashed_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(background_hash, "INLINE_BYTES", 0)
+    test_damaged_weights_fail_before_the_last_chunk(tmp_path)
+
+
+def test_a_stream_abandoned_midway_stops_its_hashing(tmp_path, monkeypatch):
+    monkeypatch.setattr(background_hash, "INLINE_BYTES", 0)
+    store = DiskModelStore(tmp_path, owner=0)
+    store.publish(0, 0, torch.randn(3000))
+
+    def hashing() -> set[int | None]:
+        return {t.ident for t in threading.enumerate() if t.name.startswith("sha256")}
+
+    before = hashing()
+    with store.open_round(0) as published:
+        chunks = published.chunks(1 << 10)
+        next(chunks)
+        next(chunks)
+        assert hashing() - before  # hashing behind the stream
+        chunks.close()  # the fetcher went away
+    assert hashing() <= before

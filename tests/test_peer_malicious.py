@@ -21,6 +21,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
+from collabfl.client import background_hash
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
 from collabfl.proto import peer_pb2, peer_pb2_grpc
@@ -292,3 +293,44 @@ def test_message_over_the_grpc_limit_is_unavailable(serve):
     address, _ = serve(FakePeer(manifest_of(huge), [peer_pb2.Chunk(data=huge, offset=0)]))
     with pytest.raises(PeerUnavailable, match="RESOURCE_EXHAUSTED"):
         fetch_from(address)
+
+
+def flipped_first_weight(payload: bytes) -> bytes:
+    at = 8 + int.from_bytes(payload[:8], "little")
+    return payload[:at] + bytes([payload[at] ^ 1]) + payload[at + 1 :]
+
+
+def hashing_threads() -> set[int | None]:
+    return {t.ident for t in threading.enumerate() if t.name.startswith("sha256")}
+
+
+@pytest.fixture
+def no_inline(monkeypatch):
+    """Every fetch hashes on a worker thread, however small its model."""
+    monkeypatch.setattr(background_hash, "INLINE_BYTES", 0)
+
+
+def test_digest_mismatch_early_in_a_long_stream_is_invalid(serve, no_inline):
+    # Many chunks, so the damaged one is hashed in the background long before the end.
+    chunks = chunks_of(flipped_first_weight(GOOD), size=100)
+    address, _ = serve(FakePeer(manifest_of(GOOD), chunks))
+    with pytest.raises(InvalidPeerModel, match="SHA-256"):
+        fetch_from(address)
+
+
+@pytest.mark.parametrize("case", ["digest-mismatch", "truncated-stream", "offset-gap"])
+def test_no_hashing_thread_outlives_a_refused_fetch(serve, no_inline, case):
+    manifest, chunks, message = bad_cases()[case]
+    address, _ = serve(FakePeer(manifest, chunks))
+    before = hashing_threads()
+    with pytest.raises(InvalidPeerModel, match=message):
+        fetch_from(address)
+    assert hashing_threads() <= before
+
+
+def test_no_hashing_thread_outlives_a_stream_cut_midway(serve, no_inline):
+    address, _ = serve(FakePeer(manifest_of(BIG, numel=400_000), chunks_of(BIG), 0, "abort"))
+    before = hashing_threads()
+    with pytest.raises(PeerUnavailable, match="INTERNAL"):
+        fetch_from(address, numel=400_000)
+    assert hashing_threads() <= before
