@@ -49,6 +49,11 @@ def start_run(federation: LocalFederation, config, out: Path, timeout: float) ->
     return run_id
 
 
+POLL_S = 0.2
+"""How often ``wait_for`` asks the coordinator: a loopback status call costs about a
+millisecond, and a round takes seconds, so a short poll adds little load and no lag."""
+
+
 def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 300):
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -59,7 +64,7 @@ def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 3
                 return run
         except ConnectionError:
             pass  # the coordinator is restarting
-        time.sleep(1.0)
+        time.sleep(POLL_S)
     raise AssertionError(f"run {run_id} did not reach the expected state in {limit_s} s")
 
 
