@@ -68,6 +68,18 @@ def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 3
     raise AssertionError(f"run {run_id} did not reach the expected state in {limit_s} s")
 
 
+def wait_logged(path: Path, text: str, limit_s: float = 120) -> None:
+    """Wait until the log at ``path`` holds ``text`` (reading a file costs nothing, where
+    asking the SuperLink through ``flwr`` starts a process that a loaded machine may not run
+    within its timeout)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(POLL_S)
+    raise AssertionError(f"{path} did not log {text!r} in {limit_s} s")
+
+
 def process_tree(root: int) -> list[int]:
     """``root`` and every process below it (a client daemon, its SuperNode and executor,
     which run in sessions of their own)."""

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from federation_faults import make_federation, start_run, wait_for
+from federation_faults import make_federation, start_run, wait_for, wait_logged
 
-from collabfl.coordinator.federation import client_command, free_ports
+from collabfl.coordinator.federation import SUPERNODE_CONNECTED, client_command, free_ports
 from collabfl.coordinator.report.run_dir import read_run
 
 CLIENTS = 3
@@ -28,7 +28,7 @@ class StoppedRun:
     message: str
     events: list
     met_at: int
-    """The last completed round when the impostor's node was online."""
+    """The last completed round when the impostor's SuperNode had connected."""
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def stopped(tmp_path_factory) -> StoppedRun:
             peer, runtime, key,
         )  # fmt: skip
         federation._spawn("impostor", impostor)  # stopped with the federation
-        federation.wait_online(CLIENTS + 1, timeout_s=60)
+        wait_logged(impostor_dir / "supernode.log", SUPERNODE_CONNECTED)
         with federation.client() as client:
             met_at = client.get_run(run_id).last_completed_round or 0
         # Each round's first message asks Flower for new nodes: the impostor is met by then.
