@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -351,9 +352,14 @@ class LocalFederation:
             raise RuntimeError(f"{name} exited with {process.returncode}; see {log_path}")
 
     def stop(self) -> None:
-        """Clients first, then the coordinator; only what this object started."""
-        for name in sorted(self.processes, key=lambda n: n == "coordinator"):
-            stop_group(self.processes[name], grace_s=15.0)
+        """Clients first, all at once (each takes seconds to wind its SuperNode down, which
+        one after another added up to most of a small federation's teardown), then the
+        coordinator; only what this object started."""
+        clients = [p for name, p in self.processes.items() if name != "coordinator"]
+        with ThreadPoolExecutor(max_workers=max(1, len(clients))) as pool:
+            list(pool.map(lambda process: stop_group(process, grace_s=15.0), clients))
+        if "coordinator" in self.processes:
+            stop_group(self.processes["coordinator"], grace_s=15.0)
 
     def client(self, timeout_s: float = 10.0) -> CoordinatorClient:
         """A coordinator service client acting as the operator (its certificate under TLS)."""

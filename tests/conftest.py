@@ -8,25 +8,33 @@ torch.set_num_threads(1)
 
 SLOWEST_FIRST = (
     "test_federation_e2e.py",
-    "test_federation_restart.py",
     "test_federation_coalitions.py",
-    "test_federation_kill.py",
-    "test_federation_hang.py",
-    "test_federation_stop.py",
-    "test_warm_runtime.py",
-    "test_federation_impostor.py",
     "test_federation_relay_tls.py",
-    "test_federation_user_code.py",
-    "test_multihost.py",
-    "test_daemons.py",
-    "test_spo_federated.py",
-    "test_admin_cli.py",
-    "test_coordinator_daemon.py",
+    "test_federation_stop.py",
+    "test_federation_hang.py",
     "test_flower_floor.py",
+    "test_multihost.py",
+    "test_simulate_e2e.py",
+    "test_federation_kill.py",
+    "test_federation_restart.py",
+    "test_federation_user_code.py",
+    "test_spo_federated.py",
+    "test_warm_runtime.py",
+    "test_compare_interrupt.py",
+    "test_seeds_progress_tracking.py",
+    "test_fleet_gateway.py",
+    "test_spo.py",
+    "test_coalition_methods.py",
+    "test_coordinator_daemon.py",
+    "test_cli_startup.py",
+    "test_admin_json.py",
+    "test_daemons.py",
+    "test_admin_cli.py",
 )
-"""Files that start real federations, longest first: with ``--dist loadfile`` the workers
-take files in collection order, so starting these first keeps one of them from being the
-last thing a run waits for (they mostly wait on Flower's polls, not on the CPU)."""
+"""The slowest files, longest first (as measured with ``--durations``): with ``--dist
+loadfile`` and ``--no-loadscope-reorder`` (pyproject.toml) the workers take files in
+collection order, so starting these first keeps one of them from being the last thing a run
+waits for, while the many quick files fill the gaps at the end."""
 
 
 def pytest_collection_modifyitems(items):

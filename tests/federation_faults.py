@@ -49,6 +49,11 @@ def start_run(federation: LocalFederation, config, out: Path, timeout: float) ->
     return run_id
 
 
+POLL_S = 0.2
+"""How often ``wait_for`` asks the coordinator: a loopback status call costs about a
+millisecond, and a round takes seconds, so a short poll adds little load and no lag."""
+
+
 def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 300):
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -59,8 +64,20 @@ def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 3
                 return run
         except ConnectionError:
             pass  # the coordinator is restarting
-        time.sleep(1.0)
+        time.sleep(POLL_S)
     raise AssertionError(f"run {run_id} did not reach the expected state in {limit_s} s")
+
+
+def wait_logged(path: Path, text: str, limit_s: float = 120) -> None:
+    """Wait until the log at ``path`` holds ``text`` (reading a file costs nothing, where
+    asking the SuperLink through ``flwr`` starts a process that a loaded machine may not run
+    within its timeout)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(POLL_S)
+    raise AssertionError(f"{path} did not log {text!r} in {limit_s} s")
 
 
 def process_tree(root: int) -> list[int]:

@@ -3,8 +3,8 @@
 ``collabfl federation up`` starts a coordinator daemon and client daemons as real processes
 on loopback and runs DPFL, pFedGraph and iPFL through them; the results must equal the
 in-process runtime's on the same seed and config, every DPFL graph must respect the budget,
-and in DPFL the coordinator must never have carried a model. DPFL runs once more with the
-client daemons' warm runtime (one long-lived executor per client), with the same results.
+and in DPFL the coordinator must never have carried a model. The client daemons run the warm
+runtime (one long-lived executor per client), which serves every message of a client.
 """
 
 from __future__ import annotations
@@ -35,21 +35,12 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("federation")
     flags = _flags(root)
     methods = ["--methods", "dpfl,pfedgraph,ipfl"]
-    _invoke("federation", "up", *flags, *methods, "--out", str(root / "real"), "--timeout", "400")
+    _invoke(
+        "federation", "up", *flags, *methods, "--runtime", "warm",
+        "--out", str(root / "real"), "--timeout", "400",
+    )  # fmt: skip
     _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
     return root / "real", root / "inprocess"
-
-
-@pytest.fixture(scope="module")
-def warm_dpfl(runs) -> Path:
-    """DPFL on a federation whose clients run their messages in warm executors."""
-    root = runs[0].parent
-    out = root / "warm"
-    _invoke(
-        "federation", "up", *_flags(root), "--methods", "dpfl", "--runtime", "warm",
-        "--out", str(out), "--timeout", "400",
-    )  # fmt: skip
-    return out
 
 
 def _flags(root: Path) -> list[str]:
@@ -62,13 +53,9 @@ def test_real_federation_equals_in_process_runtime(runs, method):
     assert_same_rows(runs[0] / method, runs[1] / method, method)
 
 
-def test_warm_runtime_equals_in_process_runtime(runs, warm_dpfl):
-    assert_same_rows(warm_dpfl / "dpfl", runs[1] / "dpfl", "dpfl")
-
-
-def test_warm_runtime_serves_each_client_from_one_process(warm_dpfl):
+def test_warm_runtime_serves_each_client_from_one_process(runs):
     for k in range(3):
-        log = (warm_dpfl / "federation" / f"client-{k}" / "executor.log").read_text()
+        log = (runs[0] / "federation" / f"client-{k}" / "executor.log").read_text()
         handled = re.findall(r"task (\w+) by pid (\d+)", log)
         assert len(handled) > 3, log  # set-up, then several messages per round
         assert {status for status, _ in handled} == {"completed"}, log
