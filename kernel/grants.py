@@ -159,11 +159,10 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 def save_public_key(public_key_bytes: bytes, path: Path) -> None:
     """Write the raw public key as SubjectPublicKeyInfo PEM, the form other tools read."""
     key = Ed25519PublicKey.from_public_bytes(public_key_bytes)
-    path.write_bytes(
-        key.public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+    pem = key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    write_bytes(path, pem)  # whole or not at all: clients may read it while it is written
 
 
 def load_public_key_bytes(path: Path) -> bytes:
