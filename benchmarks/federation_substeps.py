@@ -7,11 +7,12 @@ a real federation their cost is mostly messaging. This runs each method's first 
 runtime and on a loopback federation of N client daemons, one after the other on this
 machine, and reports both wall times, their ratio and the federation's message count.
 
-The sub-round steps alone are compared too: in the in-process runtime, the time spent in
-the pool's sends of sub-round steps (timed here by wrapping ``InProcessFederation.send``);
-over the federation, the longest relay seat of round 0 (its messages.jsonl "seat" record:
-from the seat message's creation to its reply, so seating the clients and closing the
-session count against the federation).
+The sub-round steps alone are compared too, as a span: in the in-process runtime, from the
+start of the first send of sub-round steps to the end of the last (timed here by wrapping
+``InProcessFederation.send``); over the federation, the longest relay seat of round 0 (its
+messages.jsonl "seat" record: from the seat message's creation to its reply, so seating the
+clients and closing the session count against the federation). Both spans include the
+coordinator's own work between steps (SPO trains its hypernetwork there).
 
     python benchmarks/federation_substeps.py [--clients 8] [--methods fedcollab,equilibrium:ocs=spo]
 """
@@ -48,9 +49,9 @@ def first_round_s(run_dir: Path) -> float:
 
 
 @contextmanager
-def timed_substeps() -> Iterator[list[float]]:
-    """Seconds of every in-process send of sub-round steps made inside the block."""
-    spans: list[float] = []
+def timed_substeps() -> Iterator[list[tuple[float, float]]]:
+    """(start, end) of every in-process send of sub-round steps made inside the block."""
+    spans: list[tuple[float, float]] = []
     send = InProcessFederation.send
 
     def timed(
@@ -59,7 +60,7 @@ def timed_substeps() -> Iterator[list[float]]:
         started = time.perf_counter()
         replies = send(self, instructions)
         if is_substep(instructions):
-            spans.append(time.perf_counter() - started)
+            spans.append((started, time.perf_counter()))
         return replies
 
     InProcessFederation.send = timed  # type: ignore[method-assign]
@@ -70,7 +71,7 @@ def timed_substeps() -> Iterator[list[float]]:
 
 
 def in_process(spec: MethodSpec, root: Path) -> tuple[float, float]:
-    """Round 0's wall time and the part of it spent in sub-round steps."""
+    """Round 0's wall time and the span of its sub-round steps (0 with none)."""
     config = spec.config
     device = resolve_device(config.device)
     data = prepare_data(config)
@@ -78,7 +79,8 @@ def in_process(spec: MethodSpec, root: Path) -> tuple[float, float]:
     run_dir = root / safe_name(spec.label)
     with timed_substeps() as spans:
         run_method(spec, data, splits, device, run_dir)
-    return first_round_s(run_dir), sum(spans)
+    span = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
+    return first_round_s(run_dir), span
 
 
 def federated(
@@ -130,7 +132,7 @@ def main() -> None:
             federation_s, seat_s, messages = federated(spec, config, Path(other), args.deadline_s)
         # An unfinished round 0 is reported as its lower bound: the deadline.
         ratio = (federation_s or args.deadline_s) / local_s
-        steps_ratio = None if seat_s is None else seat_s / local_steps_s
+        steps_ratio = None if seat_s is None or not local_steps_s else seat_s / local_steps_s
         figures[spec.label] = {
             "in_process_round0_s": local_s,
             "federation_round0_s": federation_s,
