@@ -19,6 +19,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
@@ -74,10 +75,7 @@ def encode_seat(seat: Seat) -> RecordDict:
 
 def decode_seat(content: RecordDict) -> Seat:
     """The seat a message offers; ValueError if it is malformed."""
-    record = content.config_records.get(_SEAT)
-    if record is None:
-        raise ValueError("the seat message carries no seat")
-    return decode(Seat, record)
+    return _decode_record(Seat, content, _SEAT)
 
 
 @dataclass(frozen=True)
@@ -94,10 +92,17 @@ def encode_served(served: Served) -> RecordDict:
 
 def decode_served(content: RecordDict) -> Served:
     """What a seat's reply says it served; ValueError if it is malformed."""
-    record = content.config_records.get(_SERVED)
+    return _decode_record(Served, content, _SERVED)
+
+
+_Record = TypeVar("_Record", Seat, Served)
+
+
+def _decode_record(kind: type[_Record], content: RecordDict, key: str) -> _Record:
+    record = content.config_records.get(key)
     if record is None:
-        raise ValueError("the seat's reply says nothing of what it served")
-    return decode(Served, record)
+        raise ValueError(f"the message carries no {key!r} record")
+    return decode(kind, record)
 
 
 @dataclass(frozen=True)

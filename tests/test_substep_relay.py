@@ -39,7 +39,14 @@ from collabfl.flower.codec import (
     decode_reply,
     encode_instruction,
 )
-from collabfl.flower.substeps import RelayedSteps, decode_seat, encode_served, serve_seat
+from collabfl.flower.substeps import (
+    RelayedSteps,
+    Served,
+    decode_seat,
+    decode_served,
+    encode_served,
+    serve_seat,
+)
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
@@ -374,3 +381,11 @@ def test_a_seat_that_failed_is_waited_for_no_longer(
         assert outcomes[1] == "relay seat: error 1: no route to the relay"
         assert relayed.close().failed == {1: "error 1: no route to the relay"}
     grid.join()
+
+
+def test_a_seat_reply_that_says_nothing_of_what_it_served_is_refused() -> None:
+    """A seat must answer with what it served; a reply without it (a ClientApp of another
+    version) is unreadable, so the ServerApp records the seat as failed, not as a timing."""
+    with pytest.raises(ValueError, match="served"):
+        decode_served(RecordDict())
+    assert decode_served(encode_served(Served(3, 0.5))) == Served(3, 0.5)
