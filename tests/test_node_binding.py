@@ -8,7 +8,8 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from collabfl.flower import server_app
 from collabfl.flower.binding import NodeBinder, format_bindings, parse_bindings
-from collabfl.flower.pool import Answer, FlowerClientPool
+from collabfl.flower.exchange import Answer
+from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.run_setup import Description, encode_description
 from tests.test_session import _settings
 
