@@ -18,6 +18,11 @@ a pull waited up to 3 s, three times per DPFL round. Here an empty pull is asked
 loopback until a message arrives or the hold ends, and the SuperNode gets the message
 within a fraction of a second; its 3 s sleep comes only after a hold of ``hold_s`` with
 nothing to do. The answer the SuperNode gets is the SuperLink's own, unchanged.
+
+It holds a pull of a message's object that is not there yet the same way. The SuperLink
+hands out a message as soon as its sender has pushed the message itself, before its objects
+(the content) follow; a SuperNode that asks in between backs off a fixed 1 s, then 2 s.
+Here that answer is asked again, every 5 to 50 ms, until the object is there.
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import uvicorn
 from flwr.proto.fleet_pb2 import PullMessagesResponse
+from flwr.proto.message_pb2 import PullObjectResponse
 from google.protobuf.message import DecodeError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -50,6 +58,7 @@ FLEET_PATH = re.compile(r"/v1/fleet/[a-z][a-z-]{0,63}")
 into another API on the way to the SuperLink."""
 HEALTH_PATH = "/health"
 PULL_PATH = "/v1/fleet/pull-messages"
+PULL_OBJECT_PATH = "/v1/fleet/pull-object"
 PROTOBUF = "application/protobuf"
 UPSTREAM_TIMEOUT_S = 300.0
 """A Fleet call carries at most one message chunk; far longer means the SuperLink hangs."""
@@ -97,17 +106,37 @@ class LongPoll:
         return waits
 
 
+FleetAnswer = TypeVar("FleetAnswer", PullMessagesResponse, PullObjectResponse)
+
+OBJECT_WAIT = LongPoll(hold_s=10.0, first_s=0.005, max_s=0.05)
+"""A message's objects follow it within milliseconds: a hold runs out only when their
+sender died mid-push, and then the SuperNode's own retries take over."""
+
+
 def is_empty_pull(response: httpx.Response) -> bool:
-    """Whether a pull's answer carries no message (and could be asked again). Only a
-    successful protobuf answer can be: a refusal (an unauthenticated SuperNode's 401, say)
-    goes back at once, as does anything this gateway cannot read."""
+    """Whether a pull's answer carries no message (and could be asked again)."""
+    answer = _protobuf_answer(response, PullMessagesResponse)
+    return answer is not None and not answer.messages_list
+
+
+def is_object_not_there_yet(response: httpx.Response) -> bool:
+    """Whether an object pull's answer says the object is known but its content has not
+    been pushed yet (and could be asked again)."""
+    answer = _protobuf_answer(response, PullObjectResponse)
+    return answer is not None and answer.object_found and not answer.object_available
+
+
+def _protobuf_answer(response: httpx.Response, kind: type[FleetAnswer]) -> FleetAnswer | None:
+    """The answer decoded, if it is a successful protobuf one. A refusal (an
+    unauthenticated SuperNode's 401, say) is None and goes back at once, as does anything
+    this gateway cannot read."""
     content_type = response.headers.get("content-type", "")
     if response.status_code != 200 or not content_type.startswith(PROTOBUF):
-        return False
+        return None
     try:
-        return not PullMessagesResponse.FromString(response.content).messages_list
+        return kind.FromString(response.content)
     except DecodeError:
-        return False
+        return None
 
 
 def forwarded(method: str, path: str) -> bool:
@@ -121,11 +150,16 @@ class FleetOnlyProxy:
     """ASGI app forwarding allowed requests to the loopback SuperLink; 403 for the rest."""
 
     def __init__(
-        self, upstream: str, verify: ssl.SSLContext | bool, long_poll: LongPoll = LongPoll()
+        self,
+        upstream: str,
+        verify: ssl.SSLContext | bool,
+        long_poll: LongPoll = LongPoll(),
+        object_wait: LongPoll = OBJECT_WAIT,
     ) -> None:
         self.upstream = upstream
         self.verify = verify
         self.long_poll = long_poll
+        self.object_wait = object_wait
         self.client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -143,6 +177,15 @@ class FleetOnlyProxy:
         response = await self._forward(request)
         await response(scope, receive, send)
 
+    def _hold(self, path: str) -> tuple[list[float], Callable[[httpx.Response], bool]]:
+        """How a call to ``path`` is held: the waits between asks, and which answer means
+        "not yet". Calls other than the two pulls go through once."""
+        if path == PULL_PATH:
+            return self.long_poll.intervals(), is_empty_pull
+        if path == PULL_OBJECT_PATH:
+            return self.object_wait.intervals(), is_object_not_there_yet
+        return [], lambda response: False
+
     async def _forward(self, request: Request) -> Response:
         if self.client is None:
             self.client = httpx.AsyncClient(
@@ -150,13 +193,13 @@ class FleetOnlyProxy:
             )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
         body = await request.body()
-        waits = self.long_poll.intervals() if request.url.path == PULL_PATH else []
+        waits, not_yet = self._hold(request.url.path)
         try:
             upstream = await self.client.request(
                 request.method, request.url.path, content=body, headers=headers
             )
             for wait in waits:
-                if not is_empty_pull(upstream) or await request.is_disconnected():
+                if not not_yet(upstream) or await request.is_disconnected():
                     break
                 await asyncio.sleep(wait)
                 # The same signed request again: node authentication signs a timestamp
@@ -190,12 +233,13 @@ class FleetGateway:
         upstream_ca: Path | None,
         tls: GatewayTLS | None,
         long_poll: LongPoll = LongPoll(),
+        object_wait: LongPoll = OBJECT_WAIT,
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if upstream_ca is not None:
             verify = ssl.create_default_context(cafile=str(upstream_ca))
         config = uvicorn.Config(
-            FleetOnlyProxy(upstream, verify, long_poll),
+            FleetOnlyProxy(upstream, verify, long_poll, object_wait),
             host=host,
             port=port,
             lifespan="off",

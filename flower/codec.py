@@ -7,8 +7,11 @@ of strategies.wire, plus the instruction's round and verb) and at most one Array
 flat float32 vector).
 
 A program (strategies.protocol.Program: a client's steps of one round) travels as one
-``query.program`` message: step i's records are those of one instruction, named with the
-suffix ``.i``, and its reply holds the steps' replies the same way.
+``query.program`` message with one ConfigRecord for all its steps: step i's fields under
+``i.<field>``, and the step count under ``_steps``; a step's flat vector, if any, is the
+ArrayRecord ``model.i``. Its reply holds the steps' replies the same way. One record, not
+one per step, because Flower moves every record as its own object: each is one more call to
+the SuperLink on both ends of both directions, which is most of a round's cost on loopback.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from google.protobuf.message import DecodeError
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import FlatVector, Instruction, Reply
 from collabfl.strategies.verbs import TASK_TYPES, Verb
-from collabfl.strategies.wire import decode, encode
+from collabfl.strategies.wire import WireValue, decode, encode
 
 MESSAGE_PREFIX = "query."
 """Every verb travels as a Flower query message named ``query.<verb>``."""
@@ -36,6 +39,11 @@ MAX_PROGRAM_STEPS = 16
 _CONFIG, _METRICS, _MODEL, _ARRAY = "config", "metrics", "model", "weights"
 _ROUND, _VERB = "_round", "_verb"
 """The instruction's own keys in its config record (task fields never start with "_")."""
+_STEPS = "_steps"
+"""A program's step count, in its one config record."""
+
+Step = tuple[dict[str, WireValue], FlatVector | None]
+"""One step of a program or of its reply: its fields and its flat vector, if any."""
 
 
 def message_type(verb: Verb) -> str:
@@ -43,21 +51,12 @@ def message_type(verb: Verb) -> str:
 
 
 def encode_instruction(instruction: Instruction) -> RecordDict:
-    config = encode(instruction.task)
-    config[_ROUND] = instruction.round
-    config[_VERB] = instruction.verb.value
-    return _content(_CONFIG, ConfigRecord(config), instruction.model)
+    return _content(_CONFIG, ConfigRecord(_instruction_fields(instruction)), instruction.model)
 
 
 def decode_instruction(content: RecordDict) -> Instruction:
     """The instruction a message carries; ValueError if it is malformed in any way."""
-    config = dict(_config(content, _CONFIG, "instruction"))
-    round_index, verb = config.pop(_ROUND, None), config.pop(_VERB, None)
-    if not isinstance(round_index, int) or isinstance(round_index, bool):
-        raise ValueError(f"malformed instruction: round {round_index!r}")
-    if not isinstance(verb, str) or verb not in TASK_TYPES:
-        raise ValueError(f"malformed instruction: unknown verb {verb!r}")
-    return Instruction(round_index, decode(TASK_TYPES[Verb(verb)], config), _vector(content))
+    return _instruction(dict(_config(content, _CONFIG, "instruction")), _vector(content))
 
 
 def encode_reply(reply: Reply) -> RecordDict:
@@ -66,29 +65,48 @@ def encode_reply(reply: Reply) -> RecordDict:
 
 def decode_reply(content: RecordDict) -> Reply:
     """The reply a message carries; ValueError if it is malformed in any way."""
-    metrics = decode(ClientMetrics, _config(content, _METRICS, "reply"))
-    return Reply(metrics, _vector(content))
+    return _reply(dict(_config(content, _METRICS, "reply")), _vector(content))
 
 
 def encode_program(program: Sequence[Instruction]) -> RecordDict:
-    return _joined([encode_instruction(instruction) for instruction in program])
+    return _joined(_CONFIG, [(_instruction_fields(s), s.model) for s in program])
 
 
 def decode_program(content: RecordDict) -> list[Instruction]:
     """The steps a program message carries; ValueError if any is malformed."""
-    return [decode_instruction(step) for step in _split(content, _CONFIG, "program")]
+    return [_instruction(*step) for step in _split(content, _CONFIG, "program")]
 
 
 def encode_replies(replies: Sequence[Reply]) -> RecordDict:
-    return _joined([encode_reply(reply) for reply in replies])
+    return _joined(_METRICS, [(encode(reply.metrics), reply.model) for reply in replies])
 
 
 def decode_replies(content: RecordDict, steps: int) -> list[Reply]:
     """A program's replies, exactly ``steps`` of them; ValueError otherwise."""
-    replies = [decode_reply(step) for step in _split(content, _METRICS, "program reply")]
+    replies = [_reply(*step) for step in _split(content, _METRICS, "program reply")]
     if len(replies) != steps:
         raise ValueError(f"program reply has {len(replies)} steps, expected {steps}")
     return replies
+
+
+def _instruction_fields(instruction: Instruction) -> dict[str, WireValue]:
+    config = encode(instruction.task)
+    config[_ROUND] = instruction.round
+    config[_VERB] = instruction.verb.value
+    return config
+
+
+def _instruction(config: dict[str, WireValue], model: FlatVector | None) -> Instruction:
+    round_index, verb = config.pop(_ROUND, None), config.pop(_VERB, None)
+    if not isinstance(round_index, int) or isinstance(round_index, bool):
+        raise ValueError(f"malformed instruction: round {round_index!r}")
+    if not isinstance(verb, str) or verb not in TASK_TYPES:
+        raise ValueError(f"malformed instruction: unknown verb {verb!r}")
+    return Instruction(round_index, decode(TASK_TYPES[Verb(verb)], config), model)
+
+
+def _reply(metrics: dict[str, WireValue], model: FlatVector | None) -> Reply:
+    return Reply(decode(ClientMetrics, metrics), model)
 
 
 def content_bytes(content: RecordDict) -> bytes:
@@ -106,33 +124,52 @@ def content_from_bytes(data: bytes) -> RecordDict:
         raise ValueError(f"unreadable message content: {error}") from None
 
 
-def _joined(parts: Sequence[RecordDict]) -> RecordDict:
-    """Single-step contents as one, each record renamed ``<key>.<step>``."""
-    joined = RecordDict()
-    for i, part in enumerate(parts):
-        for key, record in part.items():
-            joined[f"{key}.{i}"] = record
-    return joined
+def _joined(
+    key: str, steps: Sequence[tuple[dict[str, WireValue], FlatVector | None]]
+) -> RecordDict:
+    """Steps' fields as one record under ``key``, and their vectors as ``model.<step>``."""
+    fields: dict[str, WireValue] = {_STEPS: len(steps)}
+    content = RecordDict()
+    for i, (step, model) in enumerate(steps):
+        fields.update({f"{i}.{name}": value for name, value in step.items()})
+        if model is not None:
+            content[f"{_MODEL}.{i}"] = _array_record(model)
+    content[key] = ConfigRecord(fields)
+    return content
 
 
-def _split(content: RecordDict, key: str, what: str) -> list[RecordDict]:
-    """``_joined``'s parts back; ValueError for gaps, strays or too many steps."""
-    parts: dict[int, RecordDict] = {}
+def _split(content: RecordDict, key: str, what: str) -> list[Step]:
+    """``_joined``'s steps back; ValueError for a bad count, strays or unknown steps."""
+    fields = dict(_config(content, key, what))
+    count = fields.pop(_STEPS, None)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_PROGRAM_STEPS:
+        raise ValueError(f"{what} steps must be 1 to {MAX_PROGRAM_STEPS}, not {count!r}")
+    steps: list[dict[str, WireValue]] = [{} for _ in range(count)]
+    for name, value in fields.items():
+        index, _, field = name.partition(".")
+        steps[_step_index(index, count, what, name)][field] = value
+    models: list[FlatVector | None] = [None] * count
     for name, record in content.items():
-        base, _, index = name.rpartition(".")
-        if base not in (key, _MODEL) or not index.isdigit() or index != str(int(index)):
+        if name == key:
+            continue
+        base, _, index = name.partition(".")
+        if base != _MODEL or not isinstance(record, ArrayRecord):
             raise ValueError(f"{what} has an unexpected record {name!r}")
-        parts.setdefault(int(index), RecordDict())[base] = record
-    if not parts or sorted(parts) != list(range(len(parts))) or len(parts) > MAX_PROGRAM_STEPS:
-        raise ValueError(f"{what} steps must be 0..n-1 with 1 <= n <= {MAX_PROGRAM_STEPS}")
-    return [parts[i] for i in range(len(parts))]
+        models[_step_index(index, count, what, name)] = _array_vector(record)
+    return list(zip(steps, models, strict=True))
+
+
+def _step_index(index: str, count: int, what: str, name: str) -> int:
+    """A step number spelled canonically and below ``count``; ValueError otherwise."""
+    if not index.isdigit() or index != str(int(index)) or int(index) >= count:
+        raise ValueError(f"{what} has an unexpected entry {name!r} (steps 0..{count - 1})")
+    return int(index)
 
 
 def _content(key: str, config: ConfigRecord, model: FlatVector | None) -> RecordDict:
     content = RecordDict({key: config})
     if model is not None:
-        array = model.detach().to("cpu", torch.float32).contiguous().numpy()
-        content[_MODEL] = ArrayRecord({_ARRAY: Array(array)})
+        content[_MODEL] = _array_record(model)
     return content
 
 
@@ -147,7 +184,18 @@ def _vector(content: RecordDict) -> FlatVector | None:
     if _MODEL not in content:
         return None
     record = content.array_records.get(_MODEL)
-    if record is None or _ARRAY not in record:
+    if record is None:
+        raise ValueError("model record has no weights array")
+    return _array_vector(record)
+
+
+def _array_record(model: FlatVector) -> ArrayRecord:
+    array = model.detach().to("cpu", torch.float32).contiguous().numpy()
+    return ArrayRecord({_ARRAY: Array(array)})
+
+
+def _array_vector(record: ArrayRecord) -> FlatVector:
+    if _ARRAY not in record:
         raise ValueError("model record has no weights array")
     array = record[_ARRAY].numpy()
     if array.dtype != np.float32 or array.ndim != 1:

@@ -1,7 +1,8 @@
 """Messages to Flower nodes and their replies: pushed at once, collected until a deadline.
 
 Flower's own ``Grid.send_and_receive`` sleeps 3 s between polls for replies; rounds here are
-short, so replies are polled every ``poll_s``. Pushing and collecting are separate steps for
+short, so replies are polled every ``poll_s`` (and their content without Flower's 1 s
+back-off, flower/reply_pull.py). Pushing and collecting are separate steps for
 messages whose replies come much later (a sub-step relay seat, flower/substeps.py).
 """
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
+
+from collabfl.flower.reply_pull import pull_replies
 
 
 @dataclass(frozen=True)
@@ -47,16 +50,11 @@ def collect(
     deadline = time.monotonic() + timeout_s
     answers: dict[int, Answer] = {}
     while pending:
-        for reply in grid.pull_messages(list(pending)):
-            meta = reply.metadata
-            pending.discard(meta.reply_to_message_id)
-            content: RecordDict | str = (
-                f"error {reply.error.code}: {reply.error.reason}"
-                if reply.has_error()
-                else reply.content
-            )
-            sent_at = sent.get(meta.reply_to_message_id, meta.created_at)
-            answers[meta.src_node_id] = Answer(content, sent_at, meta.created_at, time.time())
+        for reply in pull_replies(grid, list(pending)):
+            pending.discard(reply.reply_to)
+            sent_at = sent.get(reply.reply_to, reply.created_at)
+            answer = Answer(reply.content, sent_at, reply.created_at, time.time())
+            answers[reply.src_node_id] = answer
         if not pending or time.monotonic() >= deadline:
             break
         time.sleep(poll_s)

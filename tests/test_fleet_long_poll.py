@@ -1,9 +1,11 @@
-"""The Fleet gateway holds a SuperNode's empty pull until a message is there.
+"""The Fleet gateway holds a SuperNode's empty pull until a message is there, and its pull
+of an object until the object's content is there.
 
 A real gateway (uvicorn, httpx) is put in front of a real HTTP upstream standing in for the
 SuperLink's Fleet API, whose pull answers empty until the test queues a message. A pull made
 before the message exists must come back with it (the gateway asked again), a pull with
-nothing to get comes back empty when the hold ends, and other calls are forwarded once.
+nothing to get comes back empty when the hold ends, and other calls are forwarded once. An
+object pull answered "not there yet" is asked again until the content is there.
 """
 
 from __future__ import annotations
@@ -18,12 +20,19 @@ import pytest
 import uvicorn
 from flwr.proto.fleet_pb2 import PullMessagesResponse
 from flwr.proto.message_pb2 import Message as MessageProto
+from flwr.proto.message_pb2 import PullObjectResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from collabfl.coordinator.fleet_gateway import PROTOBUF, PULL_PATH, FleetGateway, LongPoll
+from collabfl.coordinator.fleet_gateway import (
+    PROTOBUF,
+    PULL_OBJECT_PATH,
+    PULL_PATH,
+    FleetGateway,
+    LongPoll,
+)
 
 
 class FakeFleet:
@@ -34,6 +43,10 @@ class FakeFleet:
         self.other_calls = 0
         self.queued: PullMessagesResponse | None = None
         self.refusing = False
+        self.object_asks = 0
+        self.object_after = 0
+        """The object pull answers "not there yet" until asked more than this often."""
+        self.object_known = True
         self.lock = threading.Lock()
 
     async def pull(self, request: Request) -> Response:
@@ -42,6 +55,17 @@ class FakeFleet:
             if self.refusing:  # as the SuperLink answers a SuperNode it does not know
                 return Response(b"", status_code=401)
             answer, self.queued = self.queued or PullMessagesResponse(), None
+        return Response(answer.SerializeToString(), media_type=PROTOBUF)
+
+    async def pull_object(self, request: Request) -> Response:
+        with self.lock:
+            self.object_asks += 1
+            there = self.object_asks > self.object_after
+        answer = PullObjectResponse(
+            object_found=self.object_known,
+            object_available=self.object_known and there,
+            object_content=b"content" if self.object_known and there else b"",
+        )
         return Response(answer.SerializeToString(), media_type=PROTOBUF)
 
     async def other(self, request: Request) -> Response:
@@ -73,11 +97,13 @@ def fleet() -> Iterator[FakeFleet]:
 def _gateway(fleet: FakeFleet, long_poll: LongPoll) -> Iterator[str]:
     routes = [
         Route(PULL_PATH, fleet.pull, methods=["POST"]),
+        Route(PULL_OBJECT_PATH, fleet.pull_object, methods=["POST"]),
         Route("/v1/fleet/send-node-heartbeat", fleet.other, methods=["POST"]),
     ]
     upstream, upstream_port = _serve(Starlette(routes=routes))
+    object_wait = LongPoll(hold_s=long_poll.hold_s, first_s=0.005, max_s=0.02)
     gateway = FleetGateway(
-        "127.0.0.1", 0, f"http://127.0.0.1:{upstream_port}", None, None, long_poll
+        "127.0.0.1", 0, f"http://127.0.0.1:{upstream_port}", None, None, long_poll, object_wait
     )
     port = gateway.start()
     try:
@@ -137,6 +163,32 @@ def test_other_fleet_calls_are_forwarded_once(fleet, held):
     assert response.status_code == 200 and fleet.other_calls == 1 and fleet.pulls == 0
 
 
+def _pull_object(base: str) -> PullObjectResponse:
+    response = httpx.post(base + PULL_OBJECT_PATH, content=b"", timeout=120)
+    response.raise_for_status()
+    return PullObjectResponse.FromString(response.content)
+
+
+def test_an_object_pulled_before_its_content_is_there_comes_back_with_it(fleet, held):
+    fleet.object_after = 5  # the sender is still pushing: five answers of "not there yet"
+    answer = _pull_object(held)
+    assert answer.object_available and answer.object_content == b"content"
+    assert fleet.object_asks == 6
+
+
+def test_an_unknown_object_is_answered_at_once(fleet, held):
+    fleet.object_known = False
+    assert not _pull_object(held).object_found
+    assert fleet.object_asks == 1
+
+
+def test_an_object_that_never_comes_is_answered_not_there_when_the_hold_ends(fleet, short_hold):
+    fleet.object_after = 10**9
+    answer = _pull_object(short_hold)
+    assert answer.object_found and not answer.object_available
+    assert fleet.object_asks > 1
+
+
 def test_long_poll_intervals_grow_to_their_cap_and_fill_the_hold():
     waits = LongPoll(hold_s=2.0, first_s=0.02, max_s=0.25, growth=1.5).intervals()
     assert waits[0] == 0.02 and max(waits) == 0.25
@@ -150,5 +202,7 @@ def test_the_pull_the_gateway_holds_is_flowers_fleet_pull():
     from flwr.superlink.routers.fleet.router import router
 
     routes = {(route.path, method) for route in router.routes for method in route.methods}
-    assert (PULL_PATH, "POST") in routes
+    assert (PULL_PATH, "POST") in routes and (PULL_OBJECT_PATH, "POST") in routes
     assert "messages_list" in PullMessagesResponse.DESCRIPTOR.fields_by_name
+    fields = PullObjectResponse.DESCRIPTOR.fields_by_name
+    assert {"object_found", "object_available", "object_content"} <= set(fields)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import pytest
 import torch
-from flwr.app import ConfigRecord
+from flwr.app import ConfigRecord, RecordDict
 
 from collabfl.flower.codec import (
     MAX_PROGRAM_STEPS,
@@ -50,13 +50,24 @@ def test_program_replies_travel_in_order_and_their_count_is_checked():
         decode_replies(encode_replies(replies[:2]), 3)
 
 
+def _steps(content: RecordDict) -> ConfigRecord:
+    return content.config_records["config"]
+
+
 @pytest.mark.parametrize(
     "tamper",
     [
-        lambda content: content.__delitem__("config.1"),  # a gap
-        lambda content: content.__setitem__("config.01", ConfigRecord({})),  # a non-canonical index
-        lambda content: content.__setitem__("extra.0", ConfigRecord({})),  # a stray record
-        lambda content: content.__setitem__("config.x", ConfigRecord({})),  # no index
+        lambda c: [
+            _steps(c).__delitem__(k) for k in list(_steps(c)) if k.startswith("1.")
+        ],  # a gap
+        lambda c: _steps(c).__setitem__("3._verb", "evaluate"),  # a step beyond the count
+        lambda c: _steps(c).__setitem__("01._verb", "evaluate"),  # a non-canonical index
+        lambda c: _steps(c).__setitem__("x._verb", "evaluate"),  # no index
+        lambda c: _steps(c).__setitem__("_steps", True),  # a count that is not a number
+        lambda c: _steps(c).__delitem__("_steps"),  # no count
+        lambda c: c.__setitem__("extra.0", ConfigRecord({})),  # a stray record
+        lambda c: c.__setitem__("model.3", c["model.0"]),  # a vector for no step
+        lambda c: c.__setitem__("model.1", ConfigRecord({})),  # a vector that is not an array
     ],
 )
 def test_a_malformed_program_is_refused(tamper):
@@ -64,6 +75,13 @@ def test_a_malformed_program_is_refused(tamper):
     tamper(content)
     with pytest.raises(ValueError):
         decode_program(content)
+
+
+def test_a_program_is_one_record_besides_its_vectors():
+    """Every record is one more object for Flower to move: steps share one."""
+    content = encode_program(_program())
+    assert sorted(content) == ["config", "model.0"]
+    assert sorted(encode_replies([Reply(), Reply(), Reply()])) == ["metrics"]
 
 
 def test_a_program_longer_than_any_round_is_refused():
