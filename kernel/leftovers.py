@@ -115,8 +115,9 @@ def reap_leftovers(state_dir: Path, wait_s: float = 10.0, scans: int = 5) -> lis
 def _kill_leftovers(state_dir: str, exclude: set[int]) -> dict[int, int]:
     """One scan of /proc: SIGKILL the leftovers on ``state_dir``; their pids and pidfds."""
     killed = {}
+    skip = exclude | {os.getpid()}
     for entry in PROC.iterdir():
-        if not entry.name.isdigit() or int(entry.name) in exclude | {os.getpid()}:
+        if not entry.name.isdigit() or int(entry.name) in skip:
             continue
         pid = int(entry.name)
         try:
