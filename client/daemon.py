@@ -6,12 +6,13 @@ which member calls, with the federation CA of ``--root-certificates`` as the cli
 supervises a Flower SuperNode whose ClientApp does the training, selection and evaluation.
 With TLS the SuperNode authenticates with a key pair kept in the state directory
 (flower/supernode_key.py) that the operator registers on the coordinator. With
-``--runtime subprocess`` (the default) the SuperNode
-starts one ClientApp process per message; with ``--runtime warm`` it starts none and this
-daemon supervises one long-lived executor (flower/warm_executor.py) that serves every
-message with the node kept in memory. Everything that must outlive one message lives here or
-in the state directory. SIGTERM/SIGINT stop both cleanly; a restarted daemon serves what was
-published before and the node resumes from its saved state.
+``--runtime subprocess`` the SuperNode starts one ClientApp process per message; with
+``--runtime warm`` (the default) it starts none and this daemon supervises one long-lived
+executor (flower/warm_executor.py) that serves every message with the node kept in memory.
+Everything that must outlive one message lives here or in the state directory.
+SIGTERM/SIGINT stop both cleanly; a restarted daemon first kills what a killed predecessor's
+SuperNode left running (kernel/leftovers.py), then serves what was published before, and
+the node resumes from its saved state.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from collabfl.flower.processes import (
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
+from collabfl.kernel.leftovers import owner_env, reap_leftovers
 from collabfl.kernel.supervisor import Supervisor
 from collabfl.kernel.tls import ServerTLS
 from collabfl.kernel.user_code import parse_allowed
@@ -221,7 +223,7 @@ def start_flower(args: argparse.Namespace, give_up: Callable[[str], None]) -> li
 
     Returned in the order to stop them: the executor before the SuperNode it serves.
     """
-    env = flower_env(args.state_dir / "flwr")
+    env = {**flower_env(args.state_dir / "flwr"), **owner_env(args.state_dir)}
     supernode = Supervisor(
         "supernode", supernode_command(args), args.state_dir / "supernode.log", env,
         on_give_up=give_up,
@@ -251,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         log.error("%s", error)
         return 2
+    reap_leftovers(args.state_dir)  # a killed predecessor's ClientApp processes
     # Before any child starts: a stop that arrives while they start still stops them.
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

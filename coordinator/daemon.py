@@ -9,7 +9,9 @@ with ``flwr run``, each with a run ticket the clients check (kernel/tickets.py) 
 registered SuperNode node ids of its members. With TLS the SuperLink requires SuperNode
 authentication: only SuperNodes whose key an operator registered (``collabfl admin
 register-supernode``) join. A run whose ServerApp dies while the run is still active (a SuperLink or
-coordinator restart) is launched again and resumes after its last completed round.
+coordinator restart) is launched again and resumes after its last completed round; a
+restarted coordinator first kills what its killed predecessor left running, such as that
+ServerApp retrying the dead SuperLink (kernel/leftovers.py).
 
 Every launch gets a fresh token (``launch``): only the latest launch's ServerApp may write
 the run's rounds and events. With TLS, the service admits callers by the role their
@@ -59,6 +61,7 @@ from collabfl.kernel.grants import (
     save_private_key,
     save_public_key,
 )
+from collabfl.kernel.leftovers import owner_env, reap_leftovers
 from collabfl.kernel.supervisor import Supervisor, stop_group
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ServerTLS
@@ -392,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("without --insecure, give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
         return 2
     args.state_dir.mkdir(parents=True, exist_ok=True)
+    reap_leftovers(args.state_dir)  # a killed predecessor's ServerApps, before ours start
     if not args.superlink_internal_port:
         args.superlink_internal_port = free_loopback_port()
     try:
@@ -406,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         tls = ServerTLS.from_files(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certfile)
     server, port = serve(state, signer, f"{args.host}:{args.service_port}", tls, runs_dir=runs_dir)
     log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
-    env = flower_env(write_flower_home(args))
+    env = {**flower_env(write_flower_home(args)), **owner_env(args.state_dir)}
     stop = threading.Event()
     given_up: list[str] = []
 

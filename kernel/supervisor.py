@@ -3,7 +3,8 @@
 Both daemons own one Flower process each. If it exits unexpectedly the supervisor restarts
 it after a growing delay (at most ``max_restarts`` times in a row); on shutdown it sends
 SIGTERM to the child's process group, waits, then SIGKILLs whatever is left, so Flower's
-own helper processes (flower-superexec, ClientApp processes) go with it.
+own helper processes (flower-superexec, ClientApp processes) go with it. What a daemon
+killed outright leaves behind, its next start reaps (kernel/leftovers.py).
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ class Supervisor:
         self.on_give_up = on_give_up
         """Called with the child's name once it is given up: a daemon that cannot do its job
         without the child exits, so that what runs the daemon (systemd, compose) sees it."""
-        self.original_command = list(command)
-        self.command = with_parent_death_signal(self.original_command)
+        self.command = with_parent_death_signal(list(command))
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
         self.max_restarts = max_restarts
@@ -50,7 +50,6 @@ class Supervisor:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._reap_previous()
         self._spawn()
         self._thread = threading.Thread(target=self._watch, name=f"watch-{self.name}", daemon=True)
         self._thread.start()
@@ -58,18 +57,6 @@ class Supervisor:
     @property
     def pid_file(self) -> Path:
         return self.log_path.with_suffix(".pid")
-
-    def _reap_previous(self) -> None:
-        """Kill a child left behind by an earlier daemon on this state dir, if it still runs."""
-        try:
-            pid = int(self.pid_file.read_text())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            return
-        binary = Path(self.original_command[0]).name.encode()
-        if any(binary in part for part in cmdline):
-            log.warning("killing %s left over from a previous run (pid %s)", self.name, pid)
-            _kill_group(pid, signal.SIGKILL)
 
     def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from collabfl.coordinator.federation import LocalFederation, write_client_files
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.run_options import RunOptions
+from collabfl.kernel.leftovers import start_ticks
 
 BASE = [
     "data.num_train=1500",
@@ -97,6 +98,27 @@ def process_tree(root: int) -> list[int]:
         found.append(pid)
         todo.extend(children.get(pid, []))
     return found
+
+
+def running_processes(pids: list[int]) -> dict[int, tuple[int, str]]:
+    """Which of ``pids`` run now: their start times (``still_running`` later tells whether
+    that same process, not a reuse of its pid, is still there) and command lines."""
+    started = {pid: start_ticks(pid) for pid in pids}
+    return {pid: (ticks, command_line(pid)) for pid, ticks in started.items() if ticks}
+
+
+def still_running(processes: dict[int, tuple[int, str]]) -> dict[int, str]:
+    """Those of ``processes`` (from ``running_processes``) that still run: their commands."""
+    return {
+        pid: command for pid, (ticks, command) in processes.items() if start_ticks(pid) == ticks
+    }
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def send_signal(pids: list[int], signum: int) -> None:

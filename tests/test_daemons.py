@@ -1,5 +1,6 @@
 """The daemons as processes: bad input stops them before anything starts, SIGTERM stops
-them cleanly together with the Flower process they supervise."""
+them cleanly together with the Flower process they supervise, and a restart after a SIGKILL
+kills what the killed daemon left running."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from federation_faults import command_line, process_tree, running_processes, still_running
 
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
@@ -48,12 +50,23 @@ def test_client_daemon_refuses_a_bad_data_file(tmp_path):
     assert not (tmp_path / "state" / "supernode.log").exists()
 
 
-def test_client_daemon_stops_cleanly_on_sigterm(tmp_path):
+def _data_file(tmp_path: Path) -> Path:
     rng = np.random.default_rng(0)
     split = ArrayDataset(rng.normal(size=(8, 1, 40)).astype(np.float32), rng.integers(0, 10, 8))
     data = tmp_path / "c.npz"
     save_client_file(ClientData(0, split, split, split, False), data, num_classes=10, dataset="x")
-    process = subprocess.Popen(_client_args(tmp_path, data), start_new_session=True)
+    return data
+
+
+def _wait(condition, what: str, limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {limit_s} s"
+        time.sleep(0.2)
+
+
+def test_client_daemon_stops_cleanly_on_sigterm(tmp_path):
+    process = subprocess.Popen(_client_args(tmp_path, _data_file(tmp_path)), start_new_session=True)
     pid_file = tmp_path / "state" / "supernode.pid"
     deadline = time.monotonic() + 60
     while not pid_file.exists() and time.monotonic() < deadline:
@@ -66,3 +79,31 @@ def test_client_daemon_stops_cleanly_on_sigterm(tmp_path):
     while _alive(supernode) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(supernode), "the SuperNode outlived its daemon"
+
+
+def _is_superexec(pid: int) -> bool:
+    return "flower-superexec" in command_line(pid)
+
+
+def test_a_restarted_client_daemon_kills_what_its_killed_predecessor_left(tmp_path):
+    """In the subprocess runtime the SuperNode starts a SuperExec that watches it with
+    ``kill(pid, 0)``, which a zombie passes: SIGKILL the daemon (the SuperNode follows by its
+    death signal) and the SuperExec stays. The restarted daemon kills it before it starts
+    its own SuperNode."""
+    args = [*_client_args(tmp_path, _data_file(tmp_path)), "--runtime", "subprocess"]
+    first = subprocess.Popen(args, start_new_session=True)
+    _wait(lambda: any(map(_is_superexec, process_tree(first.pid))), "the SuperExec's start")
+    killed = running_processes(process_tree(first.pid))
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+    pid_file = tmp_path / "state" / "supernode.pid"
+    supernode = int(pid_file.read_text())
+    second = subprocess.Popen(args, start_new_session=True)
+    try:
+        _wait(lambda: int(pid_file.read_text() or supernode) != supernode, "a new SuperNode")
+        assert not still_running(killed)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+        for pid in still_running(killed):  # without the fix: left on the machine otherwise
+            os.kill(pid, signal.SIGKILL)

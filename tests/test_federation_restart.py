@@ -1,12 +1,22 @@
-"""The coordinator (SuperLink, service, ServerApp) killed and restarted mid-run: the run
-resumes after its last completed round and ends exactly as an uninterrupted one."""
+"""The coordinator (SuperLink, service, ServerApp) killed and restarted mid-run: by the time
+the restarted coordinator serves, nothing the killed one started still runs (its ServerApp
+would otherwise retry its dead SuperLink), and the run resumes after its last completed
+round and ends exactly as an uninterrupted one."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from federation_faults import BASE, make_federation, start_run, wait_for
+from federation_faults import (
+    BASE,
+    make_federation,
+    process_tree,
+    running_processes,
+    start_run,
+    still_running,
+    wait_for,
+)
 
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.state import CoordinatorState
@@ -38,8 +48,13 @@ def test_coordinator_restart_resumes_the_run_exactly(tmp_path, uninterrupted):
     with federation:
         run_id = start_run(federation, config, out, timeout=120)
         wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 1)
+        killed = running_processes(process_tree(federation.processes["coordinator"].pid))
         federation.kill("coordinator")
         federation.restart("coordinator")
+        wait_for(federation, run_id, lambda r: True)  # the restarted coordinator serves
+        left = still_running(killed)
+        assert any("flwr-serverapp" in command for _, command in killed.values()), killed
+        assert not left, f"processes of the killed coordinator outlived its restart: {left}"
         run = wait_for(federation, run_id, lambda r: not r.active, limit_s=400)
     assert run.status == "finished", run.message
     with CoordinatorState(federation.coordinator_dir / "coordinator.db") as state:

@@ -2,7 +2,10 @@
 
 ``collabfl federation up`` starts every party on loopback; its client daemons allow the code
 the config names (``--allow-import``), train the user's model with the user's optimiser,
-and give exactly the in-process runtime's results on the same seed and config.
+and give exactly the in-process runtime's results on the same seed and config. They run the
+``subprocess`` runtime (Flower starts a ClientApp process per message), the one federation
+of the suite that does: each of those processes must import the user's code anew and resume
+the node from its saved state, and still match. (test_federation_e2e.py runs the warm one.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_runs import invoke
-from tests.support.runtime_equality import SETTINGS, assert_same_rows
+from tests.support.runtime_equality import CLIENTS, SETTINGS, assert_same_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_CODE = [
@@ -34,8 +37,13 @@ def test_user_code_over_a_federation_equals_in_process(tmp_path, importable_test
     overrides = [*SETTINGS, *USER_CODE, f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}"]
     flags = [arg for o in overrides for arg in ("--set", o)]
     real, inprocess = tmp_path / "real", tmp_path / "inprocess"
-    invoke("federation", "up", *flags, "--methods", "dpfl", "--out", str(real), "--timeout", "400")
+    invoke(
+        "federation", "up", *flags, "--methods", "dpfl", "--runtime", "subprocess",
+        "--out", str(real), "--timeout", "400",
+    )  # fmt: skip
     invoke("compare", *flags, "--methods", "dpfl", "--out", str(inprocess))
     assert_same_rows(real / "dpfl", inprocess / "dpfl", "dpfl")
     resolved = json.loads((real / "dpfl" / "config.json").read_text())["resolved"]
     assert resolved["model_bytes"] == (40 * 10 + 10) * 4  # the user's model, not the zoo's
+    clients = sorted((real / "federation").glob("client-*"))
+    assert len(clients) == CLIENTS and not any((c / "executor.log").exists() for c in clients)
