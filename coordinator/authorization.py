@@ -47,6 +47,9 @@ POLICY: Mapping[str, frozenset[Role]] = {
     "GetMetrics": OPERATOR,
     "GetCoalitions": OPERATOR,
     "Status": OPERATOR,
+    # The Flower transport's signals: the ServerApp's, about its own run.
+    "MessagesPushed": SERVER_APP,
+    "AwaitReplies": SERVER_APP,
     # The sub-step relay (substeps.proto): the ServerApp runs sessions, members poll.
     "OpenSession": SERVER_APP,
     "Relay": SERVER_APP,

@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from collabfl import __version__
+from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.fleet_gateway import (
     FleetGateway,
     GatewayTLS,
@@ -180,8 +181,9 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def fleet_gateway(args: argparse.Namespace) -> FleetGateway:
-    """The public Fleet endpoint on ``--host:--superlink-port`` (TLS unless insecure)."""
+def fleet_gateway(args: argparse.Namespace, activity: FleetActivity) -> FleetGateway:
+    """The public Fleet endpoint on ``--host:--superlink-port`` (TLS unless insecure),
+    signalling through ``activity`` with the service."""
     tls = loopback_tls(args)
     scheme = "http" if tls is None else "https"
     public = None if args.insecure else GatewayTLS(args.ssl_certfile, args.ssl_keyfile)
@@ -191,6 +193,7 @@ def fleet_gateway(args: argparse.Namespace) -> FleetGateway:
         f"{scheme}://{LOOPBACK}:{args.superlink_internal_port}",
         None if tls is None else tls.ca,
         public,
+        activity=activity,
     )
 
 
@@ -408,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     tls = None
     if not args.insecure:
         tls = ServerTLS.from_files(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certfile)
-    server, port = serve(state, signer, f"{args.host}:{args.service_port}", tls, runs_dir=runs_dir)
+    activity = FleetActivity()
+    address = f"{args.host}:{args.service_port}"
+    server, port = serve(state, signer, address, tls, runs_dir=runs_dir, activity=activity)
     log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
     env = {**flower_env(write_flower_home(args)), **owner_env(args.state_dir)}
     stop = threading.Event()
@@ -423,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         on_give_up=give_up,
     )  # fmt: skip
     superlink.start()
-    gateway = fleet_gateway(args)
+    gateway = fleet_gateway(args, activity)
     gateway.start()
     log.info(
         "Fleet gateway on %s:%s, SuperLink on %s:%s",

@@ -15,9 +15,12 @@ with a loopback-only certificate from a throwaway CA of its own (``LoopbackTLS``
 The gateway also holds a SuperNode's empty pull (``LongPoll``). A Flower 1.41 SuperNode
 sleeps a fixed 3 s after every pull that brings no message, so a message pushed just after
 a pull waited up to 3 s, three times per DPFL round. Here an empty pull is asked again on
-loopback until a message arrives or the hold ends, and the SuperNode gets the message
-within a fraction of a second; its 3 s sleep comes only after a hold of ``hold_s`` with
-nothing to do. The answer the SuperNode gets is the SuperLink's own, unchanged.
+loopback when the ServerApp says it pushed messages (the ``messages`` doorbell of
+coordinator/doorbell.py, rung through the coordinator service), and at growing intervals
+in case a signal is lost, until a message arrives or the hold ends; its 3 s sleep comes
+only after a hold of ``hold_s`` with nothing to do. The answer the SuperNode gets is the
+SuperLink's own, unchanged. A SuperNode's push of a reply rings the ``replies`` doorbell,
+which the ServerApp waits on instead of polling the SuperLink.
 
 It holds a pull of a message's object that is not there yet the same way. The SuperLink
 hands out a message as soon as its sender has pushed the message itself, before its objects
@@ -48,6 +51,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.pki import issue, make_ca, write_certificate, write_private_key
 
@@ -59,6 +63,7 @@ into another API on the way to the SuperLink."""
 HEALTH_PATH = "/health"
 PULL_PATH = "/v1/fleet/pull-messages"
 PULL_OBJECT_PATH = "/v1/fleet/pull-object"
+PUSH_PATH = "/v1/fleet/push-messages"
 PROTOBUF = "application/protobuf"
 UPSTREAM_TIMEOUT_S = 300.0
 """A Fleet call carries at most one message chunk; far longer means the SuperLink hangs."""
@@ -86,14 +91,15 @@ class LongPoll:
     """How long an empty pull is held, and how often it is asked again meanwhile.
 
     ``hold_s`` stays well below the SuperNode's 30 s HTTP timeout. The interval starts at
-    ``first_s`` (a round's next message usually follows a reply within a second) and grows
-    by ``growth`` up to ``max_s``, so an idle federation costs the SuperLink a few cheap
-    loopback pulls per node per second.
+    ``first_s`` and grows by ``growth`` up to ``max_s``. A pull the ``messages`` doorbell
+    wakes is asked again at once, so the intervals only bound the wait when a signal is lost
+    (and keep an idle federation's cost to the SuperLink at about one pull per node and
+    second).
     """
 
     hold_s: float = 15.0
-    first_s: float = 0.02
-    max_s: float = 0.25
+    first_s: float = 0.25
+    max_s: float = 1.0
     growth: float = 1.5
 
     def intervals(self) -> list[float]:
@@ -155,11 +161,13 @@ class FleetOnlyProxy:
         verify: ssl.SSLContext | bool,
         long_poll: LongPoll = LongPoll(),
         object_wait: LongPoll = OBJECT_WAIT,
+        activity: FleetActivity | None = None,
     ) -> None:
         self.upstream = upstream
         self.verify = verify
         self.long_poll = long_poll
         self.object_wait = object_wait
+        self.activity = activity or FleetActivity()
         self.client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -193,23 +201,31 @@ class FleetOnlyProxy:
             )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
         body = await request.body()
-        waits, not_yet = self._hold(request.url.path)
+        path = request.url.path
+        waits, not_yet = self._hold(path)
+        pushed = self.activity.messages
+        seen = pushed.count  # before the first ask: a push during it is not missed
         try:
             upstream = await self.client.request(
-                request.method, request.url.path, content=body, headers=headers
+                request.method, path, content=body, headers=headers
             )
             for wait in waits:
                 if not not_yet(upstream) or await request.is_disconnected():
                     break
-                await asyncio.sleep(wait)
+                if path == PULL_PATH:
+                    seen = await pushed.wait_async(seen, wait)
+                else:
+                    await asyncio.sleep(wait)
                 # The same signed request again: node authentication signs a timestamp
                 # that stays valid for minutes, far longer than a hold.
                 upstream = await self.client.request(
-                    request.method, request.url.path, content=body, headers=headers
+                    request.method, path, content=body, headers=headers
                 )
         except httpx.TransportError as error:
             log.warning("fleet gateway: SuperLink unreachable: %s", error)
             return PlainTextResponse("the SuperLink is not answering", 503)
+        if path == PUSH_PATH and upstream.status_code == 200:
+            self.activity.replies.ring()
         kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
         return Response(upstream.content, upstream.status_code, headers=kept)
 
@@ -234,12 +250,13 @@ class FleetGateway:
         tls: GatewayTLS | None,
         long_poll: LongPoll = LongPoll(),
         object_wait: LongPoll = OBJECT_WAIT,
+        activity: FleetActivity | None = None,
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if upstream_ca is not None:
             verify = ssl.create_default_context(cafile=str(upstream_ca))
         config = uvicorn.Config(
-            FleetOnlyProxy(upstream, verify, long_poll, object_wait),
+            FleetOnlyProxy(upstream, verify, long_poll, object_wait, activity),
             host=host,
             port=port,
             lifespan="off",

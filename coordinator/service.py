@@ -25,6 +25,7 @@ from collabfl.coordinator.admission import (
     admitted,
     check_launch,
 )
+from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.methods import read_run_request
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
@@ -57,6 +58,8 @@ from collabfl.proto import substeps_pb2_grpc
 log = logging.getLogger(__name__)
 
 MAX_GRANT_TTL_S = 3600.0
+MAX_REPLY_WAIT_S = 5.0
+"""An AwaitReplies call holds one service thread; the ServerApp asks again after it."""
 """Grants are for one round's fetches; anything longer is more likely a unit mistake."""
 
 
@@ -74,12 +77,18 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     """
 
     def __init__(
-        self, state: CoordinatorState, signer: GrantIssuer, runs_dir: Path, authenticate: bool
+        self,
+        state: CoordinatorState,
+        signer: GrantIssuer,
+        runs_dir: Path,
+        authenticate: bool,
+        activity: FleetActivity,
     ) -> None:
         self._state = state
         self._signer = signer
         self._runs_dir = runs_dir
         self.authenticate = authenticate
+        self._activity = activity
         self._started = time.monotonic()
         self._writes = threading.Lock()
         """Serialises the check-then-write RPCs (one active run, rounds in order)."""
@@ -265,6 +274,22 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             active_runs=[run_to_pb(run) for run in runs if run.active],
         )
 
+    @admitted
+    def MessagesPushed(self, request: pb.FleetSignal, context: Any) -> pb.FleetActivity:
+        self._check_launch("MessagesPushed", request.run_id, request.launch_token)
+        self._activity.messages.ring()
+        return pb.FleetActivity(replies=self._activity.replies.count)
+
+    @admitted
+    def AwaitReplies(self, request: pb.FleetSignal, context: Any) -> pb.FleetActivity:
+        if not 0 <= request.timeout_s <= MAX_REPLY_WAIT_S:
+            raise InvalidRecord(
+                f"timeout_s must be in [0, {MAX_REPLY_WAIT_S:g}], got {request.timeout_s}"
+            )
+        self._check_launch("AwaitReplies", request.run_id, request.launch_token)
+        replies = self._activity.replies.wait(request.seen, request.timeout_s)
+        return pb.FleetActivity(replies=replies)
+
 
 def _current_round(last_completed: int | None) -> int:
     return 0 if last_completed is None else last_completed + 1
@@ -276,6 +301,7 @@ def serve(
     address: str = "127.0.0.1:0",
     tls: ServerTLS | None = None,
     runs_dir: Path | None = None,
+    activity: FleetActivity | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start the service, with the sub-step relay beside it, on ``address`` (port 0: any
     free port); return it and its port.
@@ -283,6 +309,7 @@ def serve(
     With ``tls`` the service admits only callers whose certificate its ``client_ca`` signed,
     by their role; without, anyone who reaches the port (loopback tests only). ``runs_dir``
     (default: ``runs`` next to the database) is the only folder runs may write into.
+    ``activity``: the signals shared with the daemon's Fleet gateway (coordinator/doorbell.py).
     """
     if tls is not None and tls.client_ca is None:
         raise ValueError(
@@ -296,7 +323,11 @@ def serve(
             address,
         )
     service = CoordinatorService(
-        state, signer, runs_dir or state.path.parent / "runs", authenticate=tls is not None
+        state,
+        signer,
+        runs_dir or state.path.parent / "runs",
+        authenticate=tls is not None,
+        activity=activity or FleetActivity(),
     )
     relay = SubstepService(state, SubstepRelay(), authenticate=tls is not None)
     server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS), options=SERVER_OPTIONS)

@@ -245,6 +245,20 @@ class CoordinatorClient:
         reply = self._call(self._stub.GetCoalitions, request)
         return {r.round: coalitions_from_pb(r.coalitions) for r in reply.rounds}
 
+    def messages_pushed(self, run_id: str) -> int:
+        """Say this run's ServerApp pushed messages (the gateway's held pulls ask again now);
+        returns how many replies SuperNodes have pushed so far."""
+        request = pb.FleetSignal(run_id=run_id, launch_token=self.launch_token)
+        return self._call(self._stub.MessagesPushed, request).replies
+
+    def await_replies(self, run_id: str, seen: int, timeout_s: float) -> int:
+        """How many replies SuperNodes have pushed, once more than ``seen`` or after
+        ``timeout_s``."""
+        request = pb.FleetSignal(
+            run_id=run_id, launch_token=self.launch_token, seen=seen, timeout_s=timeout_s
+        )
+        return self._call(self._stub.AwaitReplies, request).replies
+
     def status(self) -> CoordinatorStatus:
         reply = self._call(self._stub.Status, pb.StatusRequest())
         return CoordinatorStatus(

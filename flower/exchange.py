@@ -1,9 +1,10 @@
 """Messages to Flower nodes and their replies: pushed at once, collected until a deadline.
 
-Flower's own ``Grid.send_and_receive`` sleeps 3 s between polls for replies; rounds here are
-short, so replies are polled every ``poll_s`` (and their content without Flower's 1 s
-back-off, flower/reply_pull.py). Pushing and collecting are separate steps for
-messages whose replies come much later (a sub-step relay seat, flower/substeps.py).
+Flower's own ``Grid.send_and_receive`` sleeps 3 s between polls for replies. Here a push
+is signalled, so that SuperNodes get their messages at once, and replies are pulled when a
+signal says one arrived (flower/fleet_signals.py), their content without Flower's 1 s
+back-off (flower/reply_pull.py). Pushing and collecting are separate steps for messages
+whose replies come much later (a sub-step relay seat, flower/substeps.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
+from collabfl.flower.fleet_signals import FleetSignals
 from collabfl.flower.reply_pull import pull_replies
 
 
@@ -31,38 +33,41 @@ class Answer:
     """When the coordinator pulled the reply."""
 
 
-def push(grid: Grid, messages: list[Message]) -> dict[str, float]:
+def push(grid: Grid, messages: list[Message], signals: FleetSignals) -> dict[str, float]:
     """Push ``messages``; return each one's id and when it was created (Unix seconds)."""
     grid.push_messages(messages)
+    signals.pushed()
     # Pushing gives each message its id (before, every id is empty).
     return {m.metadata.message_id: m.metadata.created_at for m in messages}
 
 
 def collect(
-    grid: Grid, sent: dict[str, float], timeout_s: float, poll_s: float
+    grid: Grid, sent: dict[str, float], timeout_s: float, signals: FleetSignals
 ) -> dict[int, Answer]:
-    """Poll for the replies to the ``sent`` messages until all arrived or the deadline passed
-    (``timeout_s`` 0: look once).
+    """Pull the replies to the ``sent`` messages as they arrive, until all have or the
+    deadline passed (``timeout_s`` 0: look once).
 
     Returns the answer per source node id.
     """
     pending = set(sent)
     deadline = time.monotonic() + timeout_s
     answers: dict[int, Answer] = {}
+    seen = 0
     while pending:
         for reply in pull_replies(grid, list(pending)):
             pending.discard(reply.reply_to)
             sent_at = sent.get(reply.reply_to, reply.created_at)
             answer = Answer(reply.content, sent_at, reply.created_at, time.time())
             answers[reply.src_node_id] = answer
-        if not pending or time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
             break
-        time.sleep(poll_s)
+        seen = signals.await_replies(seen, left)
     return answers
 
 
 def exchange(
-    grid: Grid, messages: list[Message], timeout_s: float, poll_s: float
+    grid: Grid, messages: list[Message], timeout_s: float, signals: FleetSignals
 ) -> dict[int, Answer]:
     """Push messages and collect their replies until all arrive or the deadline passes."""
-    return collect(grid, push(grid, messages), timeout_s, poll_s)
+    return collect(grid, push(grid, messages, signals), timeout_s, signals)

@@ -27,6 +27,7 @@ from collabfl.flower.codec import (
     message_type,
 )
 from collabfl.flower.exchange import exchange
+from collabfl.flower.fleet_signals import POLLING, FleetSignals
 from collabfl.flower.substeps import RelayedSteps, is_substep
 from collabfl.flower.timing import MessageTiming, message_timing
 from collabfl.strategies.protocol import Instruction, Program, Reply
@@ -56,7 +57,7 @@ class FlowerClientPool:
         on_event: EventSink,
         admit: Admitter,
         timeout_s: float = 600.0,
-        poll_s: float = 0.1,
+        signals: FleetSignals = POLLING,
         refused: Callable[[Collection[int]], Collection[int]] = lambda online: (),
         on_timing: Callable[[MessageTiming], None] = lambda timing: None,
         relay: RelayedSteps | None = None,
@@ -70,7 +71,8 @@ class FlowerClientPool:
         self.issue_grants = issue_grants
         self.on_event = on_event
         self.timeout_s = timeout_s
-        self.poll_s = poll_s
+        self.signals = signals
+        """When to pull replies (flower/fleet_signals.py)."""
         self.refused = refused
         self.on_timing = on_timing
         """Where each answered message's timing goes (the run's messages.jsonl)."""
@@ -103,7 +105,7 @@ class FlowerClientPool:
             steps[node] = len(program)
             messages.append(_message(program, node))
         replies: dict[int, list[Reply]] = {}
-        for node, answer in exchange(self.grid, messages, self.timeout_s, self.poll_s).items():
+        for node, answer in exchange(self.grid, messages, self.timeout_s, self.signals).items():
             sender = self.by_node.get(node)
             if sender is None:
                 continue

@@ -43,6 +43,7 @@ from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
 from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
+from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
 from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
@@ -75,8 +76,11 @@ def main(grid: Grid, context: Context) -> None:
         try:
             binder = NodeBinder(parse_bindings(launch.node_bindings))
             with contextlib.closing(launch.feeder()) as feeder:
-                relay = RelayedSteps(grid, feeder, options.message_timeout_s)
-                status = run_federated(grid, coordinator, run_id, spec, options, binder, relay)
+                signals = CoordinatorSignals(coordinator, run_id)
+                relay = RelayedSteps(grid, feeder, options.message_timeout_s, signals)
+                status = run_federated(
+                    grid, coordinator, run_id, spec, options, binder, relay, signals
+                )
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
@@ -103,9 +107,11 @@ def run_federated(
     options: RunOptions,
     binder: NodeBinder,
     relay: RelayedSteps,
+    signals: FleetSignals,
 ) -> str:
     """Join the clients, run every round, record it, and write the run directory; return how
-    the run ended ("finished" or "stopped"). ``relay`` carries sub-round steps."""
+    the run ended ("finished" or "stopped"). ``relay`` carries sub-round steps; ``signals``
+    say when to pull replies."""
     setup = setup_record(run_id, spec)
 
     def refuse(node: int, client_id: int, reason: str) -> None:
@@ -113,7 +119,7 @@ def run_federated(
         coordinator.record_event(run_id, "impostor", reason, "warning", client_id=client_id)
 
     gate = Gate(binder, refuse)
-    members, num_classes, reports = join(grid, setup, options, gate)
+    members, num_classes, reports = join(grid, setup, options, gate, signals)
     coordinator.register_members(members)
 
     def issue(fetcher: int, owners, round_index: int):
@@ -124,7 +130,7 @@ def run_federated(
         coordinator.record_event(run_id, kind, message, round=round_index, client_id=client_id)
 
     def admit_new(nodes: Sequence[int]) -> list[Member]:
-        joined, _, _ = admit(grid, nodes, setup, gate, timeout_s=60.0)
+        joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
         if joined:
             coordinator.register_members(joined)
         return joined
@@ -151,6 +157,7 @@ def run_federated(
         refused=binder.refused,
         on_timing=lambda timing: recorder.writer.log_message(asdict(timing)),
         relay=relay,
+        signals=signals,
     )
     method = build_method(spec, pool.sample_counts, workspace, reports)
 
@@ -198,7 +205,12 @@ class Gate:
 
 
 def admit(
-    grid: Grid, nodes: Sequence[int], setup: RunSettings, gate: Gate, timeout_s: float
+    grid: Grid,
+    nodes: Sequence[int],
+    setup: RunSettings,
+    gate: Gate,
+    timeout_s: float,
+    signals: FleetSignals,
 ) -> tuple[list[Member], set[int], dict[int, dict[str, float]]]:
     """Send the set-up to ``nodes``; return the members that answered and may speak for the
     client id they claim, their class counts and what they reported about themselves for
@@ -208,7 +220,7 @@ def admit(
         for node in nodes
     ]
     members, classes, reports = [], set(), {}
-    answers = exchange(grid, messages, timeout_s, 0.1)
+    answers = exchange(grid, messages, timeout_s, signals)
     online = set(grid.get_node_ids())
     for node, answer in answers.items():
         content = answer.content
@@ -239,7 +251,7 @@ def admit(
 
 
 def join(
-    grid: Grid, setup: RunSettings, options: RunOptions, gate: Gate
+    grid: Grid, setup: RunSettings, options: RunOptions, gate: Gate, signals: FleetSignals
 ) -> tuple[list[Member], int, dict[int, dict[str, float]]]:
     """Wait for the expected clients, send them the run's settings, collect who they are."""
     deadline = time.monotonic() + options.join_timeout_s
@@ -248,7 +260,7 @@ def join(
         time.sleep(0.5)
         nodes = list(grid.get_node_ids())
     timeout_s = max(deadline - time.monotonic(), 30.0)
-    members, classes, reports = admit(grid, nodes, setup, gate, timeout_s)
+    members, classes, reports = admit(grid, nodes, setup, gate, timeout_s, signals)
     if not members:
         raise RuntimeError(f"no client joined within the join timeout ({len(nodes)} nodes seen)")
     if len(classes) != 1:

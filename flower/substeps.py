@@ -36,6 +36,7 @@ from collabfl.flower.codec import (
     encode_reply,
 )
 from collabfl.flower.exchange import Answer, collect, push
+from collabfl.flower.fleet_signals import POLLING, FleetSignals
 from collabfl.flower.timing import WORK_FIELDS, MessageTiming, seat_timing
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Gradient
@@ -133,12 +134,16 @@ class RelayedSteps:
     """
 
     def __init__(
-        self, grid: Grid, feeder: SessionFeeder, timeout_s: float, poll_s: float = 0.1
+        self,
+        grid: Grid,
+        feeder: SessionFeeder,
+        timeout_s: float,
+        signals: FleetSignals = POLLING,
     ) -> None:
         self.grid = grid
         self.feeder = feeder
         self.timeout_s = timeout_s
-        self.poll_s = poll_s
+        self.signals = signals
         self._session: str | None = None
         self.round = -1
         """The round of the session open now, or of the last one."""
@@ -223,7 +228,7 @@ class RelayedSteps:
             for message, sent in self._sent.items()
             if self._seat_of[message] not in self._returned
         }
-        for node, answer in collect(self.grid, pending, timeout_s, self.poll_s).items():
+        for node, answer in collect(self.grid, pending, timeout_s, self.signals).items():
             if node in by_node:
                 self._returned[by_node[node]] = answer
 
@@ -246,7 +251,7 @@ class RelayedSteps:
             )
             for client, node in nodes.items()
         ]
-        self._sent = push(self.grid, messages)
+        self._sent = push(self.grid, messages, self.signals)
         node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         client_of = {node: client for client, node in nodes.items()}
         self._seat_of = {message: client_of[node] for message, node in node_of.items()}

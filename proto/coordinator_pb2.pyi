@@ -33,6 +33,24 @@ EVENT_LEVEL_INFO: EventLevel
 EVENT_LEVEL_WARNING: EventLevel
 EVENT_LEVEL_ERROR: EventLevel
 
+class FleetSignal(_message.Message):
+    __slots__ = ("run_id", "launch_token", "seen", "timeout_s")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SEEN_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    launch_token: str
+    seen: int
+    timeout_s: float
+    def __init__(self, run_id: _Optional[str] = ..., launch_token: _Optional[str] = ..., seen: _Optional[int] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class FleetActivity(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: int
+    def __init__(self, replies: _Optional[int] = ...) -> None: ...
+
 class Member(_message.Message):
     __slots__ = ("client_id", "flower_node_id", "peer_address", "num_samples", "registered_at", "updated_at")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]

@@ -114,6 +114,16 @@ class CoordinatorStub:
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.StatusRequest.SerializeToString,
                 response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.StatusReply.FromString,
                 _registered_method=True)
+        self.MessagesPushed = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/MessagesPushed',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.FromString,
+                _registered_method=True)
+        self.AwaitReplies = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/AwaitReplies',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -228,6 +238,23 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MessagesPushed(self, request, context):
+        """The Flower transport's signals, so that nobody polls the SuperLink on a clock. The
+        ServerApp says it pushed messages to SuperNodes: the Fleet gateway asks the SuperLink
+        again, at once, for every SuperNode pull it holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AwaitReplies(self, request, context):
+        """Returns once SuperNodes have pushed more replies through the gateway than `seen`, or
+        after timeout_s (at most 5 s): the ServerApp pulls replies when there are new ones.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -310,6 +337,16 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.StatusRequest.FromString,
                     response_serializer=collabfl_dot_proto_dot_coordinator__pb2.StatusReply.SerializeToString,
+            ),
+            'MessagesPushed': grpc.unary_unary_rpc_method_handler(
+                    servicer.MessagesPushed,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.SerializeToString,
+            ),
+            'AwaitReplies': grpc.unary_unary_rpc_method_handler(
+                    servicer.AwaitReplies,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -744,6 +781,60 @@ class Coordinator:
             '/collabfl.coordinator.Coordinator/Status',
             collabfl_dot_proto_dot_coordinator__pb2.StatusRequest.SerializeToString,
             collabfl_dot_proto_dot_coordinator__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MessagesPushed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/MessagesPushed',
+            collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AwaitReplies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/AwaitReplies',
+            collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.FromString,
             options,
             channel_credentials,
             insecure,

@@ -19,6 +19,7 @@ from support.pki import Credential, TestCA
 
 from collabfl.coordinator import service_client
 from collabfl.coordinator.authorization import POLICY
+from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.service_client import (
     CoordinatorClient,
@@ -45,6 +46,7 @@ class Federation:
     state: CoordinatorState
     address: str
     runs_dir: Path
+    activity: FleetActivity
 
     def client(self, credential: Credential | None, launch_token: str = "") -> CoordinatorClient:
         tls = ClientTLS(self.ca.cert_pem)
@@ -71,12 +73,13 @@ def federation(tmp_path: Path) -> Iterator[Federation]:
     coordinator = ca.coordinator()
     tls = ServerTLS(coordinator.cert, coordinator.key, client_ca=ca.cert_pem)
     runs_dir = tmp_path / "runs"
+    activity = FleetActivity()
     with (
         CoordinatorState(tmp_path / "coordinator.db") as state,
-        served(state, tls, runs_dir) as address,
+        served(state, tls, runs_dir, activity) as address,
     ):
         state.register_members(MEMBERS)
-        yield Federation(ca, state, address, runs_dir)
+        yield Federation(ca, state, address, runs_dir, activity)
 
 
 def _refused(call, code: grpc.StatusCode, details: str = "") -> CoordinatorError:
@@ -200,6 +203,33 @@ def test_forged_record_round_with_a_wrong_or_stale_token_is_refused_and_recorded
     stale = [e for e in federation.state.events("r") if e.kind == "stale_writer"]
     assert len(stale) == 6
     assert "RecordRound refused" in stale[0].message and stale[0].level == "error"
+
+
+def test_only_the_runs_server_app_signals_the_fleet_transport(federation: Federation) -> None:
+    """The signals only wake pulls, but still: no one else may send them, a wait is bounded,
+    and a ServerApp's signal reaches the gateway's side (coordinator/doorbell.py)."""
+    with federation.operator() as operator:
+        operator.create_run("r", "dpfl", valid_request())
+        _refused(
+            lambda: operator.messages_pushed("r"),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "operator alice may not call MessagesPushed",
+        )
+    with federation.client(federation.ca.coordinator(), "forged-token") as forged:
+        _refused(lambda: forged.messages_pushed("r"), grpc.StatusCode.FAILED_PRECONDITION)
+        _refused(lambda: forged.await_replies("r", 0, 1.0), grpc.StatusCode.FAILED_PRECONDITION)
+    assert federation.activity.messages.count == 0
+    with federation.server_app("r") as server_app:
+        _refused(
+            lambda: server_app.await_replies("r", 0, 60.0),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "timeout_s must be in [0, 5]",
+        )
+        assert server_app.messages_pushed("r") == 0
+        assert federation.activity.messages.count == 1
+        federation.activity.replies.ring()
+        assert server_app.await_replies("r", 0, 5.0) == 1  # a reply it has not seen: at once
+        assert server_app.await_replies("r", 1, 0.0) == 1  # none newer, no wait: the count
 
 
 def test_rounds_only_follow_the_last_completed_round(federation: Federation) -> None:

@@ -26,10 +26,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.fleet_gateway import (
     PROTOBUF,
     PULL_OBJECT_PATH,
     PULL_PATH,
+    PUSH_PATH,
     FleetGateway,
     LongPoll,
 )
@@ -68,6 +70,11 @@ class FakeFleet:
         )
         return Response(answer.SerializeToString(), media_type=PROTOBUF)
 
+    async def push(self, request: Request) -> Response:
+        if self.refusing:
+            return Response(b"", status_code=401)
+        return Response(b"", media_type=PROTOBUF)
+
     async def other(self, request: Request) -> Response:
         with self.lock:
             self.other_calls += 1
@@ -94,16 +101,26 @@ def fleet() -> Iterator[FakeFleet]:
     yield FakeFleet()
 
 
-def _gateway(fleet: FakeFleet, long_poll: LongPoll) -> Iterator[str]:
+def _gateway(
+    fleet: FakeFleet, long_poll: LongPoll, activity: FleetActivity | None = None
+) -> Iterator[str]:
     routes = [
         Route(PULL_PATH, fleet.pull, methods=["POST"]),
         Route(PULL_OBJECT_PATH, fleet.pull_object, methods=["POST"]),
+        Route(PUSH_PATH, fleet.push, methods=["POST"]),
         Route("/v1/fleet/send-node-heartbeat", fleet.other, methods=["POST"]),
     ]
     upstream, upstream_port = _serve(Starlette(routes=routes))
     object_wait = LongPoll(hold_s=long_poll.hold_s, first_s=0.005, max_s=0.02)
     gateway = FleetGateway(
-        "127.0.0.1", 0, f"http://127.0.0.1:{upstream_port}", None, None, long_poll, object_wait
+        "127.0.0.1",
+        0,
+        f"http://127.0.0.1:{upstream_port}",
+        None,
+        None,
+        long_poll,
+        object_wait,
+        activity,
     )
     port = gateway.start()
     try:
@@ -161,6 +178,39 @@ def test_a_refused_pull_is_answered_at_once(fleet, held):
 def test_other_fleet_calls_are_forwarded_once(fleet, held):
     response = httpx.post(held + "/v1/fleet/send-node-heartbeat", content=b"", timeout=30)
     assert response.status_code == 200 and fleet.other_calls == 1 and fleet.pulls == 0
+
+
+@pytest.fixture
+def activity() -> FleetActivity:
+    return FleetActivity()
+
+
+@pytest.fixture
+def rung(fleet: FakeFleet, activity: FleetActivity) -> Iterator[str]:
+    """A gateway whose held pulls ask again only every 30 s, unless the doorbell rings."""
+    yield from _gateway(fleet, LongPoll(hold_s=60.0, first_s=30.0, max_s=30.0), activity)
+
+
+def test_a_held_pull_asks_again_when_the_server_app_says_it_pushed(fleet, activity, rung):
+    answer: list[PullMessagesResponse] = []
+    puller = threading.Thread(target=lambda: answer.append(_pull(rung)))
+    puller.start()
+    while fleet.pulls < 1:  # asked once, found nothing: now held for 30 s
+        time.sleep(0.01)
+    fleet.queue("m-3")
+    activity.messages.ring()
+    puller.join(timeout=20)  # well before the 30 s interval: the ring woke it
+    assert not puller.is_alive()
+    assert [m.metadata.message_id for m in answer[0].messages_list] == ["m-3"]
+    assert fleet.pulls == 2
+
+
+def test_a_supernodes_pushed_reply_rings_the_replies_doorbell(fleet, activity, rung):
+    httpx.post(rung + PUSH_PATH, content=b"", timeout=30).raise_for_status()
+    assert activity.replies.count == 1
+    fleet.refusing = True  # a push the SuperLink refuses brings nothing to pull
+    assert httpx.post(rung + PUSH_PATH, content=b"", timeout=30).status_code == 401
+    assert activity.replies.count == 1
 
 
 def _pull_object(base: str) -> PullObjectResponse:

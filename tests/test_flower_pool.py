@@ -12,6 +12,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from collabfl.coordinator.state import Member
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
+from collabfl.flower.fleet_signals import Polling
 from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.timing import MessageTiming
 from collabfl.strategies.protocol import Instruction, Reply
@@ -66,7 +67,7 @@ def _pool(grid: ScriptedGrid, events: list, timings: list) -> FlowerClientPool:
         lambda round_index, kind, client, text: events.append((round_index, kind, client)),
         lambda nodes: [],
         timeout_s=0.3,
-        poll_s=0.01,
+        signals=Polling(0.01),
         on_timing=timings.append,
     )
 

@@ -9,6 +9,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from collabfl.flower import server_app
 from collabfl.flower.binding import NodeBinder, format_bindings, parse_bindings
 from collabfl.flower.exchange import Answer
+from collabfl.flower.fleet_signals import POLLING
 from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.run_setup import Description, encode_description
 from tests.test_session import _settings
@@ -61,7 +62,7 @@ def _pool(grid: Grid, members, gate) -> FlowerClientPool:
         members,
         None,
         None,
-        lambda nodes: server_app.admit(grid, nodes, _settings(), gate, 1.0)[0],
+        lambda nodes: server_app.admit(grid, nodes, _settings(), gate, 1.0, POLLING)[0],
         refused=gate.binder.refused,
     )
 
@@ -72,7 +73,7 @@ def test_impostor_claiming_a_bound_client_id_is_refused_and_recorded(monkeypatch
     gate = _gate(binder, events)
     grid = Grid({11, 12})
     monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 1, 99: 1}))
-    members, _, _ = server_app.admit(grid, [11, 12], _settings(), gate, 1.0)
+    members, _, _ = server_app.admit(grid, [11, 12], _settings(), gate, 1.0, POLLING)
     assert {m.client_id: m.flower_node_id for m in members} == {0: 11, 1: 12}
 
     grid.online.add(99)  # a second daemon started with --client-id 1 mid-run
@@ -91,7 +92,7 @@ def test_restarted_daemon_refused_while_its_old_node_lingers_joins_once_it_is_go
     gate = _gate(binder, events)
     grid = Grid({11, 12})
     monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 1, 13: 1}))
-    members, _, _ = server_app.admit(grid, [11, 12], _settings(), gate, 1.0)
+    members, _, _ = server_app.admit(grid, [11, 12], _settings(), gate, 1.0, POLLING)
     pool = _pool(grid, members, gate)
     grid.online.add(13)  # client 1 restarted; its old node 12 has not timed out yet
     pool.refresh()
@@ -106,8 +107,8 @@ def test_restarted_daemon_takes_over_once_its_old_node_is_offline(monkeypatch):
     binder = NodeBinder({})
     gate = _gate(binder, events := [])
     monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 13: 0}))
-    server_app.admit(Grid({11}), [11], _settings(), gate, 1.0)
-    members, _, _ = server_app.admit(Grid({13}), [13], _settings(), gate, 1.0)
+    server_app.admit(Grid({11}), [11], _settings(), gate, 1.0, POLLING)
+    members, _, _ = server_app.admit(Grid({13}), [13], _settings(), gate, 1.0, POLLING)
     assert [m.flower_node_id for m in members] == [13] and events == []
 
 
@@ -116,8 +117,8 @@ def test_restarted_daemon_at_the_same_address_takes_over_at_once(monkeypatch):
     gate = _gate(binder, events := [])
     same = {12: "lab-b:9200", 13: "lab-b:9200"}
     monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 1, 13: 1}, same))
-    server_app.admit(Grid({11, 12}), [11, 12], _settings(), gate, 1.0)
-    members, _, _ = server_app.admit(Grid({11, 12, 13}), [13], _settings(), gate, 1.0)
+    server_app.admit(Grid({11, 12}), [11, 12], _settings(), gate, 1.0, POLLING)
+    members, _, _ = server_app.admit(Grid({11, 12, 13}), [13], _settings(), gate, 1.0, POLLING)
     assert [(m.client_id, m.flower_node_id) for m in members] == [(1, 13)] and events == []
 
 
@@ -125,7 +126,9 @@ def test_registered_key_decides_which_node_is_which_client(monkeypatch):
     binder = NodeBinder({11: 0, 12: 1})
     gate = _gate(binder, events := [])
     monkeypatch.setattr(server_app, "exchange", _answers({11: 0, 12: 0, 13: 1}))
-    members, _, _ = server_app.admit(Grid({11, 12, 13}), [11, 12, 13], _settings(), gate, 1.0)
+    members, _, _ = server_app.admit(
+        Grid({11, 12, 13}), [11, 12, 13], _settings(), gate, 1.0, POLLING
+    )
     assert [(m.client_id, m.flower_node_id) for m in members] == [(0, 11)]
     assert [(node, client) for node, client, _ in events] == [(12, 0), (13, 1)]
     assert "registered as 1" in events[0][2] and "no registered key" in events[1][2]

@@ -39,6 +39,7 @@ from collabfl.flower.codec import (
     decode_reply,
     encode_instruction,
 )
+from collabfl.flower.fleet_signals import Polling
 from collabfl.flower.substeps import (
     RelayedSteps,
     Served,
@@ -335,7 +336,7 @@ def test_a_hung_client_costs_one_deadline_and_does_not_hold_up_the_session_s_end
         monkeypatch.setattr(TaskIdentity, name, value)
     grid = SeatGrid(address, "r", hung={1})
     with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
-        relayed = RelayedSteps(grid, feeder, timeout_s=2.0, poll_s=0.05)
+        relayed = RelayedSteps(grid, feeder, timeout_s=2.0, signals=Polling(0.05))
         nodes = {0: 100, 1: 101}
         first = relayed.send({0: _step(1), 1: _step(1)}, nodes)
         assert set(first) == {0}  # client 1 missed its deadline
@@ -375,7 +376,7 @@ def test_a_seat_that_failed_is_waited_for_no_longer(
         monkeypatch.setattr(TaskIdentity, name, value)
     grid = SeatGrid(address, "r", hung=set(), failing=frozenset({1}))
     with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
-        relayed = RelayedSteps(grid, feeder, timeout_s=3600.0, poll_s=0.05)
+        relayed = RelayedSteps(grid, feeder, timeout_s=3600.0, signals=Polling(0.05))
         outcomes = relayed.send({0: _step(1), 1: _step(1)}, {0: 100, 1: 101})
         assert torch.equal(outcomes[0].model, torch.full((4,), 2.0))
         assert outcomes[1] == "relay seat: error 1: no route to the relay"

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from collabfl.coordinator.config import load_config
+from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service import serve
@@ -32,11 +33,14 @@ def valid_request(method: str = "dpfl", *overrides: str, **options: Any) -> dict
 
 @contextmanager
 def served(
-    state: CoordinatorState, tls: ServerTLS | None = None, runs_dir: Path | None = None
+    state: CoordinatorState,
+    tls: ServerTLS | None = None,
+    runs_dir: Path | None = None,
+    activity: FleetActivity | None = None,
 ) -> Iterator[str]:
     """The service over ``state`` on a free loopback port; yields its address."""
     server: grpc.Server
-    server, port = serve(state, FakeSigner(), tls=tls, runs_dir=runs_dir)
+    server, port = serve(state, FakeSigner(), tls=tls, runs_dir=runs_dir, activity=activity)
     try:
         yield f"127.0.0.1:{port}"
     finally:
