@@ -233,7 +233,9 @@ def start_flower(args: argparse.Namespace, give_up: Callable[[str], None]) -> li
         return [supernode]
     executor = Supervisor(
         "executor",
-        warm_executor_command(f"127.0.0.1:{args.runtime_port}"),
+        warm_executor_command(
+            f"127.0.0.1:{args.runtime_port}", supernode_log=supernode.log_path.resolve()
+        ),
         args.state_dir / "executor.log",
         env,
         on_give_up=give_up,

@@ -41,10 +41,16 @@ def flower_binary(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
-def warm_executor_command(runtime_api: str, poll_s: float = 0.1) -> list[str]:
+def warm_executor_command(
+    runtime_api: str, poll_s: float = 0.1, supernode_log: Path | None = None
+) -> list[str]:
     """The long-lived executor (flower/warm_executor.py) of the SuperNode whose runtime API
-    (its ``--port``) is at ``runtime_api``; kept here so that starting one imports no flwr."""
-    return [
+    (its ``--port``) is at ``runtime_api`` and whose log is ``supernode_log``; kept here so
+    that starting one imports no flwr."""
+    command = [
         sys.executable, "-m", "collabfl.flower.warm_executor",
         "--runtime-api", runtime_api, "--poll", str(poll_s),
     ]  # fmt: skip
+    if supernode_log is not None:
+        command += ["--supernode-log", str(supernode_log)]
+    return command
