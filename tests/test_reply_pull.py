@@ -9,8 +9,6 @@ hang or a half-read reply. The Flower internals the pull stands on are named at 
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections import Counter
 
 import pytest
@@ -22,6 +20,7 @@ from flwr.proto.node_pb2 import Node
 from flwr.proto.runtime_pb2 import PullAppMessagesResponse
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
 from flwr.supercore.task_identity import TaskIdentity
+from support.flower_api import assert_flower_has
 
 from collabfl.flower.reply_pull import pull_from_runtime
 
@@ -104,18 +103,4 @@ USED = [
 
 @pytest.mark.parametrize(("module", "symbol", "parameters"), USED, ids=lambda v: str(v))
 def test_the_pull_uses_flower_as_it_is(module, symbol, parameters):
-    where = f"{module}.{symbol}"
-    try:
-        target = importlib.import_module(module)
-        for part in symbol.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as error:
-        pytest.fail(f"pulling replies needs {where}, which this flwr lacks: {error}")
-    if parameters is None:
-        return
-    if inspect.isclass(target) and target.__module__.endswith("_pb2"):
-        accepted = set(target.DESCRIPTOR.fields_by_name)
-    else:
-        accepted = set(inspect.signature(target).parameters)
-    missing = sorted(set(parameters) - accepted)
-    assert not missing, f"{where} no longer takes {missing} (it takes {sorted(accepted)})"
+    assert_flower_has(module, symbol, parameters, "pulling replies")

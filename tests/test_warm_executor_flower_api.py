@@ -8,14 +8,13 @@ executor's behaviour that needs no federation: a failing message's error reply.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import tomllib
 from pathlib import Path
 
 import flwr
 import pytest
 from packaging.requirements import Requirement
+from support.flower_api import assert_flower_has
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,21 +79,7 @@ def test_flwr_is_the_pinned_version():
 
 @pytest.mark.parametrize(("module", "symbol", "parameters"), USED, ids=lambda v: str(v))
 def test_executor_uses_flower_as_it_is(module, symbol, parameters):
-    where = f"{module}.{symbol}"
-    try:
-        target = importlib.import_module(module)
-        for part in symbol.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as error:
-        pytest.fail(f"the warm executor needs {where}, which this flwr lacks: {error}")
-    if parameters is None:
-        return
-    if inspect.isclass(target) and target.__module__.endswith("_pb2"):
-        accepted = set(target.DESCRIPTOR.fields_by_name)
-    else:
-        accepted = set(inspect.signature(target).parameters)
-    missing = sorted(set(parameters) - accepted)
-    assert not missing, f"{where} no longer takes {missing} (it takes {sorted(accepted)})"
+    assert_flower_has(module, symbol, parameters, "the warm executor")
 
 
 def test_task_identity_is_settable_per_task():
