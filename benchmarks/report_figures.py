@@ -55,6 +55,9 @@ def accuracy_vs_variance(
     return _save(fig, path)
 
 
+LINE_STYLES = ("-", "--", ":")
+
+
 def series_by_round(
     title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]], path: Path
 ) -> Path | None:
@@ -64,10 +67,13 @@ def series_by_round(
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    for method, runs in drawn.items():
+    for i, (method, runs) in enumerate(drawn.items()):
         length = min(len(r) for r in runs)
         values = np.array([[np.nan if v is None else v for v in r[:length]] for r in runs])
-        ax.plot(np.arange(length), np.nanmean(values, axis=0), label=f"{method} (n={len(runs)})")
+        # Ten colours repeat past ten methods: the line style tells those apart.
+        style = LINE_STYLES[i // 10 % len(LINE_STYLES)]
+        mean = np.nanmean(values, axis=0)
+        ax.plot(np.arange(length), mean, style, label=f"{method} (n={len(runs)})")
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
