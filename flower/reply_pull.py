@@ -36,7 +36,6 @@ from flwr.supercore.inflatable.inflatable_utils import (
     inflate_object_from_contents,
     pull_objects,
 )
-from flwr.superlink.grid.http_grid import HttpGrid
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +67,10 @@ class RuntimeClient(Protocol):
 
 def pull_replies(grid: Grid, message_ids: list[str]) -> list[Pulled]:
     """The replies to ``message_ids`` that have arrived (each is handed out once)."""
+    # Imported here: it loads the SuperLink's state code (0.7 s), and every ClientApp
+    # imports this module through the sub-step seat (flower/substeps.py) without pulling.
+    from flwr.superlink.grid.http_grid import HttpGrid
+
     if isinstance(grid, HttpGrid):
         client = cast(RuntimeClient, grid._runtime_client)  # not public: see above
         return pull_from_runtime(client, grid.node, grid.run.run_id, message_ids)
