@@ -12,7 +12,9 @@ Beside it, the same machine runs Flower's floor: a minimal plain-Flower FedAvg a
 (benchmarks/flower_floor/, no collabfl code) with the same number of SuperNodes, training
 the same MLP for the same number of SGD steps per round. Also reported: launch → all
 clients online, launch → first round done, and each client daemon's resident memory
-(daemon, SuperNode and executor together) idle before the run and at its peak during it.
+(daemon, SuperNode and executor together) at its peak during the run and idle after it (a
+warm executor loads torch and the ClientApp only once its SuperNode has joined, so before
+the run it may not have loaded yet).
 
     python benchmarks/federation_round.py [--clients 4,16] [--rounds 5] [--runtime warm]
 """
@@ -117,7 +119,6 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
         with LocalFederation(root / "work", files, runtime=runtime) as federation:
             online = time.perf_counter()
             memory = MemoryWatch(federation, clients)
-            idle = memory.now()
             memory.start()
             with federation.client() as client:
                 request = run_request(spec, RunOptions(clients, out_dir=str(root)))
@@ -131,6 +132,7 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
                         break
                     time.sleep(0.1)
             peak = memory.stop()
+            idle = memory.now()  # between runs, with everything loaded
             assert run.status == "finished", run.message
         messages = (root / "dpfl" / MESSAGES_FILE).read_text().splitlines()
         return {

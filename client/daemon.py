@@ -36,6 +36,7 @@ from collabfl.flower.processes import (
     DEFAULT_RUNTIME,
     flower_binary,
     flower_env,
+    wait_for_join,
     warm_executor_command,
 )
 from collabfl.flower.supernode_key import ensure_supernode_key
@@ -47,6 +48,13 @@ from collabfl.kernel.tls import ServerTLS
 from collabfl.kernel.user_code import parse_allowed
 
 log = logging.getLogger("collabfl.client")
+
+JOIN_FIRST_S = 5.0
+"""How long the warm executor's start waits for the SuperNode to join the SuperLink. Where
+several clients share a machine (a local federation, the tests), their executors' imports
+(torch and flwr: seconds of CPU each) held every SuperNode's joining back; no task can come
+before the SuperNode has joined, and a run's first message comes seconds after that. Past
+this, the executor starts anyway (a SuperNode that cannot join yet)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -217,9 +225,12 @@ def stream_limits(args: argparse.Namespace) -> StreamLimits:
     )
 
 
-def start_flower(args: argparse.Namespace, give_up: Callable[[str], None]) -> list[Supervisor]:
-    """Start the supervised SuperNode and, in the warm runtime, its one executor
-    (``give_up``: called with the name of one that keeps failing).
+def start_flower(
+    args: argparse.Namespace, give_up: Callable[[str], None], stop: threading.Event
+) -> list[Supervisor]:
+    """Start the supervised SuperNode and, in the warm runtime, once the SuperNode has
+    joined (or ``JOIN_FIRST_S`` passed), its one executor (``give_up``: called with the
+    name of one that keeps failing; ``stop``: set when the daemon is told to stop).
 
     Returned in the order to stop them: the executor before the SuperNode it serves.
     """
@@ -230,6 +241,9 @@ def start_flower(args: argparse.Namespace, give_up: Callable[[str], None]) -> li
     )  # fmt: skip
     supernode.start()
     if args.runtime != "warm":
+        return [supernode]
+    wait_for_join(supernode.log_path, JOIN_FIRST_S, stop)
+    if stop.is_set():
         return [supernode]
     executor = Supervisor(
         "executor",
@@ -286,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         given_up.append(name)
         stop.set()
 
-    children = start_flower(args, give_up)
+    children = start_flower(args, give_up, stop)
     stop.wait()
     log.info("client %s: shutting down", args.client_id)
     for child in children:

@@ -48,7 +48,6 @@ from collabfl.coordinator.flower_runs import (
     submitted_run_id,
 )
 from collabfl.coordinator.launch import Launch, launch_app_config, write_launch_token
-from collabfl.coordinator.methods import read_run_request
 from collabfl.coordinator.run_options import flower_app_config
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
@@ -324,6 +323,10 @@ class RunLauncher:
 
     def launch(self, run: Run) -> None:
         """Launch the run's ServerApp; ValueError if its stored request cannot run."""
+        # Imported at the first run (the service's CreateRun has already done it): it imports
+        # torch, and clients starting beside the coordinator need that CPU-second to join.
+        from collabfl.coordinator.methods import read_run_request
+
         count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
         _, options = read_run_request(run.method, run.config)
         out_dir = options.run_dir(self.runs_dir, run.run_id)
@@ -411,10 +414,6 @@ def main(argv: list[str] | None = None) -> int:
     tls = None
     if not args.insecure:
         tls = ServerTLS.from_files(args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certfile)
-    activity = FleetActivity()
-    address = f"{args.host}:{args.service_port}"
-    server, port = serve(state, signer, address, tls, runs_dir=runs_dir, activity=activity)
-    log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
     env = {**flower_env(write_flower_home(args)), **owner_env(args.state_dir)}
     stop = threading.Event()
     given_up: list[str] = []
@@ -423,17 +422,23 @@ def main(argv: list[str] | None = None) -> int:
         given_up.append(name)
         stop.set()
 
+    # The SuperLink first: its start takes longest, and SuperNodes that start beside this
+    # daemon reach it through the gateway, which holds their calls until it answers.
     superlink = Supervisor(
         "superlink", superlink_command(args), args.state_dir / "superlink.log", env,
         on_give_up=give_up,
     )  # fmt: skip
     superlink.start()
+    activity = FleetActivity()
     gateway = fleet_gateway(args, activity)
     gateway.start()
     log.info(
         "Fleet gateway on %s:%s, SuperLink on %s:%s",
         args.host, args.superlink_port, LOOPBACK, args.superlink_internal_port,
     )  # fmt: skip
+    address = f"{args.host}:{args.service_port}"
+    server, port = serve(state, signer, address, tls, runs_dir=runs_dir, activity=activity)
+    log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
     launcher = RunLauncher(
         state,
         args.state_dir,

@@ -30,7 +30,7 @@ from rich.console import Console
 
 from collabfl.client.data.client_file import save_client_file
 from collabfl.coordinator.config import ExperimentConfig, user_code
-from collabfl.coordinator.daemon import CONNECTION
+from collabfl.coordinator.daemon import CONNECTION, PUBLIC_KEY_FILE, grant_signer
 from collabfl.coordinator.experiment import check_user_code, prepare_data
 from collabfl.coordinator.federation_tls import FederationCredentials
 from collabfl.coordinator.methods import MethodSpec, run_request
@@ -39,16 +39,22 @@ from collabfl.coordinator.report.comparison import write_comparison
 from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
-from collabfl.flower.processes import DEFAULT_RUNTIME, flower_binary, flower_env
+from collabfl.flower.processes import (
+    DEFAULT_RUNTIME,
+    SUPERNODE_CONNECTED,
+    flower_binary,
+    flower_env,
+)
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
 
 HOST = "127.0.0.1"
-SUPERNODE_CONNECTED = "SuperNode ID:"
 COMMAND_HANG_S = 600.0
 """How long a one-shot ``collabfl admin`` or ``flwr`` command may take before it counts as
 hung: about 2 s on an idle machine, past a minute on a loaded 2-core one."""
-"""What Flower 1.41's SuperNode logs once it has connected to the SuperLink."""
+READY_CHECK_S = 0.05
+"""How often a starting coordinator is asked whether it listens or is ready (a connect, or
+a status call and a health check: a few milliseconds)."""
 
 
 def free_ports(count: int) -> list[int]:
@@ -212,6 +218,16 @@ class LocalFederation:
         self.stop()
 
     def start(self, timeout_s: float = 120.0) -> None:
+        """Start the coordinator and the clients; return once every client has joined.
+
+        The grant key is made here, before the coordinator starts, so that the clients (who
+        need its public half) start as soon as the coordinator's Fleet gateway listens
+        rather than once the whole coordinator is up: on one machine they share its cores
+        while it starts, and their SuperNodes' first calls wait in the gateway until the
+        SuperLink answers. With TLS they start once it is up, because each SuperNode's key
+        must be registered before the SuperNode may join.
+        """
+        grant_signer(self.coordinator_dir)
         command = coordinator_command(
             self.coordinator_dir,
             self.superlink_port,
@@ -221,11 +237,19 @@ class LocalFederation:
             self.runs_dir or self.work_dir.parent,
         )
         self._spawn("coordinator", command)
-        self._wait_ready(timeout_s)
-        key = self.coordinator_dir / "grant_key.pub.pem"
+        if self.credentials is None:
+            self._wait_listening(timeout_s)
+            self._start_clients()
+            self._wait_ready(timeout_s)
+        else:
+            self._wait_ready(timeout_s)
+            self._start_clients()
+        self._wait_connected(timeout_s)
+
+    def _start_clients(self) -> None:
+        key = self.coordinator_dir / PUBLIC_KEY_FILE
         for k, data in enumerate(self.client_files):
             self.start_client(k, data, key)
-        self._wait_connected(timeout_s)
 
     def start_client(self, k: int, data: Path, key: Path) -> None:
         name = f"client-{k}"
@@ -283,6 +307,18 @@ class LocalFederation:
         """Start a killed daemon again with the same command (same state directory)."""
         self._spawn(name, self.commands[name])
 
+    def _wait_listening(self, timeout_s: float) -> None:
+        """The coordinator's Fleet gateway accepts connections (its SuperLink may still be
+        starting behind it)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive("coordinator")
+            with contextlib.suppress(OSError):
+                socket.create_connection((self.coordinator_host, self.superlink_port), 1).close()
+                return
+            time.sleep(READY_CHECK_S)
+        raise TimeoutError(f"the coordinator's gateway did not listen within {timeout_s:.0f} s")
+
     def _wait_ready(self, timeout_s: float) -> None:
         """The coordinator service answers and the SuperLink reports healthy."""
         deadline = time.monotonic() + timeout_s
@@ -299,7 +335,7 @@ class LocalFederation:
                     if response.status == 200:
                         return
             except (CoordinatorUnreachable, OSError):
-                time.sleep(0.5)
+                time.sleep(READY_CHECK_S)
         raise TimeoutError(f"the coordinator was not ready within {timeout_s:.0f} s")
 
     def _wait_connected(self, timeout_s: float) -> None:

@@ -67,6 +67,11 @@ PUSH_PATH = "/v1/fleet/push-messages"
 PROTOBUF = "application/protobuf"
 UPSTREAM_TIMEOUT_S = 300.0
 """A Fleet call carries at most one message chunk; far longer means the SuperLink hangs."""
+UPSTREAM_START_S, UPSTREAM_RETRY_S = 10.0, 0.05
+"""How long a Fleet call waits, asking again every ``UPSTREAM_RETRY_S``, for a SuperLink
+that does not listen yet (it starts beside the SuperNodes, or restarts). A SuperNode whose
+call is refused backs off for a second, then two, four...; held, it joins the moment the
+SuperLink is up. With a pull's hold after it, still below the SuperNode's 30 s timeout."""
 
 _HOP_HEADERS = frozenset(
     {
@@ -162,12 +167,14 @@ class FleetOnlyProxy:
         long_poll: LongPoll = LongPoll(),
         object_wait: LongPoll = OBJECT_WAIT,
         activity: FleetActivity | None = None,
+        start_wait_s: float = UPSTREAM_START_S,
     ) -> None:
         self.upstream = upstream
         self.verify = verify
         self.long_poll = long_poll
         self.object_wait = object_wait
         self.activity = activity or FleetActivity()
+        self.start_wait_s = start_wait_s
         self.client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -205,10 +212,10 @@ class FleetOnlyProxy:
         waits, not_yet = self._hold(path)
         pushed = self.activity.messages
         seen = pushed.count  # before the first ask: a push during it is not missed
+        # The health check says how the SuperLink is now; only Fleet calls wait for it.
+        start_wait_s = self.start_wait_s if request.method == "POST" else 0.0
         try:
-            upstream = await self.client.request(
-                request.method, path, content=body, headers=headers
-            )
+            upstream = await self._ask(request, body, headers, start_wait_s)
             for wait in waits:
                 if not not_yet(upstream) or await request.is_disconnected():
                     break
@@ -218,9 +225,7 @@ class FleetOnlyProxy:
                     await asyncio.sleep(wait)
                 # The same signed request again: node authentication signs a timestamp
                 # that stays valid for minutes, far longer than a hold.
-                upstream = await self.client.request(
-                    request.method, path, content=body, headers=headers
-                )
+                upstream = await self._ask(request, body, headers, start_wait_s=0.0)
         except httpx.TransportError as error:
             log.warning("fleet gateway: SuperLink unreachable: %s", error)
             return PlainTextResponse("the SuperLink is not answering", 503)
@@ -228,6 +233,23 @@ class FleetOnlyProxy:
             self.activity.replies.ring()
         kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
         return Response(upstream.content, upstream.status_code, headers=kept)
+
+    async def _ask(
+        self, request: Request, body: bytes, headers: list[tuple[str, str]], start_wait_s: float
+    ) -> httpx.Response:
+        """Forward once; while the SuperLink refuses connections, ask again for up to
+        ``start_wait_s`` (``UPSTREAM_START_S`` says why)."""
+        assert self.client is not None
+        deadline = time.monotonic() + start_wait_s
+        while True:
+            try:
+                return await self.client.request(
+                    request.method, request.url.path, content=body, headers=headers
+                )
+            except httpx.ConnectError:
+                if time.monotonic() >= deadline or await request.is_disconnected():
+                    raise
+                await asyncio.sleep(UPSTREAM_RETRY_S)
 
 
 @dataclass(frozen=True)

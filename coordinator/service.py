@@ -26,7 +26,6 @@ from collabfl.coordinator.admission import (
     check_launch,
 )
 from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.methods import read_run_request
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
     coalitions_fields,
@@ -109,6 +108,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def CreateRun(self, request: pb.CreateRunRequest, context: Any) -> pb.Run:
         """Only a config the ServerApp can run, writing inside the runs directory, and only
         while no other run is active (its clients are busy; never disturb them)."""
+        # Imported at the first run, not at start: it imports torch (about a CPU-second),
+        # which clients starting beside the coordinator on one machine need to join. The
+        # client gives this call a longer deadline for it (service_client.CREATE_RUN_S).
+        from collabfl.coordinator.methods import read_run_request
+
         check_run_id(request.run_id)
         config = parse_json_object(request.config_json or "{}", "config_json")
         _, options = read_run_request(request.method, config)

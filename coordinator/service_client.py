@@ -59,6 +59,10 @@ class CoordinatorError(RuntimeError):
         self.code = code
 
 
+CREATE_RUN_S = 120.0
+"""The least deadline of ``CreateRun``: a coordinator's first run request loads the method
+code (torch: seconds on a loaded machine), and a client that gave up on a run the
+coordinator then created anyway would report a failure that did not happen."""
 EVENT_PAGE = 1000
 """Events per ListEvents call when listing them all: no reply grows with the event count."""
 
@@ -96,19 +100,22 @@ class CoordinatorClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, rpc: Callable[..., _Reply], request: Any) -> _Reply:
+    def _call(
+        self, rpc: Callable[..., _Reply], request: Any, timeout_s: float | None = None
+    ) -> _Reply:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return rpc(request, timeout=self.timeout_s)
+            return rpc(request, timeout=timeout_s)
         except grpc.RpcError as error:
-            raise self._translate(error) from None
+            raise self._translate(error, timeout_s) from None
 
-    def _translate(self, error: grpc.RpcError) -> Exception:
+    def _translate(self, error: grpc.RpcError, timeout_s: float) -> Exception:
         code: grpc.StatusCode = error.code()
         details: str = error.details() or code.name
         if code == grpc.StatusCode.UNAVAILABLE:
             reason = f"cannot reach the coordinator at {self.address} ({details})"
         elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            reason = f"the coordinator at {self.address} did not answer within {self.timeout_s:g} s"
+            reason = f"the coordinator at {self.address} did not answer within {timeout_s:g} s"
         else:
             return CoordinatorError(code, details)
         return CoordinatorUnreachable(
@@ -125,8 +132,10 @@ class CoordinatorClient:
         return [member_from_pb(m) for m in reply.members]
 
     def create_run(self, run_id: str, method: str, config: Mapping[str, Any]) -> Run:
+        """Create the run; its deadline is at least ``CREATE_RUN_S`` (see there)."""
         request = pb.CreateRunRequest(run_id=run_id, method=method, config_json=json.dumps(config))
-        return run_from_pb(self._call(self._stub.CreateRun, request))
+        timeout_s = max(self.timeout_s, CREATE_RUN_S)
+        return run_from_pb(self._call(self._stub.CreateRun, request, timeout_s))
 
     def get_run(self, run_id: str) -> Run:
         return run_from_pb(self._call(self._stub.GetRun, pb.RunRef(run_id=run_id)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 CLIENT_RUNTIMES = ("warm", "subprocess")
@@ -12,6 +14,11 @@ CLIENT_RUNTIMES = ("warm", "subprocess")
 the data and the node in memory (``warm``, the default), or Flower's fresh process per
 message (``subprocess``: slower, nothing of ours outlives a message)."""
 DEFAULT_RUNTIME = CLIENT_RUNTIMES[0]
+
+SUPERNODE_CONNECTED = "SuperNode ID:"
+"""What Flower 1.41's SuperNode logs once the SuperLink has registered and activated it."""
+JOIN_CHECK_S = 0.02
+"""How often ``wait_for_join`` looks at the log's size (a stat)."""
 
 
 SUPEREXEC_POLL_S = 0.1
@@ -54,3 +61,24 @@ def warm_executor_command(
     if supernode_log is not None:
         command += ["--supernode-log", str(supernode_log)]
     return command
+
+
+def wait_for_join(supernode_log: Path, timeout_s: float, stopping: threading.Event) -> bool:
+    """Whether the SuperNode logged, within ``timeout_s``, that it joined the SuperLink.
+
+    A line from before a restart counts (the log is appended to): the node joined then, and
+    what waits on this need not wait again. The log is read only when it has grown.
+    """
+    deadline = time.monotonic() + timeout_s
+    needle, seen = SUPERNODE_CONNECTED.encode(), -1
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            size = supernode_log.stat().st_size
+            if size != seen and needle in supernode_log.read_bytes():
+                return True
+            seen = size
+        except OSError:  # not written yet
+            pass
+        if stopping.wait(min(JOIN_CHECK_S, left)):
+            return False
+    return False

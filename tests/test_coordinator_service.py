@@ -1,7 +1,9 @@
 """The coordinator service over a real gRPC server and SQLite file, through CoordinatorClient."""
 
 import socket
+import time
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -16,7 +18,8 @@ from collabfl.coordinator.service_client import (
     CoordinatorError,
     CoordinatorUnreachable,
 )
-from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.coordinator.service_codec import run_to_pb
+from collabfl.coordinator.state import CoordinatorState, Member, Run
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
@@ -319,6 +322,39 @@ def test_unreachable_coordinator_is_one_clear_error() -> None:
     message = str(caught.value)
     assert f"cannot reach the coordinator at {address}" in message
     assert "collabfl-coordinator is running" in message
+
+
+class _SlowCreateRun(pb_grpc.CoordinatorServicer):
+    """A coordinator whose CreateRun takes a while (its first loads the method code), and
+    whose other calls would time out the same way."""
+
+    def CreateRun(self, request: pb.CreateRunRequest, context: grpc.ServicerContext) -> pb.Run:
+        time.sleep(0.6)
+        return _run_reply(request.run_id)
+
+    def GetRun(self, request: pb.RunRef, context: grpc.ServicerContext) -> pb.Run:
+        time.sleep(0.6)
+        return _run_reply(request.run_id)
+
+
+def _run_reply(run_id: str) -> pb.Run:
+    return run_to_pb(Run(run_id, "dpfl", {}, "running", None, 0.0, 0.0, ""))
+
+
+def test_create_run_waits_longer_than_the_other_calls() -> None:
+    """A slow CreateRun is waited for past the client's usual deadline: giving up on it would
+    report a run as failed that the coordinator goes on to create."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_CoordinatorServicer_to_server(_SlowCreateRun(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with CoordinatorClient(f"127.0.0.1:{port}", timeout_s=0.2) as client:
+            assert client.create_run("r", "dpfl", {}).run_id == "r"
+            with pytest.raises(CoordinatorUnreachable, match=r"did not answer within 0\.2 s"):
+                client.get_run("r")
+    finally:
+        server.stop(None)
 
 
 def test_tls(db: Path, tmp_path: Path) -> None:
