@@ -90,6 +90,8 @@ RECEIVING = b"Receiving"
 BURST_S = 1.0
 """After a "Receiving" line, how long tasks are asked for every ``--poll``."""
 MESSAGE_WAIT_S = 60.0
+"""How long a claimed task waits for its message, and then for the message's content: a
+SuperLink or coordinator that died mid-delivery fails the task instead of holding it."""
 UNREACHABLE_BACKOFF_S = 1.0
 FIRST_TOKEN_ENV = "COLLABFL_WARM_FIRST_TOKEN"
 """A task claimed before a re-exec, handed to the new image (never on the command line)."""
@@ -182,6 +184,7 @@ def pull_task_input(client: RuntimeHttpClient) -> TaskInput:
             client.ConfirmMessageReceived, node, context.run_id
         ),
         return_type=Message,
+        max_time=MESSAGE_WAIT_S,  # Flower's default, 500 tries each, could hold a task ~100 s
         initial_backoff=OBJECT_BACKOFF_S,
         backoff_cap=OBJECT_BACKOFF_CAP_S,
     )

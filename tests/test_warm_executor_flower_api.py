@@ -8,6 +8,7 @@ executor's behaviour that needs no federation: a failing message's error reply.
 
 from __future__ import annotations
 
+import time
 import tomllib
 from pathlib import Path
 
@@ -40,7 +41,7 @@ USED = [
     ("flwr.supercore.run", "Run", None),
     ("flwr.supercore.inflatable.inflatable_utils", "pull_and_inflate_object_from_tree",
      ["object_tree", "pull_object_fn", "confirm_object_received_fn", "return_type",
-      "initial_backoff", "backoff_cap"]),
+      "max_time", "initial_backoff", "backoff_cap"]),
     ("flwr.supercore.inflatable.inflatable_protobuf_utils", "make_pull_object_fn_protobuf",
      ["pull_object_protobuf", "node", "run_id"]),
     ("flwr.supercore.inflatable.inflatable_protobuf_utils",
@@ -119,3 +120,49 @@ def test_the_executor_preloads_the_client_app_the_app_names(tmp_path: Path) -> N
     app = tomllib.loads((write_app(tmp_path) / "pyproject.toml").read_text())
     module, _, _ = app["tool"]["flwr"]["app"]["components"]["clientapp"].partition(":")
     assert module == PRELOADED
+
+
+class _ContentNeverArrives:
+    """A SuperNode runtime API whose task has a message whose content never becomes
+    available (its sender died between pushing the message and its objects)."""
+
+    def __init__(self) -> None:
+        self.object_pulls = 0
+
+    def PullTaskInput(self, request):
+        from flwr.proto.message_pb2 import Context
+        from flwr.proto.run_pb2 import Run
+        from flwr.proto.runtime_pb2 import PullTaskInputResponse
+
+        return PullTaskInputResponse(
+            task_id=7, context=Context(node_id=3, run_id=2), run=Run(run_id=2)
+        )
+
+    def PullMessages(self, request):
+        from flwr.proto.message_pb2 import Message, ObjectTree
+        from flwr.proto.runtime_pb2 import PullAppMessagesResponse
+
+        return PullAppMessagesResponse(
+            messages_list=[Message()], message_object_trees=[ObjectTree(object_id="ab" * 32)]
+        )
+
+    def PullObject(self, request):
+        from flwr.proto.message_pb2 import PullObjectResponse
+
+        self.object_pulls += 1
+        return PullObjectResponse(object_found=True, object_available=False)
+
+    def ConfirmMessageReceived(self, request):
+        raise AssertionError("nothing was received")
+
+
+def test_a_message_whose_content_never_arrives_fails_the_task_in_bounded_time(monkeypatch):
+    from collabfl.flower import warm_executor
+
+    monkeypatch.setattr(warm_executor, "MESSAGE_WAIT_S", 0.5)
+    client = _ContentNeverArrives()
+    started = time.monotonic()
+    with pytest.raises(Exception, match="timeout or retry limit"):
+        warm_executor.pull_task_input(client)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 30.0  # Flower's default: about 100 s
+    assert client.object_pulls > 1  # it did wait for the content
