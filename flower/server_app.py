@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
@@ -112,6 +113,11 @@ def run_federated(
     """Join the clients, run every round, record it, and write the run directory; return how
     the run ended ("finished" or "stopped"). ``relay`` carries sub-round steps; ``signals``
     say when to pull replies."""
+    if spec.config.threads:
+        # As the in-process runtime does: the ServerApp's own tensor work (SPO trains its
+        # hypernetwork here) on the run's threads. Torch's default, a thread per core,
+        # spun against the clients' executors on the same machine.
+        torch.set_num_threads(spec.config.threads)
     setup = setup_record(run_id, spec)
 
     def refuse(node: int, client_id: int, reason: str) -> None:
