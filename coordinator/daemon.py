@@ -323,8 +323,9 @@ class RunLauncher:
 
     def launch(self, run: Run) -> None:
         """Launch the run's ServerApp; ValueError if its stored request cannot run."""
-        # Imported at the first run (the service's CreateRun has already done it): it imports
-        # torch, and clients starting beside the coordinator need that CPU-second to join.
+        # Imported at the first launch, if the service's CreateRun has not done it yet (a run
+        # resumed after a restart): it imports torch, whose CPU-second clients starting
+        # beside the coordinator need to join.
         from collabfl.coordinator.methods import read_run_request
 
         count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
