@@ -41,9 +41,9 @@ from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.flower.processes import (
     DEFAULT_RUNTIME,
-    SUPERNODE_CONNECTED,
     flower_binary,
     flower_env,
+    has_joined,
 )
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
@@ -346,7 +346,7 @@ class LocalFederation:
         activated it."""
         logs = {k: self.work_dir / f"client-{k}" / "supernode.log" for k in self.client_ids}
         deadline, left = time.monotonic() + timeout_s, len(logs)
-        while waiting := [k for k, path in logs.items() if not _logged(path, SUPERNODE_CONNECTED)]:
+        while waiting := [k for k, path in logs.items() if not has_joined(path)]:
             for name in self.processes:
                 self._check_alive(name)
             if len(waiting) < left:  # progress on a loaded machine: give the rest as long
@@ -494,10 +494,3 @@ def federation_up(
     print_results(summaries, console)
     console.print(f"run directory: {out_dir}")
     return summaries
-
-
-def _logged(path: Path, text: str) -> bool:
-    try:
-        return text in path.read_text(errors="replace")
-    except FileNotFoundError:
-        return False

@@ -70,15 +70,23 @@ def wait_for_join(supernode_log: Path, timeout_s: float, stopping: threading.Eve
     what waits on this need not wait again. The log is read only when it has grown.
     """
     deadline = time.monotonic() + timeout_s
-    needle, seen = SUPERNODE_CONNECTED.encode(), -1
+    seen = -1
     while (left := deadline - time.monotonic()) > 0:
         try:
             size = supernode_log.stat().st_size
-            if size != seen and needle in supernode_log.read_bytes():
-                return True
-            seen = size
         except OSError:  # not written yet
-            pass
+            size = -1
+        if size != seen and has_joined(supernode_log):
+            return True
+        seen = size
         if stopping.wait(min(JOIN_CHECK_S, left)):
             return False
     return False
+
+
+def has_joined(supernode_log: Path) -> bool:
+    """Whether the SuperNode's log says it joined the SuperLink (at any time)."""
+    try:
+        return SUPERNODE_CONNECTED.encode() in supernode_log.read_bytes()
+    except OSError:  # not written yet
+        return False
