@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from collabfl import __version__
-from collabfl.coordinator.doorbell import FleetActivity
+from collabfl.coordinator.doorbell import Doorbell, FleetActivity
 from collabfl.coordinator.fleet_gateway import (
     FleetGateway,
     GatewayTLS,
@@ -47,7 +47,12 @@ from collabfl.coordinator.flower_runs import (
     submit_run,
     submitted_run_id,
 )
-from collabfl.coordinator.launch import Launch, launch_app_config, write_launch_token
+from collabfl.coordinator.launch import (
+    Launch,
+    flower_run_file,
+    launch_app_config,
+    write_launch_token,
+)
 from collabfl.coordinator.run_options import flower_app_config
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
@@ -72,8 +77,9 @@ LOOPBACK = "127.0.0.1"
 APP_NAME = "collabfl-federation"
 CONNECTION = "collabfl"
 MAX_LAUNCHES = 4
-FLOWER_RUN_FILE = "flower_run.json"
-"""In a run's directory: flwr's reply to the latest launch, naming its Flower run."""
+CHECK_RUNS_S = 1.0
+"""How often the launcher looks for runs to launch when nothing tells it: a new run rings
+the ``runs`` doorbell and is launched at once; a ServerApp that died is noticed on this clock."""
 PRIVATE_KEY_FILE = "grant_key.pem"
 """The coordinator's Ed25519 key: it signs peer-fetch grants and run tickets."""
 PUBLIC_KEY_FILE = "grant_key.pub.pem"
@@ -263,11 +269,13 @@ class RunLauncher:
     """Starts (and restarts) the ServerApp of every active run and follows its log.
 
     Each launch mints the run's launch token (older ServerApps of the run can no longer
-    write), submits the app with ``flwr run``, keeps flwr's JSON reply in the run directory
-    and follows the Flower run's log into serverapp.log; when the follower ends (the run
-    ended, or the SuperLink went away) and the run is still active, it launches again.
+    write), submits the app with ``flwr run``, keeps flwr's JSON reply in the state directory
+    (``flower_run_file``) and follows the Flower run's log into serverapp.log; when the
+    follower ends (the run ended, or the SuperLink went away) and the run is still active, it
+    launches again.
 
     ``service``: the launch entries every ServerApp gets (service address, TLS files).
+    ``wake``: rung when a run is created, so that it launches without waiting for the clock.
     """
 
     def __init__(
@@ -280,8 +288,12 @@ class RunLauncher:
         service: Launch,
         tickets: TicketSigner,
         ticket_ttl_s: float,
+        wake: Doorbell | None = None,
+        check_every_s: float = CHECK_RUNS_S,
     ) -> None:
         self.state = state
+        self.wake = wake or Doorbell()
+        self.check_every_s = check_every_s
         self.tickets = tickets
         self.ticket_ttl_s = ticket_ttl_s
         self.state_dir = state_dir
@@ -294,11 +306,13 @@ class RunLauncher:
         self.stop_event = threading.Event()
 
     def loop(self) -> None:
-        while not self.stop_event.wait(1.0):
+        seen = self.wake.count
+        while not self.stop_event.is_set():
             try:
                 self.check_runs()
             except Exception:  # e.g. the database went away: keep trying
                 log.exception("run launcher: checking runs failed; retrying")
+            seen = self.wake.wait(seen, self.check_every_s)
 
     def check_runs(self) -> None:
         """Launch every active run that has no live ServerApp (new, or its ServerApp died).
@@ -342,7 +356,8 @@ class RunLauncher:
             node_bindings=format_bindings(self.state.supernode_bindings()),
         )
         settings = {**launch.to_run_config(), **options.to_run_config()}
-        self.stop_previous(run.run_id, out_dir / FLOWER_RUN_FILE)
+        reply_path = flower_run_file(self.state_dir, run.run_id)
+        self.stop_previous(run.run_id, reply_path)
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
         log.info("launching run %s (attempt %s)", run.run_id, count)
         try:
@@ -351,7 +366,7 @@ class RunLauncher:
         except FlowerCliError as error:
             log.error("run %s: the ServerApp was not started: %s", run.run_id, error)
             return  # no follower: the next check launches it again, up to MAX_LAUNCHES
-        write_text(out_dir / FLOWER_RUN_FILE, reply)
+        write_text(reply_path, reply)
         log.info("run %s: Flower run %s, log in %s", run.run_id, flower_run, out_dir)
         with open(out_dir / "serverapp.log", "ab") as log_file:
             self.running[run.run_id] = subprocess.Popen(
@@ -388,6 +403,7 @@ class RunLauncher:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.wake.ring()  # the loop ends now, not at its next check
         for process in self.running.values():
             stop_group(process, grace_s=5.0)
 
@@ -449,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         service_launch(args, port),
         ticket_signer(args.state_dir),
         args.run_ticket_ttl,
+        wake=activity.runs,
     )
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)
     thread.start()

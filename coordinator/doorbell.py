@@ -68,3 +68,5 @@ class FleetActivity:
     """Rung when the ServerApp pushed messages; held SuperNode pulls wait on it."""
     replies: Doorbell = field(default_factory=Doorbell)
     """Rung when a SuperNode pushed a reply; the ServerApp's AwaitReplies waits on it."""
+    runs: Doorbell = field(default_factory=Doorbell)
+    """Rung when the service created a run; the daemon's run launcher launches it at once."""

@@ -3,9 +3,10 @@ SuperLink and the Flower run behind each of our runs.
 
 The coordinator service records members and runs. The SuperLink knows which SuperNodes are
 connected (asked with ``flwr supernode list`` under the coordinator's ``FLWR_HOME``,
-``<state-dir>/flwr``), and the run launcher keeps flwr's reply to each launch, naming its
-Flower run, in the run's directory. Both are read through the coordinator's state
-directory, so ``collabfl admin status --state-dir`` works on that machine only.
+``<state-dir>/flwr``), and the run launcher keeps flwr's reply to each run's latest launch,
+naming its Flower run, in the state directory (``launch.flower_run_file``). Both are read
+through the coordinator's state directory, so ``collabfl admin status --state-dir`` works
+on that machine only.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.daemon import CONNECTION, FLOWER_RUN_FILE
+from collabfl.coordinator.daemon import CONNECTION
 from collabfl.coordinator.flower_runs import FlowerCliError, list_supernodes, submitted_run_id
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.coordinator.launch import flower_run_file
 from collabfl.coordinator.state import Run
 from collabfl.flower.processes import flower_env
 
@@ -47,9 +48,7 @@ def supernodes(state_dir: Path) -> list[dict[str, Any]]:
 
 def flower_run_id(state_dir: Path, run: Run) -> int | None:
     """The Flower run the launcher last started for ``run``, from the reply it kept."""
-    out_dir = RunOptions.from_request(run.config).out_dir  # as the launcher places run files
-    reply = Path(out_dir or state_dir / "runs" / run.run_id) / FLOWER_RUN_FILE
     try:
-        return submitted_run_id(reply.read_text(errors="replace"))
+        return submitted_run_id(flower_run_file(state_dir, run.run_id).read_text(errors="replace"))
     except (OSError, FlowerCliError):
         return None

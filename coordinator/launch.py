@@ -79,6 +79,13 @@ def write_launch_token(state_dir: Path, run_id: str, token: str) -> Path:
     return path.resolve()
 
 
+def flower_run_file(state_dir: Path, run_id: str) -> Path:
+    """Where the launcher keeps flwr's reply to ``run_id``'s latest launch, naming its Flower
+    run: per run, so that runs sharing a run directory (``federation up --methods a,b``)
+    never read each other's."""
+    return state_dir / LAUNCH_DIR / f"{run_id}.flower-run.json"
+
+
 def launch_app_config() -> str:
     """The launch keys as TOML lines for the ``[tool.flwr.app.config]`` table of the app."""
     entries = Launch().to_run_config()

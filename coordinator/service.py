@@ -124,7 +124,9 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                         f"run {run.run_id} is active ({run.status}); stop it (collabfl admin "
                         f"stop {run.run_id}) or wait for it to end before starting {request.run_id}"
                     )
-            return run_to_pb(self._state.create_run(request.run_id, request.method, config))
+            created = self._state.create_run(request.run_id, request.method, config)
+        self._activity.runs.ring()
+        return run_to_pb(created)
 
     @admitted
     def GetRun(self, request: pb.RunRef, context: Any) -> pb.Run:

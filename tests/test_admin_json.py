@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from collabfl.coordinator.admin import admin_app
-from collabfl.coordinator.daemon import FLOWER_RUN_FILE, write_flower_home
+from collabfl.coordinator.daemon import write_flower_home
 from collabfl.coordinator.federation import free_ports
+from collabfl.coordinator.launch import flower_run_file
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, Member
 
@@ -76,15 +77,15 @@ def test_read_commands_print_parseable_json(address: str) -> None:
 
 
 def test_status_names_each_runs_flower_run_and_the_supernodes(address, tmp_path) -> None:
-    """The Flower run id comes from the launcher's reply in the run dir; the SuperNodes from
+    """The Flower run id comes from the launcher's reply it keeps; the SuperNodes from
     the coordinator's SuperLink, which here is down: status says so instead of failing."""
     state_dir = tmp_path / "coordinator"
     (state_dir / "runs").mkdir(parents=True)
     (port,) = free_ports(1)  # nothing listens there
     write_flower_home(Namespace(state_dir=state_dir, superlink_internal_port=port, insecure=True))
-    (tmp_path / "exp").mkdir()
     reply = {"success": True, "run-id": "4242", "fab-id": "collabfl/collabfl-federation"}
-    (tmp_path / "exp" / FLOWER_RUN_FILE).write_text(json.dumps(reply))
+    flower_run_file(state_dir, "exp").parent.mkdir()
+    flower_run_file(state_dir, "exp").write_text(json.dumps(reply))
 
     status = _json(address, "status", "--state-dir", str(state_dir))
     assert status["flower_runs"] == {"exp": 4242, "queued": None}

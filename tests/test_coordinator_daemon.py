@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from support.coordinator import valid_request
+from support.coordinator import served, valid_request
 from support.pki import TestCA
 
 from collabfl.coordinator import daemon
 from collabfl.coordinator.daemon import RunLauncher
+from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.flower_runs import FlowerCliError
+from collabfl.coordinator.flower_status import flower_run_id
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase
@@ -151,3 +155,76 @@ def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         state.check_launch("good", token_file.read_text())  # the latest launch's token
         assert token_file.read_text() not in overrides  # only its path travels
+
+
+class FakeFlower:
+    """Stands in for the ``flwr`` commands the launcher runs: each submit starts Flower run
+    101, 102, ...; stops are recorded; a launch's log follower exits at once."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.submitted: list[str] = []
+        self.stopped: list[int] = []
+        monkeypatch.setattr(daemon, "submit_run", self.submit)
+        monkeypatch.setattr(daemon, "stop_run", self.stop)
+        monkeypatch.setattr(daemon, "follow_command", lambda run, _: [sys.executable, "-c", ""])
+
+    def submit(self, app_dir: Path, connection: str, overrides: str, env: dict) -> str:
+        self.submitted.append(overrides)
+        return json.dumps({"success": True, "run-id": str(100 + len(self.submitted))})
+
+    def stop(self, run_id: int, connection: str, env: dict) -> None:
+        self.stopped.append(run_id)
+
+
+def _launcher(state: CoordinatorState, tmp_path: Path, **kwargs) -> RunLauncher:
+    tickets = TicketSigner(generate_private_key())
+    return RunLauncher(
+        state, tmp_path, tmp_path / "runs", tmp_path / "app", {}, Launch(), tickets, 60.0, **kwargs
+    )
+
+
+def test_runs_sharing_a_run_directory_keep_their_own_flower_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``federation up --methods a,b`` puts both runs in one directory. Launching b must not
+    stop a's Flower run (a relaunch stops its own run's previous one), and status names
+    each run's own Flower run."""
+    flower = FakeFlower(monkeypatch)
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        launcher = _launcher(state, tmp_path)
+        state.create_run("a", "dpfl", valid_request(out_dir="shared"))
+        launcher.check_runs()
+        state.finish_run("a", "finished", "")
+        state.create_run("b", "pfedgraph", valid_request("pfedgraph", out_dir="shared"))
+        launcher.check_runs()
+        assert flower.stopped == []
+        launcher.running["b"].wait(timeout=60)  # b's ServerApp "died": launch it again
+        launcher.check_runs()
+        assert flower.stopped == [102]
+        runs = {run.run_id: run for run in state.runs()}
+        assert flower_run_id(tmp_path, runs["a"]) == 101
+        assert flower_run_id(tmp_path, runs["b"]) == 103
+        launcher.stop()
+
+
+def test_a_created_run_is_launched_without_waiting_for_the_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CreateRun rings the launcher: the run launches long before the launcher's own next
+    check (here an hour away), and stopping the launcher ends its loop at once too."""
+    flower = FakeFlower(monkeypatch)
+    activity = FleetActivity()
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        launcher = _launcher(state, tmp_path, wake=activity.runs, check_every_s=3600.0)
+        loop = threading.Thread(target=launcher.loop, daemon=True)
+        loop.start()
+        with served(state, runs_dir=tmp_path / "runs", activity=activity) as address:
+            with CoordinatorClient(address, timeout_s=30) as client:
+                client.create_run("r", "dpfl", valid_request())
+            deadline = time.monotonic() + 120  # a loaded machine's slack, not the clock
+            while not flower.submitted and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert len(flower.submitted) == 1
+        launcher.stop()
+        loop.join(timeout=60)
+        assert not loop.is_alive()
