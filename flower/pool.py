@@ -11,6 +11,7 @@ that does not answer in time is simply absent from that round's replies.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
@@ -45,6 +46,12 @@ EventSink = Callable[[int, str, int, str], None]
 Admitter = Callable[[Sequence[int]], list[Member]]
 """Sends the run's set-up to new Flower nodes and returns the members they turned out to be."""
 
+ONLINE_FRESH_S = 1.0
+"""How long a sub-round step trusts the online nodes last read from the SuperLink. Asking
+again for every step (FedCollab's estimation takes hundreds) put a SuperLink call in each
+step's path; and the SuperLink's own view of a node that went away lags by its heartbeat
+timeout, far longer than this."""
+
 
 class FlowerClientPool:
     """Sends instructions through a Flower Grid and collects the replies."""
@@ -77,6 +84,8 @@ class FlowerClientPool:
         self.on_timing = on_timing
         """Where each answered message's timing goes (the run's messages.jsonl)."""
         self.relay = relay
+        self._online: tuple[float, set[int]] = (-ONLINE_FRESH_S, set())
+        """When ``refresh`` last read the online nodes, and what it read."""
         """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
         self.silent: set[int] = set()
         """Clients whose last message got no valid reply: no peer waits for their models
@@ -146,7 +155,10 @@ class FlowerClientPool:
         messages)."""
         assert self.relay is not None
         round_index = next(iter(instructions.values())).round
-        nodes = self._reachable(instructions, self.refresh(), round_index)
+        read_at, online = self._online
+        if time.monotonic() - read_at > ONLINE_FRESH_S:
+            online = self.refresh()
+        nodes = self._reachable(instructions, online, round_index)
         reachable = {k: ins for k, ins in instructions.items() if k in nodes}
         outcomes = self.relay.send(reachable, nodes) if reachable else {}
         replies: dict[int, Reply] = {}
@@ -188,6 +200,7 @@ class FlowerClientPool:
         if new:
             for member in self.admit(new):
                 self._add(member)
+        self._online = (time.monotonic(), online)
         return online
 
     def _add(self, member: Member) -> None:

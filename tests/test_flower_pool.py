@@ -11,12 +11,14 @@ from flwr.app import Message
 from flwr.supercore.task_identity import TaskIdentity
 
 from collabfl.coordinator.state import Member
+from collabfl.flower import pool as pool_module
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
 from collabfl.flower.fleet_signals import Polling
 from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.substeps import SessionEnd
 from collabfl.flower.timing import MessageTiming
 from collabfl.strategies.protocol import Instruction, Reply
-from collabfl.strategies.verbs import Collaborate, Evaluate, Train
+from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Train
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +37,10 @@ class ScriptedGrid:
         self.sent: list[Message] = []
         self.replies: dict[str, Message] = {}
 
+        self.node_reads = 0
+
     def get_node_ids(self) -> list[int]:
+        self.node_reads += 1
         return sorted(self.online)
 
     def push_messages(self, messages: list[Message]) -> list[str]:
@@ -58,7 +63,9 @@ class ScriptedGrid:
         return [self.replies.pop(i) for i in ids if i in self.replies]
 
 
-def _pool(grid: ScriptedGrid, events: list, timings: list) -> FlowerClientPool:
+def _pool(
+    grid: ScriptedGrid, events: list, timings: list, relay: EchoRelay | None = None
+) -> FlowerClientPool:
     members = [Member(k, 10 + k, f"h:{9200 + k}", 100) for k in range(3)]
     return FlowerClientPool(
         grid,
@@ -69,7 +76,30 @@ def _pool(grid: ScriptedGrid, events: list, timings: list) -> FlowerClientPool:
         timeout_s=0.3,
         signals=Polling(0.01),
         on_timing=timings.append,
+        relay=relay,  # type: ignore[arg-type]
     )
+
+
+class EchoRelay:
+    """Stands in for the sub-step relay: every seated client answers each step at once."""
+
+    round = 0
+
+    def __init__(self) -> None:
+        self.steps: list[dict[int, int]] = []
+
+    def send(self, instructions: dict[int, Instruction], nodes: dict[int, int]) -> dict:
+        self.steps.append(dict(nodes))
+        return {k: Reply() for k in instructions}
+
+    def close(self) -> SessionEnd:
+        return SessionEnd({}, [])
+
+
+def _substep(step: int) -> dict[int, Instruction]:
+    task = Discriminate((1,), (1,), samples=10, step=step, local_steps=1, lr=0.1,
+                        batch_size=4, hidden=2)  # fmt: skip
+    return {k: Instruction(0, task) for k in range(3)}
 
 
 def _round(t: int) -> dict[int, list[Instruction]]:
@@ -125,3 +155,19 @@ def test_an_offline_client_is_skipped_and_nobodys_peer():
     assert sorted(answered) == [0, 2] and (0, "offline", 1) in events
     program = decode_program(grid.sent[0].content)
     assert program[1].task.candidates == (2,)
+
+
+def test_sub_steps_read_the_online_nodes_once_a_second_not_once_a_step(monkeypatch):
+    """Hundreds of sub-steps a round each asking the SuperLink for its nodes put a call in
+    every step's path; within ONLINE_FRESH_S the last read stands, and a node that went
+    away is skipped once the read is older."""
+    grid, events, relay = ScriptedGrid(), [], EchoRelay()
+    pool = _pool(grid, events, [], relay)
+    for step in range(5):
+        assert sorted(pool.send(_substep(step))) == [0, 1, 2]
+    assert grid.node_reads == 1 and len(relay.steps) == 5
+    monkeypatch.setattr(pool_module, "ONLINE_FRESH_S", 0.0)  # as if a second went by
+    grid.online.discard(11)
+    assert sorted(pool.send(_substep(5))) == [0, 2]
+    assert grid.node_reads == 2 and (0, "offline", 1) in events
+    assert relay.steps[-1] == {0: 10, 2: 12}
