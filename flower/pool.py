@@ -84,9 +84,9 @@ class FlowerClientPool:
         self.on_timing = on_timing
         """Where each answered message's timing goes (the run's messages.jsonl)."""
         self.relay = relay
-        self._online: tuple[float, set[int]] = (-ONLINE_FRESH_S, set())
-        """When ``refresh`` last read the online nodes, and what it read."""
         """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
+        self._online: tuple[float, set[int]] = (float("-inf"), set())
+        """When ``refresh`` last read the online nodes (monotonic seconds), and what it read."""
         self.silent: set[int] = set()
         """Clients whose last message got no valid reply: no peer waits for their models
         until they answer again (a hung client must not hold up everyone's round)."""
