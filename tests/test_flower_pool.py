@@ -36,8 +36,8 @@ class ScriptedGrid:
         self.hung: set[int] = set()
         self.sent: list[Message] = []
         self.replies: dict[str, Message] = {}
-
         self.node_reads = 0
+        """How often the pool asked for the online nodes."""
 
     def get_node_ids(self) -> list[int]:
         self.node_reads += 1
