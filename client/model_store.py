@@ -7,9 +7,13 @@ rounds of a run are kept, because peers fetch the current one. Runs never share 
 pruning one run's old rounds cannot touch another run's, whatever their round numbers.
 
 The SHA-256 of the weights is recorded in the file's metadata when it is published and
-checked again every time the file is served, while it is read for sending (no pass of its
-own): a file that rotted or was altered on disk (even into other finite values) fails before
-its last chunk leaves, instead of being handed out as this client's.
+checked again when the peer server first serves the file, while it is read for sending (no
+pass of its own): a file that rotted or was altered on disk (even into other finite values)
+before it went out fails before its last chunk leaves, instead of being handed out as this
+client's. Later fetches of the same unchanged file (every fetcher of a round reads it) skip
+that hash: the fetcher checks the same digest end to end anyway, so damage after the first
+serve still never reaches a peer's aggregate, and the owner hashes a round once, not once
+per fetcher.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import os
 import re
 import shutil
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,15 +76,55 @@ class StoredModel:
     num_samples: int | None
 
 
+FileIdentity = tuple[str, int, int, int, int, int]
+"""A file as served: (path, device, inode, size, mtime_ns, ctime_ns) of the open handle."""
+
+
+class VerifiedFiles:
+    """The published files whose weights matched their recorded digest when served in full.
+
+    Keyed by the identity of the open file, so a republished round (a new file renamed into
+    place) or a file written to in place (its mtime and ctime change) is checked again.
+    Bounded: the oldest entries go first, which at worst costs one more hash. Thread-safe,
+    because the peer server serves fetches on a thread pool.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._files: OrderedDict[FileIdentity, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, identity: object) -> bool:
+        with self._lock:
+            return identity in self._files
+
+    def add(self, identity: FileIdentity) -> None:
+        with self._lock:
+            self._files[identity] = None
+            self._files.move_to_end(identity)
+            while len(self._files) > self.capacity:
+                self._files.popitem(last=False)
+
+
 class DiskModelStore:
     """Publishes one owner's flat model per round under ``root``; a ``ModelPublisher``.
 
     ``read_only`` is the peer server's view: it creates and cleans nothing, so it never
     removes the temporary file of a publish in progress in the ClientApp's process.
+    ``verified`` remembers, across stores of one serving process, which files already
+    passed their digest check (None: check on every serve).
     """
 
     def __init__(
-        self, root: Path, owner: int, keep_rounds: int = 3, *, read_only: bool = False
+        self,
+        root: Path,
+        owner: int,
+        keep_rounds: int = 3,
+        *,
+        read_only: bool = False,
+        verified: VerifiedFiles | None = None,
     ) -> None:
         if keep_rounds < 1:
             raise ValueError(f"keep_rounds must be >= 1, got {keep_rounds}")
@@ -86,6 +132,7 @@ class DiskModelStore:
         self.owner = owner
         self.keep_rounds = keep_rounds
         self.read_only = read_only
+        self.verified = verified
         if read_only:
             return
         root.mkdir(parents=True, exist_ok=True)
@@ -162,7 +209,7 @@ class DiskModelStore:
         """
         file = self.path(round_index).open("rb")
         try:
-            return PublishedRound(file, round_index)
+            return PublishedRound(file, round_index, self.verified)
         except BaseException:
             file.close()
             raise
@@ -198,6 +245,8 @@ class PublishedModels:
         self.root = root
         self.owner = owner
         self.keep_rounds = keep_rounds
+        self.verified = VerifiedFiles()
+        """Files the serving side checked already (its stores share this one record)."""
 
     def for_publishing(self, run: str) -> DiskModelStore:
         """The run's store, created if needed (the ClientApp's side)."""
@@ -211,7 +260,9 @@ class PublishedModels:
             return None
         if not folder.is_dir():
             return None
-        return DiskModelStore(folder, self.owner, self.keep_rounds, read_only=True)
+        return DiskModelStore(
+            folder, self.owner, self.keep_rounds, read_only=True, verified=self.verified
+        )
 
     def retire_other_runs(self, run: str) -> None:
         """Delete every run's models but ``run``'s: a node takes part in one run at a time.
@@ -235,14 +286,27 @@ class PublishedModels:
 class PublishedRound:
     """One published round's file, open for serving: its manifest facts, then its bytes.
 
-    ``chunks`` reads the file once and hashes the weights on the way, on a worker thread
-    while earlier chunks are sent; when they no longer match the digest recorded at publish
-    it raises CorruptModel instead of yielding the last chunk, so a damaged file never
-    leaves complete and the check costs no pass of its own.
+    ``chunks`` reads the file once and, unless ``verified`` lists this very file, hashes the
+    weights on the way, on a worker thread while earlier chunks are sent; when they no
+    longer match the digest recorded at publish it raises CorruptModel instead of yielding
+    the last chunk, so a damaged file never leaves complete and the check costs no pass of
+    its own. A file that passed is added to ``verified``.
     """
 
-    def __init__(self, file: BinaryIO, round_index: int) -> None:
+    def __init__(
+        self, file: BinaryIO, round_index: int, verified: VerifiedFiles | None = None
+    ) -> None:
         self._file = file
+        self._verified = verified
+        stat = os.fstat(file.fileno())
+        self.identity: FileIdentity = (
+            os.fsdecode(file.name),
+            stat.st_dev,
+            stat.st_ino,
+            stat.st_size,
+            stat.st_mtime_ns,
+            stat.st_ctime_ns,
+        )
         length_bytes = file.read(_LENGTH_BYTES)
         complete = len(length_bytes) == _LENGTH_BYTES
         header_len = int.from_bytes(length_bytes, "little") if complete else -1
@@ -267,14 +331,24 @@ class PublishedRound:
         self._head = length_bytes + raw_header
         self.stored = StoredModel(
             round=round_index,
-            byte_size=os.fstat(file.fileno()).st_size,
+            byte_size=stat.st_size,
             weights_sha256=recorded,
             tensors=tensors,
             num_samples=num_samples,
         )
 
+    @property
+    def checked_before(self) -> bool:
+        """Whether this file already passed its digest check when it was served in full."""
+        return self._verified is not None and self.identity in self._verified
+
     def chunks(self, size: int) -> Iterator[bytes]:
         """The whole file, in order, in pieces of ``size`` bytes (the first holds the header)."""
+        if self.checked_before:
+            yield self._head + self._file.read(max(size - len(self._head), 0))
+            while following := self._file.read(size):
+                yield following
+            return
         with BackgroundSha256() as weights:
             first = self._file.read(max(size - len(self._head), 0))
             weights.update(first)
@@ -286,6 +360,8 @@ class PublishedRound:
             if weights.hexdigest() != self.stored.weights_sha256:
                 reason = "SHA-256 of the stored weights differs from the one recorded at publish"
                 raise self._corrupt(self.stored.round, reason)
+        if self._verified is not None:
+            self._verified.add(self.identity)
         yield pending
 
     def close(self) -> None:

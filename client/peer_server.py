@@ -6,7 +6,9 @@ a model never needs it in memory. A fetch requires a grant signed by the coordin
 this owner, the run and round asked for and, over TLS, for the member whose certificate the
 caller presented: a grant is useless to anyone but its fetcher. Over TLS the server demands
 a client certificate from the federation's CA (mutual TLS). A file whose weights no longer
-match the digest recorded at publish fails before its last chunk. Refusals are logged.
+match the digest recorded at publish fails before its last chunk the first time it is served;
+later serves of the unchanged file skip that hash (the fetcher checks the digest end to end).
+Refusals are logged.
 
 The owner publishes from another process (the ClientApp) into the same folder, so a fetch of
 a round later than any published yet waits for its file (polling, up to the publish wait and

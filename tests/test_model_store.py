@@ -10,8 +10,14 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from collabfl.client import background_hash
-from collabfl.client.model_store import CorruptModel, DiskModelStore, PublishedModels, StoredModel
+from collabfl.client import background_hash, model_store
+from collabfl.client.model_store import (
+    CorruptModel,
+    DiskModelStore,
+    PublishedModels,
+    StoredModel,
+    VerifiedFiles,
+)
 from collabfl.client.peers import ModelPublisher
 
 
@@ -184,3 +190,86 @@ def test_a_stream_abandoned_midway_stops_its_hashing(tmp_path, monkeypatch):
         assert hashing() - before  # hashing behind the stream
         chunks.close()  # the fetcher went away
     assert hashing() <= before
+
+
+class CountingSha(background_hash.BackgroundSha256):
+    """The real background hash, counting how many streams it was started for."""
+
+    started = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        type(self).started += 1
+
+
+def serve_whole(store: DiskModelStore, round_index: int) -> bytes:
+    with store.open_round(round_index) as published:
+        return b"".join(published.chunks(1 << 10))
+
+
+def test_a_served_file_is_hashed_once_while_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_store, "BackgroundSha256", CountingSha)
+    CountingSha.started = 0
+    published = PublishedModels(tmp_path, owner=0)
+    published.for_publishing("run").publish(0, 0, torch.randn(3000))
+    expected = published.for_publishing("run").path(0).read_bytes()
+    for _ in range(3):
+        assert serve_whole(published.for_serving("run"), 0) == expected  # stores share the record
+    assert CountingSha.started == 1
+    published.for_publishing("run").publish(0, 0, torch.randn(3000))  # republished: a new file
+    serve_whole(published.for_serving("run"), 0)
+    assert CountingSha.started == 2
+
+
+def test_a_file_changed_in_place_after_a_serve_is_checked_again(tmp_path):
+    published = PublishedModels(tmp_path, owner=0)
+    published.for_publishing("run").publish(0, 0, torch.randn(3000))
+    store = published.for_serving("run")
+    serve_whole(store, 0)
+    path = store.path(0)
+    stat = path.stat()
+    with path.open("r+b") as file:
+        file.seek(-4, os.SEEK_END)
+        file.write(b"\xff\xff\xff\xff")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the ctime still moves
+    with pytest.raises(CorruptModel, match="SHA-256 of the stored weights"):
+        serve_whole(store, 0)
+
+
+def test_neither_a_damaged_file_nor_a_cut_stream_counts_as_checked(tmp_path):
+    published = PublishedModels(tmp_path, owner=0)
+    published.for_publishing("run").publish(0, 0, torch.randn(3000))
+    store = published.for_serving("run")
+    with store.open_round(0) as served:
+        chunks = served.chunks(1 << 10)
+        next(chunks)
+        chunks.close()  # the fetcher went away before the digest was compared
+        assert not served.checked_before
+    with store.path(0).open("r+b") as file:
+        file.seek(-4, os.SEEK_END)
+        file.write(b"\xff\xff\xff\xff")
+    for _ in range(2):  # refused every time, not only the first
+        with pytest.raises(CorruptModel):
+            serve_whole(store, 0)
+
+
+def test_a_store_without_a_record_checks_every_serve(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_store, "BackgroundSha256", CountingSha)
+    CountingSha.started = 0
+    store = DiskModelStore(tmp_path, owner=0)
+    store.publish(0, 0, torch.randn(3000))
+    serve_whole(store, 0)
+    serve_whole(store, 0)
+    assert CountingSha.started == 2
+
+
+def test_verified_files_keep_the_newest_within_capacity():
+    record = VerifiedFiles(capacity=2)
+    first, second, third = ((f"round_{n}", 0, n, 10, 0, 0) for n in range(3))
+    record.add(first)
+    record.add(second)
+    record.add(first)  # touched again: now the newest
+    record.add(third)
+    assert (first in record, second in record, third in record) == (True, False, True)
+    with pytest.raises(ValueError, match="capacity"):
+        VerifiedFiles(capacity=0)

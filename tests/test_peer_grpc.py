@@ -193,6 +193,24 @@ def test_corrupted_file_fails_the_digest(store, signer, address):
         source.fetch(OWNER, ROUND)
 
 
+def test_damage_the_server_no_longer_checks_is_caught_by_the_fetcher(
+    published, store, signer, address
+):
+    """Once a file passed the server's check, its later serves skip the hash: rot the owner's
+    disk hides from the file's metadata is then refused by the fetcher's own digest check."""
+    grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+    with source_for(address, grant) as source:
+        assert torch.equal(source.fetch(OWNER, ROUND), store.load(ROUND))
+        path = store.path(ROUND)
+        with path.open("r+b") as file:
+            file.seek(-4, os.SEEK_END)
+            file.write(b"\xff\xff\xff\xff")
+        with published.for_serving(RUN).open_round(ROUND) as damaged:
+            published.verified.add(damaged.identity)  # as if the rot left no trace in stat
+        with pytest.raises(InvalidPeerModel, match="SHA-256 of the tensor bytes does not match"):
+            source.fetch(OWNER, ROUND)
+
+
 def test_nan_weights_never_reach_the_aggregate(tmp_path, signer):
     published = PublishedModels(tmp_path, owner=OWNER)
     published.for_publishing(RUN).publish(OWNER, ROUND, torch.tensor([1.0, float("nan"), 2.0]))
