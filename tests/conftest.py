@@ -9,7 +9,6 @@ torch.set_num_threads(1)
 SLOWEST_FIRST = (
     "test_federation_e2e.py",
     "test_federation_coalitions.py",
-    "test_federation_relay_tls.py",
     "test_federation_stop.py",
     "test_federation_hang.py",
     "test_flower_floor.py",

@@ -6,6 +6,11 @@ the coordinator's sub-step relay (one Flower seat message per client, flower/sub
 and the greedy OCS search fetches peers' warm-up models over gRPC; every
 method must reach the same coalitions and the same per-client results as in-process, and the
 coordinator must have stored the coalitions.
+
+The federation runs with mutual TLS (``federation up --tls``): each ClientApp dials the
+relay with its member certificate, the ServerApp with the coordinator's. The relay without
+TLS is tested over real gRPC in tests/test_substep_relay.py, and a federation without TLS in
+tests/test_federation_e2e.py.
 """
 
 from __future__ import annotations
@@ -53,7 +58,10 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
     flags = [arg for o in overrides for arg in ("--set", o)]
     methods = ["--methods", ",".join(METHODS)]
-    _invoke("federation", "up", *flags, *methods, "--out", str(root / "real"), "--timeout", "400")
+    _invoke(
+        "federation", "up", "--tls", *flags, *methods,
+        "--out", str(root / "real"), "--timeout", "400",
+    )  # fmt: skip
     _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
     return root / "real", root / "inprocess"
 
@@ -102,3 +110,20 @@ def test_the_search_moved_its_models_through_the_coordinator(runs, method):
     # Round 0 carries the discriminators (FedCollab) or SPO's target models and gradients on
     # top of the coalition models.
     assert min(r["coordinator_bytes"] for r in first) > max(r["coordinator_bytes"] for r in later)
+
+
+def test_each_seat_took_one_flower_message_and_no_step_took_one(runs):
+    """Each client's SuperNode received one ``query.substeps`` message per seat the runs
+    recorded for it (a seat serves all of a round's steps), and never a per-step one."""
+    real = runs[0]
+    seats = [0] * 3
+    for method in METHODS:
+        for line in (real / safe_name(method) / MESSAGES_FILE).open():
+            record = json.loads(line)
+            if record["kind"] == "seat":
+                seats[record["client"]] += 1
+    assert seats[0] > 0
+    for k in range(3):
+        log = (real / "federation" / f"client-{k}" / "supernode.log").read_text()
+        assert log.count("Receiving: query.substeps") == seats[k], (k, seats)
+        assert "query.discriminate" not in log
