@@ -6,6 +6,10 @@ and give exactly the in-process runtime's results on the same seed and config. T
 ``subprocess`` runtime (Flower starts a ClientApp process per message), the one federation
 of the suite that does: each of those processes must import the user's code anew and resume
 the node from its saved state, and still match. (test_federation_e2e.py runs the warm one.)
+
+Every message here starts a process that imports torch (seconds of CPU each), so this
+federation is the smallest that still exchanges and resumes: 2 clients (each may take the
+other as its one peer) and 2 rounds, the second resumed from the state the first saved.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_runs import invoke
-from tests.support.runtime_equality import CLIENTS, SETTINGS, assert_same_rows
+from tests.support.runtime_equality import assert_same_rows, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_CODE = [
     "model.name=tests.support.user_code:make_net",
     "training.optimizer=tests.support.user_code:make_adam",
 ]
+CLIENTS = 2
+ROUNDS = 2
 
 
 @pytest.fixture
@@ -34,7 +40,11 @@ def importable_tests(monkeypatch):
 
 
 def test_user_code_over_a_federation_equals_in_process(tmp_path, importable_tests):
-    overrides = [*SETTINGS, *USER_CODE, f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}"]
+    overrides = [
+        *settings(CLIENTS, ROUNDS),
+        *USER_CODE,
+        f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}",
+    ]
     flags = [arg for o in overrides for arg in ("--set", o)]
     real, inprocess = tmp_path / "real", tmp_path / "inprocess"
     invoke(
@@ -42,7 +52,7 @@ def test_user_code_over_a_federation_equals_in_process(tmp_path, importable_test
         "--out", str(real), "--timeout", "400",
     )  # fmt: skip
     invoke("compare", *flags, "--methods", "dpfl", "--out", str(inprocess))
-    assert_same_rows(real / "dpfl", inprocess / "dpfl", "dpfl")
+    assert_same_rows(real / "dpfl", inprocess / "dpfl", "dpfl", CLIENTS, ROUNDS)
     resolved = json.loads((real / "dpfl" / "config.json").read_text())["resolved"]
     assert resolved["model_bytes"] == (40 * 10 + 10) * 4  # the user's model, not the zoo's
     clients = sorted((real / "federation").glob("client-*"))

@@ -16,21 +16,31 @@ from collabfl.coordinator.report.run_dir import read_run
 BUDGET = 1
 CLIENTS = 3
 ROUNDS = 3
-SETTINGS = [
-    "data.num_train=1500",
-    "data.num_test=600",
-    f"data.num_clients={CLIENTS}",
-    f"rounds={ROUNDS}",
-    "epochs=0.5",
-    "dpfl.init_epochs=1",
-    f"dpfl.budget={BUDGET}",
-]
 
 
-def assert_same_rows(real_dir: Path, inprocess_dir: Path, method: str) -> None:
+def settings(clients: int = CLIENTS, rounds: int = ROUNDS) -> list[str]:
+    """The config overrides of the federation with ``clients`` clients and ``rounds`` rounds
+    (a test whose every message starts a process may want a smaller one)."""
+    return [
+        "data.num_train=1500",
+        "data.num_test=600",
+        f"data.num_clients={clients}",
+        f"rounds={rounds}",
+        "epochs=0.5",
+        "dpfl.init_epochs=1",
+        f"dpfl.budget={BUDGET}",
+    ]
+
+
+SETTINGS = settings()
+
+
+def assert_same_rows(
+    real_dir: Path, inprocess_dir: Path, method: str, clients: int = CLIENTS, rounds: int = ROUNDS
+) -> None:
     """Every (round, client) row of the two run directories agrees (accuracy to 1e-9)."""
     real, inprocess = read_run(real_dir).rows, read_run(inprocess_dir).rows
-    assert len(real) == len(inprocess) == CLIENTS * ROUNDS
+    assert len(real) == len(inprocess) == clients * rounds
     for a, b in zip(real, inprocess, strict=True):
         assert (a["round"], a["client"]) == (b["round"], b["client"])
         for key in ("best_test_acc", "test_acc", "val_acc"):
