@@ -24,8 +24,9 @@ BASE = [
 ]
 
 
-def make_federation(root: Path, clients: int, rounds: int):
-    config = load_config(
+def fault_config(root: Path, clients: int, rounds: int):
+    """The DPFL config of a fault test's run (its data cached under ``root``)."""
+    return load_config(
         None,
         [
             *BASE,
@@ -34,13 +35,19 @@ def make_federation(root: Path, clients: int, rounds: int):
             f"data.cache_dir={json.dumps(str(root / 'cache'))}",
         ],
     )
+
+
+def make_federation(root: Path, clients: int, rounds: int):
+    config = fault_config(root, clients, rounds)
     files = write_client_files(config, root / "data")
     return config, LocalFederation(root / "work", files)
 
 
-def start_run(federation: LocalFederation, config, out: Path, timeout: float) -> str:
+def start_run(
+    federation: LocalFederation, config, out: Path, timeout: float, run_id: str = "faulty"
+) -> str:
+    """Create a DPFL run of ``config`` (``run_id``: unique within the federation)."""
     spec = parse_method_spec("dpfl", config)
-    run_id = "faulty"
     with federation.client() as client:
         options = RunOptions(
             len(federation.client_files), out_dir=str(out), message_timeout_s=timeout

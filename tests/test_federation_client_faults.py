@@ -1,0 +1,91 @@
+"""A client that goes away mid-run in a real federation: killed (then restarted), or hung
+(every process of it SIGSTOPped, then let go).
+
+A killed client is skipped, then rejoins. The round a hung client hangs in ends at the
+message deadline without it; the other clients' peer fetches do not wait on it past their
+peer deadline, and the rounds after go on without anyone waiting for it, until it is let go
+again.
+
+Both tests run in one 4-client federation, one run each (a federation's start-up costs
+more CPU than either run), in this order: the hung client, let go, reports again within its
+run, and the kill test, which checks that every client reported the first round, goes last
+because a killed SuperNode's node stays listed until its heartbeat lapses, which the first
+round of a run after it would wait on.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from federation_faults import (
+    assert_skipped_while_gone,
+    fault_config,
+    make_federation,
+    process_tree,
+    send_signal,
+    start_run,
+    wait_for,
+)
+
+from collabfl.coordinator.federation import LocalFederation
+
+CLIENTS = 4
+GONE = "client-3"
+
+
+@dataclass
+class Shared:
+    root: Path
+    federation: LocalFederation
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Iterator[Shared]:
+    """The federation both tests run in; their run directories lie under ``root``."""
+    root = tmp_path_factory.mktemp("faults")
+    _, federation = make_federation(root, clients=CLIENTS, rounds=1)
+    with federation:
+        yield Shared(root, federation)
+
+
+def test_hung_client_is_skipped_and_does_not_stall_the_federation(shared):
+    rounds = 5
+    config, federation = fault_config(shared.root, CLIENTS, rounds), shared.federation
+    out = shared.root / "hung"
+    run_id = start_run(federation, config, out, timeout=20, run_id="hung")
+    wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
+    hung = process_tree(federation.processes[GONE].pid)
+    send_signal(hung, signal.SIGSTOP)
+    try:
+        wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 2)
+    finally:
+        send_signal(hung, signal.SIGCONT)
+    run = wait_for(federation, run_id, lambda r: not r.active)
+    with federation.client() as client:
+        events = client.list_events(run_id)
+    assert run.status == "finished", run.message
+    by_round = assert_skipped_while_gone(out, events, rounds)
+    assert by_round[0] == {0, 1, 2, 3}, "client 3 was not in the run before it hung"
+    assert 3 in by_round[rounds - 1], "client 3, let go, did not report again"
+
+
+def test_killed_client_is_skipped_and_rejoins(shared):
+    rounds = 4
+    config, federation = fault_config(shared.root, CLIENTS, rounds), shared.federation
+    out = shared.root / "killed"
+    run_id = start_run(federation, config, out, timeout=30, run_id="killed")
+    wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
+    federation.kill(GONE)
+    wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 1)
+    federation.restart(GONE)
+    run = wait_for(federation, run_id, lambda r: not r.active)
+    with federation.client() as client:
+        events = client.list_events(run_id)
+    assert run.status == "finished", run.message
+    by_round = assert_skipped_while_gone(out, events, rounds)
+    assert by_round[0] == {0, 1, 2, 3}
+    assert 3 in by_round[rounds - 1], "client 3 did not rejoin"
