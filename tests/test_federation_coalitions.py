@@ -25,6 +25,7 @@ from collabfl.coordinator.cli import app
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
 from collabfl.coordinator.state import CoordinatorState
+from tests.support.cli_runs import IN_THIS_PROCESS
 
 METHODS = ["fedcollab", "equilibrium", "equilibrium:ocs=spo"]
 SETTINGS = [
@@ -62,7 +63,7 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
         "federation", "up", "--tls", *flags, *methods,
         "--out", str(root / "real"), "--timeout", "400",
     )  # fmt: skip
-    _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
+    _invoke("compare", *flags, *IN_THIS_PROCESS, *methods, "--out", str(root / "inprocess"))
     return root / "real", root / "inprocess"
 
 

@@ -21,6 +21,7 @@ from collabfl.coordinator.cli import app
 from collabfl.coordinator.report.graph_stats import adjacency
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.state import CoordinatorState
+from tests.support.cli_runs import IN_THIS_PROCESS
 from tests.support.runtime_equality import BUDGET, SETTINGS, assert_same_rows
 
 
@@ -39,7 +40,7 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
         "federation", "up", *flags, *methods, "--runtime", "warm",
         "--out", str(root / "real"), "--timeout", "400",
     )  # fmt: skip
-    _invoke("compare", *flags, *methods, "--out", str(root / "inprocess"))
+    _invoke("compare", *flags, *IN_THIS_PROCESS, *methods, "--out", str(root / "inprocess"))
     return root / "real", root / "inprocess"
 
 

@@ -22,6 +22,11 @@ SMALL = [
 ]
 """A federation small enough for a CLI run in a few seconds."""
 
+IN_THIS_PROCESS = ["--set", "jobs=1"]
+"""For ``compare``: run the methods one after another in this process. Where each takes a
+second or less, a worker process would spend seconds of CPU importing torch first (that
+parallel and sequential runs agree is tests/test_simulate_e2e.py's to check)."""
+
 
 def small_args(cache: Path, *extra: str) -> list[str]:
     """``--set`` arguments for the SMALL federation plus ``extra`` overrides."""
