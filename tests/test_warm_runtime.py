@@ -40,7 +40,10 @@ def _executor_pid(state_dir: Path) -> int | None:
     return pid if running else None
 
 
-def _wait_for_new_executor(state_dir: Path, old: int, timeout_s: float = 120.0) -> int:
+def _wait_for_new_executor(
+    state_dir: Path, old: int | None = None, timeout_s: float = 120.0
+) -> int:
+    """The pid of a running executor other than ``old`` (None: any), once there is one."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         pid = _executor_pid(state_dir)
@@ -55,8 +58,9 @@ def test_killed_executor_is_restarted_and_serves_the_whole_run(tmp_path):
     files = write_client_files(config, tmp_path / "data")
     with LocalFederation(tmp_path / "work", files, runtime="warm") as federation:
         state_dir = federation.work_dir / "client-0"
-        killed = _executor_pid(state_dir)
-        assert killed is not None, "the warm daemon started no executor"
+        # The daemon starts its executor once its SuperNode has joined, which is also when
+        # the federation counts the client as up: the executor may come a moment later.
+        killed = _wait_for_new_executor(state_dir)
         os.kill(killed, signal.SIGKILL)
         restarted = _wait_for_new_executor(state_dir, killed)
         console = Console(file=io.StringIO())
