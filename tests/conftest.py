@@ -8,13 +8,13 @@ torch.set_num_threads(1)
 
 SLOWEST_FIRST = (
     "test_federation_coalitions.py",
+    "test_federation_restart.py",
     "test_federation_client_faults.py",
     "test_federation_e2e.py",
     "test_flower_floor.py",
     "test_multihost.py",
     "test_federation_user_code.py",
     "test_federation_stop.py",
-    "test_federation_restart.py",
     "test_warm_runtime.py",
     "test_seeds_progress_tracking.py",
     "test_simulate_e2e.py",
