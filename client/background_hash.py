@@ -3,8 +3,9 @@
 hashlib releases the GIL while it digests a large buffer, so a model stream's hash can run
 on a second core while the streaming thread receives, copies or sends the next chunk: the
 fetcher hashes every byte it receives (and the owner every byte of a file it serves for the
-first time), and in series a hash costs more than the transfer itself. Buffers are digested in the order given; at most ``depth`` wait their
-turn, so a hash slower than the stream holds back the stream instead of piling up chunks.
+first time), and in series a hash costs more than the transfer itself. Buffers are digested
+in the order given; at most ``depth`` wait their turn, so a hash slower than the stream
+holds back the stream instead of piling up chunks.
 The first ``INLINE_BYTES`` are hashed on the caller's thread: starting a worker costs more
 than it saves on a small model (a tiny fetch took twice as long with one).
 """
