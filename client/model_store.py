@@ -49,6 +49,8 @@ RUN_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _MAX_HEADER_BYTES = 1 << 20
 _ROUND_FILE = re.compile(r"round_(\d{6,})\.safetensors")
 _TEMP_PREFIX = ".publishing-"
+_LAUNCH_FILE = ".launch"
+"""Names the Flower run (the launch) of the run that this owner joined last."""
 _LENGTH_BYTES = 8
 
 
@@ -195,6 +197,13 @@ class DiskModelStore:
         self._sync_root()
         self._prune()
 
+    def launch(self) -> str | None:
+        """The launch this owner joined the run in last (None: not recorded)."""
+        try:
+            return (self.root / _LAUNCH_FILE).read_text()
+        except OSError:
+            return None
+
     def awaits(self, round_index: int) -> bool:
         """Whether ``round_index`` may still be published: it is past every published round."""
         latest = self.latest_round()
@@ -276,6 +285,21 @@ class PublishedModels:
             if folder != keep and folder.is_dir() and RUN_FOLDER.fullmatch(folder.name):
                 shutil.rmtree(folder, ignore_errors=True)
                 log.info("removed the published models of run %s", folder.name)
+
+    def begin_launch(self, run: str, launch: str) -> None:
+        """Record that this owner joined ``run`` in ``launch`` (its Flower run).
+
+        A run relaunched after a coordinator restart starts over from its last completed
+        round, so a fetch still waiting for a round of the launch before will never be
+        served from that launch: the peer server ends such waits when this changes.
+        """
+        folder = self._folder(run)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=folder)
+        with os.fdopen(fd, "w") as file:
+            file.write(launch)
+        os.chmod(temp_name, 0o644)
+        os.replace(temp_name, folder / _LAUNCH_FILE)
 
     def _folder(self, run: str) -> Path:
         if not RUN_FOLDER.fullmatch(run):

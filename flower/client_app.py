@@ -193,7 +193,9 @@ def setup(message: Message, context: Context) -> Message:
         settings = replace(settings, device=node.device)
     state = NodeState(node.state_dir)
     state.write_settings(settings)
-    PublishedModels(state.published, node.client_id).retire_other_runs(settings.run_id)
+    published = PublishedModels(state.published, node.client_id)
+    published.retire_other_runs(settings.run_id)
+    published.begin_launch(settings.run_id, str(message.metadata.run_id))
     description = describe(node.client_id, node.data_path, node.peer_address, node.market)
     return Message(encode_description(description), reply_to=message)
 

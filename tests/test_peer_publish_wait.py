@@ -249,3 +249,37 @@ def test_the_daemon_sets_the_publish_wait(tmp_path):
     assert daemon.stream_limits(args).publish_wait_s == 2.5
     default = daemon.parser().parse_args(required)
     assert daemon.stream_limits(default).publish_wait_s == StreamLimits.publish_wait_s
+
+
+def test_a_wait_ends_when_the_owner_joins_a_new_launch_of_the_run(models, signer, serve):
+    """After a coordinator restart the run is launched anew and resumes from its last
+    completed round: a fetch still waiting for a round of the launch before must not hold
+    its fetcher (whose executor the new launch's set-up queues behind) for the publish wait."""
+    models.begin_launch(RUN, "1001")
+    address = serve(publish_wait_s=600.0)
+
+    def relaunch() -> None:
+        models.wait_for_waiters(1)
+        models.begin_launch(RUN, "2002")
+
+    owner = threading.Thread(target=relaunch)
+    owner.start()
+    with pytest.raises(PeerUnavailable, match="joined a new launch of run 'run'"):
+        fetch(address, signer.issue(RUN, LAB_A, OWNER, ROUND, 30), timeout_s=60.0)
+    owner.join()
+
+
+def test_joining_the_same_launch_again_does_not_end_a_wait(models, signer, serve):
+    """A client daemon restarted mid-run joins the same launch again (admitted late)."""
+    models.begin_launch(RUN, "1001")
+    address = serve()
+
+    def rejoin_then_publish() -> None:
+        models.wait_for_waiters(1)
+        models.begin_launch(RUN, "1001")
+        models.for_publishing(RUN).publish(OWNER, ROUND, VECTOR)
+
+    owner = threading.Thread(target=rejoin_then_publish)
+    owner.start()
+    assert torch.equal(fetch(address, signer.issue(RUN, LAB_A, OWNER, ROUND, 30)), VECTOR)
+    owner.join()
