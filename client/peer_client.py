@@ -57,7 +57,9 @@ class GrpcPeerSource:
     time, so the caller may update the mapping between rounds. ``timeout_s`` bounds one
     whole fetch (the wait for an owner that has not published the round yet, and the
     transfer): no call can hang. Over mutual TLS ``tls`` carries this daemon's member
-    certificate, which peers check the grants against.
+    certificate, which peers check the grants against. ``launch`` names the Flower run of the
+    round being fetched, so that an owner that joined another launch does not keep the fetch
+    waiting for a round of this one.
     """
 
     def __init__(
@@ -70,8 +72,10 @@ class GrpcPeerSource:
         tls: ClientTLS | None = None,
         *,
         run: str,
+        launch: str = "",
     ) -> None:
         self.run = run
+        self.launch = launch
         self.addresses = addresses
         self.grants = grants
         self.expected_numel = expected_numel
@@ -90,7 +94,9 @@ class GrpcPeerSource:
         grant = self.grants.get(owner)
         if grant is None:
             raise PeerUnavailable(f"no grant to fetch peer {owner}'s round {round_index}")
-        request = peer_pb2.FetchRequest(owner=owner, round=round_index, grant=grant, run=self.run)
+        request = peer_pb2.FetchRequest(
+            owner=owner, round=round_index, grant=grant, run=self.run, launch=self.launch
+        )
         stub = peer_pb2_grpc.PeerModelsStub(self._channel(address))
         deadline = time.monotonic() + self.timeout_s
         pause = BUSY_PAUSE_S

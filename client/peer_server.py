@@ -13,9 +13,9 @@ Refusals are logged.
 The owner publishes from another process (the ClientApp) into the same folder, so a fetch of
 a round later than any published yet waits for its file (polling, up to the publish wait and
 the caller's deadline) in the stream slot it was admitted to; the grant is checked first.
-Such a wait ends at once when the owner joins a new launch of the run meanwhile (the
-coordinator restarted and resumes the run): that launch starts over from its last completed
-round, and the fetch belongs to a launch whose rounds will not come.
+Such a wait ends at once when the owner has joined another launch of the run than the one
+the fetch names (the coordinator restarted and relaunched the run, which starts over from its
+last completed round): the fetch's round will not come from that launch.
 
 Health answers liveness (owner, status) to anyone who can reach the port, because probes
 and operators need it and the owner is named in the server's certificate anyway; the latest
@@ -176,17 +176,18 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
             wait_s = min(wait_s, remaining)
         until = time.monotonic() + wait_s
         stream.wait_until(until)
-        launch = store.launch()
         while True:
             try:
                 published = store.open_round(request.round)
             except FileNotFoundError:
                 if not store.awaits(request.round):
                     self._refuse(request, context, grpc.StatusCode.NOT_FOUND, "no such round")
-                if store.launch() != launch:
+                joined = store.launch()
+                if request.launch and joined is not None and joined != request.launch:
                     reason = (
-                        f"client {self.owner} joined a new launch of run {request.run!r}; "
-                        f"round {request.round} of the launch this fetch waited in will not come"
+                        f"client {self.owner} joined another launch of run {request.run!r} "
+                        f"({joined}, not {request.launch}): round {request.round} of the "
+                        "fetcher's launch will not come"
                     )
                     self._refuse(request, context, grpc.StatusCode.ABORTED, reason)
                 left = until - time.monotonic()

@@ -195,7 +195,7 @@ def setup(message: Message, context: Context) -> Message:
     state.write_settings(settings)
     published = PublishedModels(state.published, node.client_id)
     published.retire_other_runs(settings.run_id)
-    published.begin_launch(settings.run_id, str(message.metadata.run_id))
+    published.begin_launch(settings.run_id, str(context.run_id))
     description = describe(node.client_id, node.data_path, node.peer_address, node.market)
     return Message(encode_description(description), reply_to=message)
 
@@ -226,7 +226,9 @@ def run_steps(steps: Sequence[Instruction], context: Context) -> list[Reply]:
     with opened_node(settings, round_index, names) as (node, run):
         for step in steps:
             if isinstance(step.task, Collaborate):
-                node.fetcher.source = _peer_source(step.task, node.workspace.numel, settings, run)
+                node.fetcher.source = _peer_source(
+                    step.task, node.workspace.numel, settings, run, str(context.run_id)
+                )
             try:
                 replies.append(node.handle(step))
             finally:
@@ -292,7 +294,7 @@ def _step_name(task: Task) -> str:
 
 
 def _peer_source(
-    task: Collaborate, numel: int, settings: NodeSettings, run: str
+    task: Collaborate, numel: int, settings: NodeSettings, run: str, launch: str
 ) -> PeerModelSource:
     candidates = task.candidates
     if len(task.peer_addresses) != len(candidates) or len(task.peer_grants) != len(candidates):
@@ -305,6 +307,7 @@ def _peer_source(
         timeout_s=task.peer_wait_s or FETCH_TIMEOUT_S,
         tls=_tls(settings),
         run=run,
+        launch=launch,
     )
 
 

@@ -7,16 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class FetchRequest(_message.Message):
-    __slots__ = ("owner", "round", "grant", "run")
+    __slots__ = ("owner", "round", "grant", "run", "launch")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_FIELD_NUMBER: _ClassVar[int]
     owner: int
     round: int
     grant: bytes
     run: str
-    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., grant: _Optional[bytes] = ..., run: _Optional[str] = ...) -> None: ...
+    launch: str
+    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., grant: _Optional[bytes] = ..., run: _Optional[str] = ..., launch: _Optional[str] = ...) -> None: ...
 
 class TensorInfo(_message.Message):
     __slots__ = ("name", "shape", "dtype")

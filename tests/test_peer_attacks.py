@@ -253,7 +253,7 @@ def test_fetcher_presents_this_members_certificate(tmp_path, ca, signer, publish
     settings = NodeSettings.from_context(SimpleNamespace(node_config=node_config))
     grant = signer.issue(RUN_A, LAB_A, OWNER, ROUND, ttl_s=30)
     task = Collaborate("none", (OWNER,), (1.0,), peer_addresses=(address,), peer_grants=(grant,))
-    with _peer_source(task, NUMEL, settings, RUN_A) as source:
+    with _peer_source(task, NUMEL, settings, RUN_A, launch="7") as source:
         assert torch.equal(source.fetch(OWNER, ROUND), vector)
 
 

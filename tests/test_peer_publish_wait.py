@@ -87,9 +87,14 @@ def serve(models, signer) -> Iterator:
         server.stop(None)
 
 
-def fetch(address: str, grant: bytes, timeout_s: float = 10.0, run: str = RUN) -> torch.Tensor:
-    with GrpcPeerSource({OWNER: address}, {OWNER: grant}, NUMEL, 1 << 20, timeout_s, run=run) as s:
-        return s.fetch(OWNER, ROUND)
+def fetch(
+    address: str, grant: bytes, timeout_s: float = 10.0, run: str = RUN, launch: str = ""
+) -> torch.Tensor:
+    grants = {OWNER: grant}
+    with GrpcPeerSource(
+        {OWNER: address}, grants, NUMEL, 1 << 20, timeout_s, run=run, launch=launch
+    ) as source:
+        return source.fetch(OWNER, ROUND)
 
 
 def publish_when_waited_for(models: WatchedModels, waiters: int = 1) -> threading.Thread:
@@ -251,7 +256,7 @@ def test_the_daemon_sets_the_publish_wait(tmp_path):
     assert daemon.stream_limits(default).publish_wait_s == StreamLimits.publish_wait_s
 
 
-def test_a_wait_ends_when_the_owner_joins_a_new_launch_of_the_run(models, signer, serve):
+def test_a_wait_ends_when_the_owner_joins_another_launch_of_the_run(models, signer, serve):
     """After a coordinator restart the run is launched anew and resumes from its last
     completed round: a fetch still waiting for a round of the launch before must not hold
     its fetcher (whose executor the new launch's set-up queues behind) for the publish wait."""
@@ -264,12 +269,21 @@ def test_a_wait_ends_when_the_owner_joins_a_new_launch_of_the_run(models, signer
 
     owner = threading.Thread(target=relaunch)
     owner.start()
-    with pytest.raises(PeerUnavailable, match="joined a new launch of run 'run'"):
-        fetch(address, signer.issue(RUN, LAB_A, OWNER, ROUND, 30), timeout_s=60.0)
+    grant = signer.issue(RUN, LAB_A, OWNER, ROUND, 30)
+    with pytest.raises(PeerUnavailable, match=r"ABORTED: .*\(2002, not 1001\)"):
+        fetch(address, grant, timeout_s=60.0, launch="1001")
     owner.join()
 
 
-def test_joining_the_same_launch_again_does_not_end_a_wait(models, signer, serve):
+def test_a_fetch_from_a_launch_the_owner_already_left_is_not_waited_for(models, signer, serve):
+    models.begin_launch(RUN, "2002")  # relaunched before this fetch of the old launch began
+    address = serve(publish_wait_s=600.0)
+    grant = signer.issue(RUN, LAB_A, OWNER, ROUND, 30)
+    with pytest.raises(PeerUnavailable, match=r"ABORTED: .*\(2002, not 1001\)"):
+        fetch(address, grant, timeout_s=60.0, launch="1001")
+
+
+def test_a_fetch_of_the_owners_launch_waits_through_a_rejoin(models, signer, serve):
     """A client daemon restarted mid-run joins the same launch again (admitted late)."""
     models.begin_launch(RUN, "1001")
     address = serve()
@@ -281,5 +295,6 @@ def test_joining_the_same_launch_again_does_not_end_a_wait(models, signer, serve
 
     owner = threading.Thread(target=rejoin_then_publish)
     owner.start()
-    assert torch.equal(fetch(address, signer.issue(RUN, LAB_A, OWNER, ROUND, 30)), VECTOR)
+    grant = signer.issue(RUN, LAB_A, OWNER, ROUND, 30)
+    assert torch.equal(fetch(address, grant, launch="1001"), VECTOR)
     owner.join()
