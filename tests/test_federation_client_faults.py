@@ -52,40 +52,45 @@ def shared(tmp_path_factory) -> Iterator[Shared]:
         yield Shared(root, federation)
 
 
-def test_hung_client_is_skipped_and_does_not_stall_the_federation(shared):
-    rounds = 5
-    config, federation = fault_config(shared.root, CLIENTS, rounds), shared.federation
-    out = shared.root / "hung"
-    run_id = start_run(federation, config, out, timeout=20, run_id="hung")
-    wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
-    hung = process_tree(federation.processes[GONE].pid)
-    send_signal(hung, signal.SIGSTOP)
-    try:
-        wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 2)
-    finally:
-        send_signal(hung, signal.SIGCONT)
-    run = wait_for(federation, run_id, lambda r: not r.active)
-    with federation.client() as client:
+def begin(shared: Shared, name: str, rounds: int, timeout: float) -> tuple[str, Path]:
+    """Start run ``name`` (its directory under the shared root) and wait for its round 0."""
+    config = fault_config(shared.root, CLIENTS, rounds)
+    out = shared.root / name
+    run_id = start_run(shared.federation, config, out, timeout=timeout, run_id=name)
+    wait_for(shared.federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
+    return run_id, out
+
+
+def finish(shared: Shared, run_id: str, out: Path, rounds: int) -> dict[int, set[int]]:
+    """Wait for the run to end; check it finished and skipped client 3 only while it was
+    gone; return who reported each round."""
+    run = wait_for(shared.federation, run_id, lambda r: not r.active)
+    with shared.federation.client() as client:
         events = client.list_events(run_id)
     assert run.status == "finished", run.message
     by_round = assert_skipped_while_gone(out, events, rounds)
-    assert by_round[0] == {0, 1, 2, 3}, "client 3 was not in the run before it hung"
+    assert by_round[0] == {0, 1, 2, 3}, "client 3 was not in the run's first round"
+    return by_round
+
+
+def test_hung_client_is_skipped_and_does_not_stall_the_federation(shared):
+    rounds = 5
+    run_id, out = begin(shared, "hung", rounds, timeout=20)
+    hung = process_tree(shared.federation.processes[GONE].pid)
+    send_signal(hung, signal.SIGSTOP)
+    try:
+        wait_for(shared.federation, run_id, lambda r: (r.last_completed_round or -1) >= 2)
+    finally:
+        send_signal(hung, signal.SIGCONT)
+    by_round = finish(shared, run_id, out, rounds)
     assert 3 in by_round[rounds - 1], "client 3, let go, did not report again"
 
 
 def test_killed_client_is_skipped_and_rejoins(shared):
     rounds = 4
-    config, federation = fault_config(shared.root, CLIENTS, rounds), shared.federation
-    out = shared.root / "killed"
-    run_id = start_run(federation, config, out, timeout=30, run_id="killed")
-    wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
-    federation.kill(GONE)
-    wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 1)
-    federation.restart(GONE)
-    run = wait_for(federation, run_id, lambda r: not r.active)
-    with federation.client() as client:
-        events = client.list_events(run_id)
-    assert run.status == "finished", run.message
-    by_round = assert_skipped_while_gone(out, events, rounds)
-    assert by_round[0] == {0, 1, 2, 3}
+    run_id, out = begin(shared, "killed", rounds, timeout=30)
+    shared.federation.kill(GONE)
+    wait_for(shared.federation, run_id, lambda r: (r.last_completed_round or -1) >= 1)
+    shared.federation.restart(GONE)
+    by_round = finish(shared, run_id, out, rounds)
     assert 3 in by_round[rounds - 1], "client 3 did not rejoin"
