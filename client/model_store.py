@@ -291,7 +291,8 @@ class PublishedModels:
 
         A run relaunched after a coordinator restart starts over from its last completed
         round, so a fetch still waiting for a round of the launch before will never be
-        served from that launch: the peer server ends such waits when this changes.
+        served from that launch: the peer server ends the wait of a fetch that names
+        another launch than the one recorded here.
         """
         folder = self._folder(run)
         folder.mkdir(parents=True, exist_ok=True)
