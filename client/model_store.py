@@ -369,16 +369,16 @@ class PublishedRound:
 
     def chunks(self, size: int) -> Iterator[bytes]:
         """The whole file, in order, in pieces of ``size`` bytes (the first holds the header)."""
+        weights_read = self._weights(size)
         if self.checked_before:
-            yield self._head + self._file.read(max(size - len(self._head), 0))
-            while following := self._file.read(size):
-                yield following
+            yield self._head + next(weights_read)
+            yield from weights_read
             return
         with BackgroundSha256() as weights:
-            first = self._file.read(max(size - len(self._head), 0))
+            first = next(weights_read)
             weights.update(first)
             pending = self._head + first
-            while following := self._file.read(size):
+            for following in weights_read:
                 weights.update(following)  # hashed while ``pending`` is sent
                 yield pending
                 pending = following
@@ -388,6 +388,13 @@ class PublishedRound:
         if self._verified is not None:
             self._verified.add(self.identity)
         yield pending
+
+    def _weights(self, size: int) -> Iterator[bytes]:
+        """The bytes after the header, read so that with the header in front of the first
+        piece every chunk holds ``size`` bytes (the first piece may be empty)."""
+        yield self._file.read(max(size - len(self._head), 0))
+        while piece := self._file.read(size):
+            yield piece
 
     def close(self) -> None:
         self._file.close()

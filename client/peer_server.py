@@ -182,8 +182,8 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
             except FileNotFoundError:
                 if not store.awaits(request.round):
                     self._refuse(request, context, grpc.StatusCode.NOT_FOUND, "no such round")
-                joined = store.launch()
-                if request.launch and joined is not None and joined != request.launch:
+                joined = store.launch() if request.launch else None  # a read per poll
+                if joined is not None and joined != request.launch:
                     reason = (
                         f"client {self.owner} joined another launch of run {request.run!r} "
                         f"({joined}, not {request.launch}): round {request.round} of the "
