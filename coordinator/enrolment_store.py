@@ -1,0 +1,226 @@
+"""Join tokens and enrolled identities, kept in the coordinator's SQLite file.
+
+A join token is stored only as the SHA-256 of its secret: a copy of the database admits no
+one. A token names one identity (a member's client id or an operator's name), expires, and
+is spent by its first successful use. An enrolment is what a spent token produced: the
+certificate issued (serial, expiry) and the host it names; revoking it puts the serial on
+the deny list that the coordinator service and every peer server consult.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS join_tokens (
+    token_id TEXT PRIMARY KEY,
+    secret_sha256 TEXT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('member', 'operator')),
+    subject TEXT NOT NULL,  -- a member's client id, or an operator's name
+    hosts_json TEXT NOT NULL,  -- the names its certificate will carry
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    used_at REAL
+);
+CREATE TABLE IF NOT EXISTS enrolments (
+    role TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    host TEXT NOT NULL,
+    cert_serial TEXT NOT NULL,  -- hex
+    cert_not_after REAL NOT NULL,
+    enrolled_at REAL NOT NULL,
+    revoked_at REAL,
+    PRIMARY KEY (role, subject)
+);
+CREATE TABLE IF NOT EXISTS revoked_serials (
+    cert_serial TEXT PRIMARY KEY,
+    role TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    revoked_at REAL NOT NULL
+);
+"""
+"""Created when missing, as coordinator/state.py's SuperNode table: no version change."""
+
+
+@dataclass(frozen=True)
+class JoinToken:
+    """A minted token's record (never its secret)."""
+
+    token_id: str
+    role: str
+    subject: str
+    hosts: tuple[str, ...]
+    created_at: float
+    expires_at: float
+    used_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Enrolment:
+    """The identity a token enrolled: its certificate's serial and expiry, and its host."""
+
+    role: str
+    subject: str
+    host: str
+    cert_serial: str
+    cert_not_after: float
+    enrolled_at: float
+    revoked_at: float | None = None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class TokenRefused(PermissionError):
+    """A join token that is unknown, spent, expired, or shown with the wrong secret."""
+
+
+class EnrolmentStore:
+    """Tokens, enrolments and revoked serials in the SQLite file at ``db_path``."""
+
+    def __init__(self, db_path: Path | str) -> None:
+        self.path = Path(db_path)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self._conn.row_factory = sqlite3.Row
+        with self._conn:
+            self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._conn:
+            yield self._conn
+
+    def add_token(self, token: JoinToken, secret_sha256: str) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO join_tokens VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                (
+                    token.token_id,
+                    secret_sha256,
+                    token.role,
+                    token.subject,
+                    json.dumps(list(token.hosts)),
+                    token.created_at,
+                    token.expires_at,
+                ),
+            )
+
+    def spend_token(self, token_id: str, secret_sha256: str, now: float | None = None) -> JoinToken:
+        """Mark the token used and return it; TokenRefused (saying why) if it cannot be."""
+        now = time.time() if now is None else now
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT * FROM join_tokens WHERE token_id = ?", (token_id,)
+            ).fetchone()
+            if row is None or not _same(row["secret_sha256"], secret_sha256):
+                raise TokenRefused("unknown join token")
+            if row["used_at"] is not None:
+                raise TokenRefused(f"join token {token_id} was already used")
+            if row["expires_at"] <= now:
+                raise TokenRefused(f"join token {token_id} has expired")
+            conn.execute("UPDATE join_tokens SET used_at = ? WHERE token_id = ?", (now, token_id))
+        return _token(row, used_at=now)
+
+    def tokens(self) -> list[JoinToken]:
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT * FROM join_tokens ORDER BY created_at").fetchall()
+        return [_token(row, used_at=row["used_at"]) for row in rows]
+
+    def record_enrolment(self, enrolment: Enrolment) -> None:
+        """Keep what a token enrolled; a re-enrolment replaces the identity's record."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO enrolments VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                (
+                    enrolment.role,
+                    enrolment.subject,
+                    enrolment.host,
+                    enrolment.cert_serial,
+                    enrolment.cert_not_after,
+                    enrolment.enrolled_at,
+                ),
+            )
+
+    def enrolments(self, role: str | None = None) -> list[Enrolment]:
+        query, params: tuple[str, ...] = "SELECT * FROM enrolments", ()
+        if role is not None:
+            query, params = query + " WHERE role = ?", (role,)
+        with self._transaction() as conn:
+            rows = conn.execute(query + " ORDER BY role, subject", params).fetchall()
+        return [
+            Enrolment(
+                row["role"],
+                row["subject"],
+                row["host"],
+                row["cert_serial"],
+                row["cert_not_after"],
+                row["enrolled_at"],
+                row["revoked_at"],
+            )
+            for row in rows
+        ]
+
+    def revoke(self, role: str, subject: str, now: float | None = None) -> Enrolment | None:
+        """Deny the identity's current certificate; its record, or None if never enrolled."""
+        now = time.time() if now is None else now
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT * FROM enrolments WHERE role = ? AND subject = ?", (role, subject)
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "INSERT OR IGNORE INTO revoked_serials VALUES (?, ?, ?, ?)",
+                (row["cert_serial"], role, subject, now),
+            )
+            conn.execute(
+                "UPDATE enrolments SET revoked_at = ? WHERE role = ? AND subject = ?",
+                (now, role, subject),
+            )
+            # Unspent tokens for the identity go too: revoking must not leave a way back in.
+            conn.execute(
+                "UPDATE join_tokens SET used_at = ? "
+                "WHERE role = ? AND subject = ? AND used_at IS NULL",
+                (now, role, subject),
+            )
+        return self.enrolment(role, subject)
+
+    def enrolment(self, role: str, subject: str) -> Enrolment | None:
+        return next(
+            (e for e in self.enrolments(role) if e.subject == subject),
+            None,
+        )
+
+    def revoked_serials(self) -> frozenset[str]:
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT cert_serial FROM revoked_serials").fetchall()
+        return frozenset(row["cert_serial"] for row in rows)
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def _token(row: sqlite3.Row, used_at: float | None) -> JoinToken:
+    return JoinToken(
+        row["token_id"],
+        row["role"],
+        row["subject"],
+        tuple(json.loads(row["hosts_json"])),
+        row["created_at"],
+        row["expires_at"],
+        used_at,
+    )
