@@ -155,9 +155,9 @@ class EnrolmentStore:
             )
 
     def enrolments(self, role: str | None = None) -> list[Enrolment]:
-        query, params: tuple[str, ...] = "SELECT * FROM enrolments", ()
+        query, params = "SELECT * FROM enrolments", [] if role is None else [role]
         if role is not None:
-            query, params = query + " WHERE role = ?", (role,)
+            query += " WHERE role = ?"
         with self._transaction() as conn:
             rows = conn.execute(query + " ORDER BY role, subject", params).fetchall()
         return [
