@@ -30,6 +30,7 @@ from collabfl.client.data.client_file import load_client_file
 from collabfl.client.model_store import PUBLISHED_DIR, PublishedModels
 from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peer_server import PeerModelServer
+from collabfl.client.revocations import RevocationPoller
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.processes import (
     CLIENT_RUNTIMES,
@@ -43,6 +44,8 @@ from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
+from collabfl.kernel.saved_args import save as save_args
+from collabfl.kernel.saved_args import with_saved
 from collabfl.kernel.supervisor import Supervisor
 from collabfl.kernel.tls import ServerTLS
 from collabfl.kernel.user_code import parse_allowed
@@ -60,13 +63,13 @@ this, the executor starts anyway (a SuperNode that cannot join yet)."""
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collabfl-client", description=__doc__)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--client-id", type=int, required=True, help="this participant's index")
-    p.add_argument("--data", type=Path, required=True, help="this participant's data file")
+    p.add_argument("--client-id", type=int, help="this participant's index")
+    p.add_argument("--data", type=Path, help="this participant's data file")
     p.add_argument("--state-dir", type=Path, required=True, help="models, state, logs")
-    p.add_argument("--superlink", required=True, help="SuperLink address HOST:PORT")
+    p.add_argument("--superlink", help="SuperLink address HOST:PORT")
     p.add_argument("--peer-listen", default="0.0.0.0:9200", help="peer server bind address")
-    p.add_argument("--peer-address", required=True, help="address peers use to reach us")
-    p.add_argument("--coordinator-key", type=Path, required=True, help="grant public key PEM")
+    p.add_argument("--peer-address", help="address peers use to reach us")
+    p.add_argument("--coordinator-key", type=Path, help="grant public key PEM")
     p.add_argument("--runtime-port", type=int, default=9094, help="SuperNode's local API port")
     p.add_argument(
         "--runtime",
@@ -188,8 +191,19 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     return command
 
 
+REQUIRED = ("client_id", "data", "superlink", "peer_address", "coordinator_key")
+"""Flags every start needs: given, saved by an earlier start, or written by ``join``."""
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Fail before starting anything when the inputs are wrong."""
+    missing = [f"--{name.replace('_', '-')}" for name in REQUIRED if getattr(args, name) is None]
+    if missing:
+        raise ValueError(
+            f"{args.state_dir} holds no saved settings and {', '.join(missing)} "
+            "were not given: enrol this machine with `collabfl-client join COORDINATOR "
+            "--token TOKEN --data FILE --state-dir DIR`, or give every flag"
+        )
     load_client_file(args.data)  # raises with the file name when malformed
     parse_allowed(args.allow_import)  # a malformed --allow-import fails now, by name
     if not args.coordinator_key.is_file():
@@ -259,7 +273,17 @@ def start_flower(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["join"]:
+        from collabfl.client.join import main as join
+
+        return join(argv[1:])
+    p = parser()
+    try:
+        args = p.parse_args(with_saved(argv))
+    except ValueError as error:
+        print(f"collabfl-client: {error}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -269,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         log.error("%s", error)
         return 2
+    save_args(p, args, args.state_dir)
     reap_leftovers(args.state_dir)  # a killed predecessor's ClientApp processes
     # Before any child starts: a stop that arrives while they start still stops them.
     stop = threading.Event()
@@ -287,13 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         port,
         args.peer_address,
     )
+    revocations = None
     if not args.insecure:
-        _, public_key = ensure_supernode_key(args.state_dir)
-        log.info(
-            "client %s: SuperNode key %s; the operator registers it with `collabfl admin "
-            "register-supernode --client-id %s --key %s` on the coordinator machine",
-            args.client_id, public_key, args.client_id, public_key.name,
-        )  # fmt: skip
+        revocations = RevocationPoller(args.superlink, args.root_certificates)
+        revocations.start()
     given_up: list[str] = []
 
     def give_up(name: str) -> None:
@@ -305,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("client %s: shutting down", args.client_id)
     for child in children:
         child.stop()
+    if revocations is not None:
+        revocations.stop()
     server.stop(grace=2.0)
     if given_up:
         log.error("client %s: its %s kept failing; exiting", args.client_id, given_up[0])

@@ -44,6 +44,7 @@ from collabfl.flower.processes import flower_env
 if TYPE_CHECKING:
     import numpy as np
 
+    from collabfl.coordinator.operator_credential import OperatorCredential
     from collabfl.coordinator.service_client import CoordinatorClient
     from collabfl.coordinator.state import Run
     from collabfl.kernel.tls import ClientTLS
@@ -83,14 +84,15 @@ class _Connection:
 def connect(
     ctx: typer.Context,
     coordinator: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--coordinator",
             envvar="COLLABFL_COORDINATOR",
             metavar="HOST:PORT",
-            help="address of the coordinator service",
+            help="address of the coordinator service (default: your credential's, else "
+            f"{DEFAULT_COORDINATOR})",
         ),
-    ] = DEFAULT_COORDINATOR,
+    ] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait per request")] = 5.0,
     ca: Annotated[
         Path | None,
@@ -127,9 +129,28 @@ def connect(
             help="plain gRPC to a coordinator started with --insecure (implied on loopback)",
         ),
     ] = False,
+    credential: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="COLLABFL_CREDENTIAL",
+            dir_okay=False,
+            help="your operator credential (default: the one `collabfl admin login` saved)",
+        ),
+    ] = None,
 ) -> None:
-    """Inspect and steer a running coordinator: with --ca, --cert and --key (an operator's
-    certificate) over mutual TLS; plain gRPC only with --insecure or on loopback."""
+    """Inspect and steer a running coordinator over mutual TLS, as the operator your
+    credential (`collabfl admin login`, or --ca/--cert/--key) names; plain gRPC only with
+    --insecure, or on loopback when you hold no credential."""
+    if ctx.invoked_subcommand == "login":
+        return  # login makes the credential the other commands use
+    saved = _saved_credential(credential) if ca is None and not insecure else None
+    if saved is not None:
+        from collabfl.kernel.tls import ClientTLS
+
+        saved_tls = ClientTLS(saved.ca, saved.cert, saved.key)
+        ctx.obj = _Connection(coordinator or saved.coordinator, timeout, saved_tls)
+        return
+    coordinator = coordinator or DEFAULT_COORDINATOR
     if ca is not None:
         if insecure:
             raise typer.BadParameter("--insecure and --ca contradict each other")
@@ -151,6 +172,18 @@ def connect(
             "--insecure for a coordinator started with --insecure"
         )
     ctx.obj = _Connection(coordinator, timeout, tls)
+
+
+def _saved_credential(path: Path | None) -> OperatorCredential | None:
+    """The credential at ``path`` (it must be one), else the saved default, if any."""
+    from collabfl.coordinator.operator_credential import OperatorCredential, default_path
+
+    if path is None and not default_path().exists():
+        return None
+    try:
+        return OperatorCredential.load(path or default_path())
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 def _print_json(document: object) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from collabfl.coordinator.authorization import Forbidden, Unauthenticated, authorize
+from collabfl.coordinator.coordinator_pki import CannotIssue
 from collabfl.coordinator.service_codec import MAX_REQUEST_BYTES, MAX_STEP_BYTES
 from collabfl.coordinator.state import (
     CoordinatorState,
@@ -64,6 +65,7 @@ _STATUS_CODES: list[tuple[type[Exception], grpc.StatusCode]] = [
     (StaleLaunch, grpc.StatusCode.FAILED_PRECONDITION),
     (AnotherRunActive, grpc.StatusCode.FAILED_PRECONDITION),
     (RoundOutOfOrder, grpc.StatusCode.FAILED_PRECONDITION),
+    (CannotIssue, grpc.StatusCode.FAILED_PRECONDITION),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
 ]
 

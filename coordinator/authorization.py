@@ -55,6 +55,10 @@ POLICY: Mapping[str, frozenset[Role]] = {
     "Relay": SERVER_APP,
     "CloseSession": SERVER_APP,
     "Poll": MEMBER,
+    # Enrolment: operators invite and revoke members and other operators.
+    "Invite": OPERATOR,
+    "Revoke": OPERATOR,
+    "ListEnrolments": OPERATOR,
 }
 
 

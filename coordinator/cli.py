@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from collabfl.coordinator import admin_enrolment  # noqa: F401 (registers invite, login, revoke, enrolments)
 from collabfl.coordinator.admin import admin_app
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 

@@ -22,18 +22,31 @@ coordinator's own certificate.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
 
+from cryptography.hazmat.primitives import serialization
+
 from collabfl import __version__
+from collabfl.coordinator.coordinator_pki import (
+    CERT_DAYS,
+    LOCAL_OPERATOR,
+    CannotIssue,
+    CoordinatorTLSFiles,
+    ensure_pki,
+)
 from collabfl.coordinator.doorbell import Doorbell, FleetActivity
+from collabfl.coordinator.enrolment import Enroller, SuperNodeRegistry
+from collabfl.coordinator.enrolment_store import EnrolmentStore
 from collabfl.coordinator.fleet_gateway import (
     FleetGateway,
     GatewayTLS,
@@ -43,16 +56,22 @@ from collabfl.coordinator.fleet_gateway import (
 from collabfl.coordinator.flower_runs import (
     FlowerCliError,
     follow_command,
+    register_supernode,
     stop_run,
     submit_run,
     submitted_run_id,
+    unregister_supernode,
 )
+from collabfl.coordinator.join_endpoint import JoinEndpoint
 from collabfl.coordinator.launch import (
     Launch,
     flower_run_file,
     launch_app_config,
     write_launch_token,
 )
+from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
+from collabfl.coordinator.operator_credential import OperatorCredential
+from collabfl.coordinator.operator_credential import default_path as default_operator_path
 from collabfl.coordinator.run_options import flower_app_config
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
@@ -66,7 +85,11 @@ from collabfl.kernel.grants import (
     save_private_key,
     save_public_key,
 )
+from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
+from collabfl.kernel.pki import issue, private_key_pem
+from collabfl.kernel.saved_args import save as save_args
+from collabfl.kernel.saved_args import with_saved
 from collabfl.kernel.supervisor import Supervisor, stop_group
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ServerTLS
@@ -114,8 +137,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runs-dir", type=Path, help="the only folder runs may write into (default: STATE/runs)"
     )
-    tls = p.add_argument_group("TLS (omit all with --insecure)")
+    p.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a name participants dial this machine by (repeatable; the first is the one "
+        "invitations print): its certificate carries each",
+    )
+    tls = p.add_argument_group(
+        "TLS: by default the coordinator makes its CA and certificate in STATE/pki on first "
+        "start; give all three --ssl-* files to bring your own (omit all with --insecure)"
+    )
     tls.add_argument("--insecure", action="store_true", help="no TLS (loopback/tests only)")
+    tls.add_argument(
+        "--ca-keyfile",
+        type=Path,
+        help="with your own --ssl-ca-certfile: its private key, so that members can enrol",
+    )
     tls.add_argument(
         "--ssl-ca-certfile", type=Path, help="federation CA: verifies every caller's certificate"
     )
@@ -186,9 +225,11 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def fleet_gateway(args: argparse.Namespace, activity: FleetActivity) -> FleetGateway:
+def fleet_gateway(
+    args: argparse.Namespace, activity: FleetActivity, enroller: Enroller | None = None
+) -> FleetGateway:
     """The public Fleet endpoint on ``--host:--superlink-port`` (TLS unless insecure),
-    signalling through ``activity`` with the service."""
+    signalling through ``activity`` with the service, and taking joins for ``enroller``."""
     tls = loopback_tls(args)
     scheme = "http" if tls is None else "https"
     public = None if args.insecure else GatewayTLS(args.ssl_certfile, args.ssl_keyfile)
@@ -199,7 +240,67 @@ def fleet_gateway(args: argparse.Namespace, activity: FleetActivity) -> FleetGat
         None if tls is None else tls.ca,
         public,
         activity=activity,
+        enrolment=None if enroller is None else JoinEndpoint(enroller),
     )
+
+
+def make_enroller(
+    args: argparse.Namespace,
+    files: CoordinatorTLSFiles,
+    state: CoordinatorState,
+    env: dict[str, str],
+) -> Enroller:
+    """Enrolment for this coordinator: SuperNodes registered through its own SuperLink."""
+    flower = {**os.environ, **env}
+    keys = args.state_dir / "supernode_keys"
+    keys.mkdir(mode=0o700, exist_ok=True)
+
+    def register(public_key: str) -> int:
+        path = keys / f"{hashlib.sha256(public_key.encode()).hexdigest()[:16]}.pub"
+        write_text(path, public_key.strip() + "\n")
+        return register_supernode(path, CONNECTION, flower)
+
+    def unregister(node_id: int) -> None:
+        try:
+            unregister_supernode(node_id, CONNECTION, flower)
+        except FlowerCliError as error:  # already gone: what revocation wants
+            log.info("SuperNode %s not unregistered: %s", node_id, error)
+
+    name = public_names(args)[0]
+    return Enroller(
+        files,
+        EnrolmentStore(args.state_dir / "coordinator.db"),
+        state,
+        SuperNodeRegistry(register, unregister),
+        (args.state_dir / PUBLIC_KEY_FILE).read_bytes(),
+        service_address=args.advertise or f"{name}:{args.service_port}",
+        join_address=f"{name}:{args.superlink_port}",
+    )
+
+
+def write_local_operator(args: argparse.Namespace, files: CoordinatorTLSFiles, port: int) -> None:
+    """An operator credential for this machine (STATE/pki/operator.json), and a copy in the
+    daemon user's config folder when that holds none, so that ``collabfl admin`` here
+    needs no flags. Skipped (with a line) when the coordinator cannot issue."""
+    try:
+        ca_key, ca_cert = files.signing_ca()
+    except CannotIssue as error:
+        log.info("no local operator credential: %s", error)
+        return
+    path = args.state_dir / "pki" / OPERATOR_FILE
+    if not path.exists():
+        identity = Identity(Role.OPERATOR, LOCAL_OPERATOR)
+        key, cert = issue(identity, [], ca_key, ca_cert, days=CERT_DAYS)
+        OperatorCredential(
+            f"127.0.0.1:{port}",
+            files.ca.read_bytes(),
+            cert.public_bytes(serialization.Encoding.PEM),
+            private_key_pem(key),
+        ).save(path)
+    user_copy = default_operator_path()
+    if not user_copy.exists():
+        OperatorCredential.load(path).save(user_copy)
+        log.info("operator credential for this machine's `collabfl admin`: %s", user_copy)
 
 
 def write_app(state_dir: Path) -> Path:
@@ -408,16 +509,56 @@ class RunLauncher:
             stop_group(process, grace_s=5.0)
 
 
+def public_names(args: argparse.Namespace) -> list[str]:
+    """The names participants dial: ``--name``, else the bound host, else this machine's."""
+    if args.name:
+        return list(args.name)
+    if args.host not in ("0.0.0.0", "::", ""):
+        return [args.host]
+    return [socket.getfqdn()]
+
+
+def tls_files(args: argparse.Namespace) -> CoordinatorTLSFiles | None:
+    """The coordinator's TLS files: brought (all three ``--ssl-*``) or made in STATE/pki.
+
+    ValueError when only some of the three are given. The paths are also set on ``args``,
+    which the components read.
+    """
+    if args.insecure:
+        return None
+    given = [args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile]
+    if any(given) and not all(given):
+        raise ValueError(
+            "give all of --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile (your own CA), or "
+            "none of them (the coordinator makes its own in STATE/pki)"
+        )
+    if all(given):
+        ca, cert, key = given
+        files = CoordinatorTLSFiles(ca, cert, key, args.ca_keyfile)
+    else:
+        files = ensure_pki(args.state_dir / "pki", public_names(args))
+    args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile = files.ca, files.cert, files.key
+    return files
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    try:
+        args = p.parse_args(with_saved(sys.argv[1:] if argv is None else argv))
+    except ValueError as error:
+        print(f"collabfl-coordinator: {error}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded Fleet call
-    if not args.insecure and not (args.ssl_ca_certfile and args.ssl_certfile and args.ssl_keyfile):
-        log.error("without --insecure, give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
-        return 2
     args.state_dir.mkdir(parents=True, exist_ok=True)
+    save_args(p, args, args.state_dir)
+    try:
+        files = tls_files(args)
+    except ValueError as error:
+        log.error("%s", error)
+        return 2
     reap_leftovers(args.state_dir)  # a killed predecessor's ServerApps, before ours start
     if not args.superlink_internal_port:
         args.superlink_internal_port = free_loopback_port()
@@ -447,15 +588,22 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     superlink.start()
     activity = FleetActivity()
-    gateway = fleet_gateway(args, activity)
+    enroller = None
+    if files is not None:
+        enroller = make_enroller(args, files, state, env)
+    gateway = fleet_gateway(args, activity, enroller)
     gateway.start()
     log.info(
         "Fleet gateway on %s:%s, SuperLink on %s:%s",
         args.host, args.superlink_port, LOOPBACK, args.superlink_internal_port,
     )  # fmt: skip
     address = f"{args.host}:{args.service_port}"
-    server, port = serve(state, signer, address, tls, runs_dir=runs_dir, activity=activity)
+    server, port = serve(
+        state, signer, address, tls, runs_dir=runs_dir, activity=activity, enroller=enroller
+    )
     log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
+    if files is not None:
+        write_local_operator(args, files, port)
     launcher = RunLauncher(
         state,
         args.state_dir,

@@ -118,21 +118,24 @@ class EnrolmentStore:
                 ),
             )
 
-    def spend_token(self, token_id: str, secret_sha256: str, now: float | None = None) -> JoinToken:
-        """Mark the token used and return it; TokenRefused (saying why) if it cannot be."""
-        now = time.time() if now is None else now
+    def valid_token(self, token_id: str, secret_sha256: str, now: float) -> JoinToken:
+        """The token, if it may be spent now; TokenRefused (saying why) if not."""
         with self._transaction() as conn:
             row = conn.execute(
                 "SELECT * FROM join_tokens WHERE token_id = ?", (token_id,)
             ).fetchone()
-            if row is None or not _same(row["secret_sha256"], secret_sha256):
-                raise TokenRefused("unknown join token")
-            if row["used_at"] is not None:
-                raise TokenRefused(f"join token {token_id} was already used")
-            if row["expires_at"] <= now:
-                raise TokenRefused(f"join token {token_id} has expired")
+        if row is None or not hmac.compare_digest(row["secret_sha256"], secret_sha256):
+            raise TokenRefused("unknown join token")
+        if row["used_at"] is not None:
+            raise TokenRefused(f"join token {token_id} was already used")
+        if row["expires_at"] <= now:
+            raise TokenRefused(f"join token {token_id} has expired")
+        return _token(row, used_at=None)
+
+    def spend_token(self, token_id: str, now: float) -> None:
+        """Mark the token used: it admits no one after this."""
+        with self._transaction() as conn:
             conn.execute("UPDATE join_tokens SET used_at = ? WHERE token_id = ?", (now, token_id))
-        return _token(row, used_at=now)
 
     def tokens(self) -> list[JoinToken]:
         with self._transaction() as conn:
@@ -208,10 +211,6 @@ class EnrolmentStore:
         with self._transaction() as conn:
             rows = conn.execute("SELECT cert_serial FROM revoked_serials").fetchall()
         return frozenset(row["cert_serial"] for row in rows)
-
-
-def _same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())
 
 
 def _token(row: sqlite3.Row, used_at: float | None) -> JoinToken:

@@ -52,6 +52,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from collabfl.coordinator.doorbell import FleetActivity
+from collabfl.coordinator.join_endpoint import JoinEndpoint, with_enrolment
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.pki import issue, make_ca, write_certificate, write_private_key
 
@@ -273,12 +274,15 @@ class FleetGateway:
         long_poll: LongPoll = LongPoll(),
         object_wait: LongPoll = OBJECT_WAIT,
         activity: FleetActivity | None = None,
+        enrolment: JoinEndpoint | None = None,
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if upstream_ca is not None:
             verify = ssl.create_default_context(cafile=str(upstream_ca))
         config = uvicorn.Config(
-            FleetOnlyProxy(upstream, verify, long_poll, object_wait, activity),
+            with_enrolment(
+                FleetOnlyProxy(upstream, verify, long_poll, object_wait, activity), enrolment
+            ),
             host=host,
             port=port,
             lifespan="off",

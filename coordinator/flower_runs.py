@@ -66,6 +66,14 @@ def register_supernode(public_key: Path, connection: str, env: Mapping[str, str]
     return int(node_id)
 
 
+def unregister_supernode(node_id: int, connection: str, env: Mapping[str, str]) -> None:
+    """Remove a SuperNode's registration: its key no longer joins the Fleet API."""
+    _reply(
+        "flwr supernode unregister",
+        _flwr(["supernode", "unregister", str(node_id), connection], env),
+    )
+
+
 def list_supernodes(connection: str, env: Mapping[str, str]) -> list[dict[str, Any]]:
     """The SuperNodes the SuperLink knows, as ``flwr supernode list`` describes each one
     (``node-id``, ``status`` such as ``online``, ``online-at``, ...)."""

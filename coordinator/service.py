@@ -25,7 +25,9 @@ from collabfl.coordinator.admission import (
     admitted,
     check_launch,
 )
+from collabfl.coordinator.coordinator_pki import CannotIssue
 from collabfl.coordinator.doorbell import FleetActivity
+from collabfl.coordinator.enrolment import DEFAULT_TOKEN_TTL_S, Enroller, enrolling_role
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
     coalitions_fields,
@@ -33,6 +35,7 @@ from collabfl.coordinator.service_codec import (
     coalitions_to_pb,
     edges_from_pb,
     edges_to_pb,
+    enrolment_to_pb,
     event_level_from_pb,
     event_to_pb,
     member_from_pb,
@@ -82,8 +85,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         runs_dir: Path,
         authenticate: bool,
         activity: FleetActivity,
+        enroller: Enroller | None = None,
     ) -> None:
         self._state = state
+        self._enroller = enroller
         self._signer = signer
         self._runs_dir = runs_dir
         self.authenticate = authenticate
@@ -281,6 +286,36 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         )
 
     @admitted
+    def Invite(self, request: pb.InviteRequest, context: Any) -> pb.Invitation:
+        role = enrolling_role(request.role)
+        invitation = self._enrolment().invite(
+            role, request.subject, list(request.hosts), request.ttl_s or DEFAULT_TOKEN_TTL_S
+        )
+        return pb.Invitation(
+            token=invitation.token,
+            token_id=invitation.token_id,
+            role=invitation.role,
+            subject=invitation.subject,
+            expires_at=invitation.expires_at,
+            join_address=self._enrolment().join_address,
+        )
+
+    @admitted
+    def Revoke(self, request: pb.RevokeRequest, context: Any) -> pb.Enrolment:
+        revoked = self._enrolment().revoke(enrolling_role(request.role), request.subject)
+        return enrolment_to_pb(revoked)
+
+    @admitted
+    def ListEnrolments(self, request: pb.ListEnrolmentsRequest, context: Any) -> pb.EnrolmentList:
+        enrolments = self._enrolment().store.enrolments()
+        return pb.EnrolmentList(enrolments=[enrolment_to_pb(e) for e in enrolments])
+
+    def _enrolment(self) -> Enroller:
+        if self._enroller is None:
+            raise CannotIssue("this coordinator runs without TLS: nobody enrols by token")
+        return self._enroller
+
+    @admitted
     def MessagesPushed(self, request: pb.FleetSignal, context: Any) -> pb.FleetActivity:
         self._check_launch("MessagesPushed", request.run_id, request.launch_token)
         self._activity.messages.ring()
@@ -308,6 +343,7 @@ def serve(
     tls: ServerTLS | None = None,
     runs_dir: Path | None = None,
     activity: FleetActivity | None = None,
+    enroller: Enroller | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start the service, with the sub-step relay beside it, on ``address`` (port 0: any
     free port); return it and its port.
@@ -334,6 +370,7 @@ def serve(
         runs_dir or state.path.parent / "runs",
         authenticate=tls is not None,
         activity=activity or FleetActivity(),
+        enroller=enroller,
     )
     relay = SubstepService(state, SubstepRelay(), authenticate=tls is not None)
     server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS), options=SERVER_OPTIONS)

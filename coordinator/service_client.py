@@ -15,12 +15,14 @@ from typing import Any, TypeVar
 
 import grpc
 
+from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.service_codec import (
     CHANNEL_OPTIONS,
     coalitions_fields,
     coalitions_from_pb,
     edges_from_pb,
     edges_to_pb,
+    enrolment_from_pb,
     event_from_pb,
     event_level_to_pb,
     member_from_pb,
@@ -267,6 +269,19 @@ class CoordinatorClient:
             run_id=run_id, launch_token=self.launch_token, seen=seen, timeout_s=timeout_s
         )
         return self._call(self._stub.AwaitReplies, request).replies
+
+    def invite(self, role: str, subject: str, hosts: list[str], ttl_s: float) -> pb.Invitation:
+        """A single-use join token for ``role``/``subject`` (coordinator/enrolment.py)."""
+        request = pb.InviteRequest(role=role, subject=subject, hosts=hosts, ttl_s=ttl_s)
+        return self._call(self._stub.Invite, request)
+
+    def revoke(self, role: str, subject: str) -> Enrolment:
+        request = pb.RevokeRequest(role=role, subject=subject)
+        return enrolment_from_pb(self._call(self._stub.Revoke, request))
+
+    def list_enrolments(self) -> list[Enrolment]:
+        reply = self._call(self._stub.ListEnrolments, pb.ListEnrolmentsRequest())
+        return [enrolment_from_pb(e) for e in reply.enrolments]
 
     def status(self) -> CoordinatorStatus:
         reply = self._call(self._stub.Status, pb.StatusRequest())

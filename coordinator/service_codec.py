@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
+from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.state import (
     Coalitions,
     Edge,
@@ -149,6 +150,30 @@ def member_to_pb(member: Member) -> pb.Member:
         num_samples=member.num_samples,
         registered_at=member.registered_at,
         updated_at=member.updated_at,
+    )
+
+
+def enrolment_to_pb(enrolment: Enrolment) -> pb.Enrolment:
+    return pb.Enrolment(
+        role=enrolment.role,
+        subject=enrolment.subject,
+        host=enrolment.host,
+        cert_serial=enrolment.cert_serial,
+        cert_not_after=enrolment.cert_not_after,
+        enrolled_at=enrolment.enrolled_at,
+        revoked_at=enrolment.revoked_at or 0.0,
+    )
+
+
+def enrolment_from_pb(enrolment: pb.Enrolment) -> Enrolment:
+    return Enrolment(
+        enrolment.role,
+        enrolment.subject,
+        enrolment.host,
+        enrolment.cert_serial,
+        enrolment.cert_not_after,
+        enrolment.enrolled_at,
+        enrolment.revoked_at or None,
     )
 
 

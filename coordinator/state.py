@@ -371,6 +371,11 @@ class CoordinatorState:
                 ),
             )
 
+    def unbind_supernode(self, client_id: int) -> None:
+        """Forget client ``client_id``'s SuperNode key (it was revoked)."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM supernode_keys WHERE client_id = ?", (client_id,))
+
     def supernode_bindings(self) -> dict[int, int]:
         """Flower node id -> client id of every registered SuperNode key."""
         with self._transaction() as conn:

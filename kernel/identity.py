@@ -20,6 +20,8 @@ from enum import StrEnum
 import grpc
 from cryptography import x509
 
+from collabfl.kernel.revocation import DENIED
+
 URI_PREFIX = "collabfl://"
 
 
@@ -98,12 +100,15 @@ def caller_identity(context: grpc.ServicerContext) -> Identity | None:
     """The identity of a gRPC caller's verified client certificate; None without one.
 
     gRPC has already checked the chain against the server's client CA when this is called,
-    so the certificate is genuine; a certificate without a collabfl identity counts as none.
+    so the certificate is genuine; a certificate without a collabfl identity, or a revoked
+    one (``collabfl.kernel.revocation``), counts as none.
     """
     found = context.auth_context().get("x509_pem_cert")  # one PEM per certificate, leaf first
     if not isinstance(found, list) or not found:
         return None
     try:
-        return identity_of_pem(found[0])
+        certificate = x509.load_pem_x509_certificate(found[0])
+        identity = identity_of_certificate(certificate)
     except (UnknownIdentity, ValueError):
         return None
+    return None if DENIED.denies(certificate) else identity

@@ -33,6 +33,70 @@ EVENT_LEVEL_INFO: EventLevel
 EVENT_LEVEL_WARNING: EventLevel
 EVENT_LEVEL_ERROR: EventLevel
 
+class InviteRequest(_message.Message):
+    __slots__ = ("role", "subject", "hosts", "ttl_s")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    subject: str
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    ttl_s: float
+    def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ..., hosts: _Optional[_Iterable[str]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class Invitation(_message.Message):
+    __slots__ = ("token", "token_id", "role", "subject", "expires_at", "join_address")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    JOIN_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    token_id: str
+    role: str
+    subject: str
+    expires_at: float
+    join_address: str
+    def __init__(self, token: _Optional[str] = ..., token_id: _Optional[str] = ..., role: _Optional[str] = ..., subject: _Optional[str] = ..., expires_at: _Optional[float] = ..., join_address: _Optional[str] = ...) -> None: ...
+
+class RevokeRequest(_message.Message):
+    __slots__ = ("role", "subject")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    subject: str
+    def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ...) -> None: ...
+
+class Enrolment(_message.Message):
+    __slots__ = ("role", "subject", "host", "cert_serial", "cert_not_after", "enrolled_at", "revoked_at")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    CERT_SERIAL_FIELD_NUMBER: _ClassVar[int]
+    CERT_NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ENROLLED_AT_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    subject: str
+    host: str
+    cert_serial: str
+    cert_not_after: float
+    enrolled_at: float
+    revoked_at: float
+    def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ..., host: _Optional[str] = ..., cert_serial: _Optional[str] = ..., cert_not_after: _Optional[float] = ..., enrolled_at: _Optional[float] = ..., revoked_at: _Optional[float] = ...) -> None: ...
+
+class ListEnrolmentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EnrolmentList(_message.Message):
+    __slots__ = ("enrolments",)
+    ENROLMENTS_FIELD_NUMBER: _ClassVar[int]
+    enrolments: _containers.RepeatedCompositeFieldContainer[Enrolment]
+    def __init__(self, enrolments: _Optional[_Iterable[_Union[Enrolment, _Mapping]]] = ...) -> None: ...
+
 class FleetSignal(_message.Message):
     __slots__ = ("run_id", "launch_token", "seen", "timeout_s")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -124,6 +124,21 @@ class CoordinatorStub:
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.SerializeToString,
                 response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.FromString,
                 _registered_method=True)
+        self.Invite = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/Invite',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.InviteRequest.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.Invitation.FromString,
+                _registered_method=True)
+        self.Revoke = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/Revoke',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.RevokeRequest.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.Enrolment.FromString,
+                _registered_method=True)
+        self.ListEnrolments = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/ListEnrolments',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -255,6 +270,27 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Invite(self, request, context):
+        """Enrolment (coordinator/enrolment.py): a single-use join token for one member or
+        operator; the joining machine spends it on the Fleet gateway's /collabfl/v1/join.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Revoke(self, request, context):
+        """Take an identity out: its certificate is denied everywhere, its SuperNode unregistered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEnrolments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -347,6 +383,21 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.AwaitReplies,
                     request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.FromString,
                     response_serializer=collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.SerializeToString,
+            ),
+            'Invite': grpc.unary_unary_rpc_method_handler(
+                    servicer.Invite,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.InviteRequest.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.Invitation.SerializeToString,
+            ),
+            'Revoke': grpc.unary_unary_rpc_method_handler(
+                    servicer.Revoke,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RevokeRequest.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.Enrolment.SerializeToString,
+            ),
+            'ListEnrolments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEnrolments,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -835,6 +886,87 @@ class Coordinator:
             '/collabfl.coordinator.Coordinator/AwaitReplies',
             collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.SerializeToString,
             collabfl_dot_proto_dot_coordinator__pb2.FleetActivity.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Invite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/Invite',
+            collabfl_dot_proto_dot_coordinator__pb2.InviteRequest.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.Invitation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Revoke(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/Revoke',
+            collabfl_dot_proto_dot_coordinator__pb2.RevokeRequest.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.Enrolment.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEnrolments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/ListEnrolments',
+            collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,96 @@
+"""``collabfl-client join COORDINATOR --token T --data FILE --state-dir DIR``: enrol this
+machine with a join token, then run the daemon.
+
+The keys are made here and never leave: a fresh TLS key (its certificate comes back from
+the coordinator, kernel/join_client.py) and a fresh SuperNode key (the coordinator
+registers its public half before the SuperNode first starts). What comes back is written
+to ``DIR/tls`` and the daemon's flags to ``DIR`` (kernel/saved_args.py), so a restart is
+``collabfl-client --state-dir DIR``. Flags after the join's own go to the daemon as they
+are (``--device cuda:1``, ``--runtime subprocess``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from collabfl.client.data.client_file import load_client_file
+from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supernode_key
+from collabfl.kernel.atomic import write_bytes
+from collabfl.kernel.join_client import JoinFailed, join, split_address
+from collabfl.kernel.pki import write_private_key
+
+TLS_DIR = "tls"
+GRANT_KEY_FILE = "grant_key.pub.pem"
+DEFAULT_PEER_LISTEN = "0.0.0.0:9200"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="collabfl-client join",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("coordinator", help="the coordinator's public HOST:PORT (its Fleet port, 9093)")
+    p.add_argument("--token", required=True, help="the join token `collabfl admin invite` printed")
+    p.add_argument("--data", type=Path, required=True, help="this participant's data file")
+    p.add_argument("--state-dir", type=Path, required=True, help="models, keys, state, logs")
+    p.add_argument(
+        "--peer-listen",
+        default=DEFAULT_PEER_LISTEN,
+        help="where the peer server listens; its port is the one peers dial (default: %(default)s)",
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args, daemon_flags = parser().parse_known_args(argv)
+    try:
+        load_client_file(args.data)  # a wrong file fails before the token is spent
+        split_address(args.coordinator)
+        daemon_argv = enrol(args)
+    except (JoinFailed, ValueError, FileNotFoundError) as error:
+        print(f"collabfl-client join: {error}", file=sys.stderr)
+        return 2
+    restart = f"collabfl-client --state-dir {args.state_dir}"
+    print(f"collabfl-client: enrolled; restart it later with `{restart}`", flush=True)
+    from collabfl.client.daemon import main as run_daemon
+
+    return run_daemon([*daemon_argv, *daemon_flags])
+
+
+def enrol(args: argparse.Namespace) -> list[str]:
+    """Spend the token; write what came back; the daemon's command line (without extras)."""
+    state_dir: Path = args.state_dir.resolve()
+    tls = state_dir / TLS_DIR
+    tls.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for stale in (PRIVATE_NAME, PUBLIC_NAME):  # a new enrolment gets a new SuperNode key
+        (state_dir / stale).unlink(missing_ok=True)
+    _, supernode_public = ensure_supernode_key(state_dir)
+    key = ec.generate_private_key(ec.SECP256R1())
+    joined = join(args.coordinator, args.token, key, supernode_public.read_text())
+    if joined.role != "member":
+        raise JoinFailed(
+            f"this token enrols {joined.role} {joined.subject}: use `collabfl admin login`"
+        )
+    write_private_key(key, tls / "member.key")
+    write_bytes(tls / "member.pem", joined.certificate)
+    write_bytes(tls / "ca.pem", joined.ca)
+    write_bytes(state_dir / GRANT_KEY_FILE, joined.grant_key)
+    peer_port = args.peer_listen.rpartition(":")[2]
+    return [
+        "--client-id", joined.subject,
+        "--data", str(args.data.resolve()),
+        "--state-dir", str(state_dir),
+        "--superlink", args.coordinator,
+        "--peer-listen", args.peer_listen,
+        "--peer-address", f"{joined.hosts[0]}:{peer_port}",
+        "--coordinator-key", str(state_dir / GRANT_KEY_FILE),
+        "--coordinator-service", joined.service,
+        "--root-certificates", str(tls / "ca.pem"),
+        "--peer-cert", str(tls / "member.pem"),
+        "--peer-key", str(tls / "member.key"),
+    ]  # fmt: skip

@@ -1,0 +1,141 @@
+"""``collabfl admin invite | login | revoke | enrolments``: who may join the federation.
+
+``invite`` asks the coordinator for a single-use join token and prints the one command the
+participant runs; ``login`` spends an operator's token from any machine and saves the
+credential every other ``admin`` command then uses; ``revoke`` takes an identity out
+everywhere. coordinator/enrolment.py says what the coordinator checks.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from collabfl.coordinator.admin import (
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    AsJson,
+    _client,
+    _fail,
+    _print_json,
+    _time,
+    admin_app,
+    console,
+)
+
+DEFAULT_TTL = "24h"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``24h``, ``7d`` as seconds."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in _UNITS or not number.replace(".", "", 1).isdigit():
+        raise typer.BadParameter(f"{text!r}: a number with a unit, s, m, h or d (e.g. 24h)")
+    return float(number) * _UNITS[unit]
+
+
+@admin_app.command()
+def invite(
+    ctx: typer.Context,
+    client_id: Annotated[
+        int | None, typer.Option("--client-id", min=0, help="invite this participant")
+    ] = None,
+    host: Annotated[
+        list[str] | None,
+        typer.Option(help="the participant's host name its peers dial (repeat for more names)"),
+    ] = None,
+    operator: Annotated[str | None, typer.Option(help="invite this operator instead")] = None,
+    ttl: Annotated[str, typer.Option(help="how long the token stays valid")] = DEFAULT_TTL,
+    data: Annotated[
+        str, typer.Option(help="the data file path to print in the join command")
+    ] = "/path/to/your-data.npz",
+    as_json: AsJson = False,
+) -> None:
+    """Mint a one-time join token and print the command that spends it."""
+    if (client_id is None) == (operator is None):
+        raise typer.BadParameter("give --client-id (a participant) or --operator, not both")
+    role, subject = ("member", str(client_id)) if operator is None else ("operator", operator)
+    with _client(ctx) as client:
+        made = client.invite(role, subject, host or [], parse_duration(ttl))
+    if role == "member":
+        command = (
+            f"collabfl-client join {made.join_address} --token {made.token} --data {data} "
+            "--state-dir /var/lib/collabfl-client"
+        )
+    else:
+        command = f"collabfl admin login {made.join_address} --token {made.token}"
+    if as_json:
+        fields = {"token": made.token, "token_id": made.token_id, "expires_at": made.expires_at}
+        _print_json({**fields, "role": role, "subject": subject, "command": command})
+        return
+    expires = _time(made.expires_at)
+    console.print(f"{role} {subject}: token {made.token_id}, single use, expires {expires}")
+    console.print("Run this on its machine:", highlight=False)
+    typer.echo(command)  # plain: one line to copy, never wrapped
+
+
+@admin_app.command()
+def login(
+    coordinator: Annotated[str, typer.Argument(help="the coordinator's public HOST:PORT (9093)")],
+    token: Annotated[str, typer.Option(help="the join token `admin invite --operator` printed")],
+    credential: Annotated[
+        Path | None, typer.Option(dir_okay=False, help="where to save it (default: yours)")
+    ] = None,
+) -> None:
+    """Enrol as an operator: make a key here, get its certificate, save the credential."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from collabfl.coordinator.operator_credential import OperatorCredential, default_path
+    from collabfl.kernel.join_client import JoinFailed, join
+    from collabfl.kernel.pki import private_key_pem
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    try:
+        joined = join(coordinator, token, key)
+    except JoinFailed as error:
+        _fail(error, EXIT_UNREACHABLE if "cannot reach" in str(error) else EXIT_REFUSED)
+    if joined.role != "operator":
+        _fail(f"this token enrols {joined.role} {joined.subject}: use `collabfl-client join`", 2)
+    path = credential or default_path()
+    OperatorCredential(joined.service, joined.ca, joined.certificate, private_key_pem(key)).save(
+        path
+    )
+    console.print(f"logged in as operator {joined.subject} at {joined.service}; saved {path}")
+
+
+@admin_app.command()
+def revoke(
+    ctx: typer.Context,
+    client_id: Annotated[int | None, typer.Option("--client-id", min=0)] = None,
+    operator: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Take a participant (or operator) out: its certificate is refused by the coordinator
+    and every peer, its SuperNode unregistered. A fresh invite enrols it again."""
+    if (client_id is None) == (operator is None):
+        raise typer.BadParameter("give --client-id or --operator, not both")
+    role, subject = ("member", str(client_id)) if operator is None else ("operator", operator)
+    with _client(ctx) as client:
+        revoked = client.revoke(role, subject)
+    console.print(f"{role} {subject}: revoked (certificate serial {revoked.cert_serial})")
+
+
+@admin_app.command()
+def enrolments(ctx: typer.Context, as_json: AsJson = False) -> None:
+    """Every identity that joined by token: host, certificate expiry, revoked or not."""
+    with _client(ctx) as client:
+        found = client.list_enrolments()
+    if as_json:
+        _print_json(found)
+        return
+    table = Table("role", "name", "host", "certificate expires", "enrolled", "status")
+    now = time.time()
+    for e in found:
+        status = "revoked" if e.revoked else ("expired" if e.cert_not_after < now else "active")
+        table.add_row(e.role, e.subject, e.host, _time(e.cert_not_after), _time(e.enrolled_at),
+                      status)  # fmt: skip
+    console.print(table if found else "nobody enrolled by token yet")

@@ -1,0 +1,105 @@
+"""The enrolment endpoint on the coordinator's public port, beside the Fleet API.
+
+Three calls under ``/collabfl/v1/``, served by the Fleet gateway (coordinator/fleet_gateway.py)
+over its TLS, with no client certificate required:
+
+- ``GET ca``: the federation CA, which a joining machine checks against its token's pin
+  before it trusts anything else;
+- ``POST join``: a join token, a CSR and a member's SuperNode key (JSON, at most
+  ``MAX_JOIN_BODY`` bytes), answered with the certificate, CA, grant key and where the
+  service is (coordinator/enrolment.py);
+- ``GET revoked``: the revoked certificate serials, which every client daemon asks for
+  again every little while so that its peer server refuses them.
+
+Nothing else is reachable through it: every other path under the prefix is 404, and the
+body of a join is read only up to its limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from collabfl.coordinator.enrolment import Enroller, JoinRefused, JoinRequest, TooManyAttempts
+
+PREFIX = "/collabfl/v1/"
+CA_PATH, JOIN_PATH, REVOKED_PATH = PREFIX + "ca", PREFIX + "join", PREFIX + "revoked"
+MAX_JOIN_BODY = 64 * 1024
+"""A join carries a token, a CSR and a public key: a few kilobytes."""
+
+
+class BodyTooLarge(ValueError):
+    pass
+
+
+class JoinEndpoint:
+    """ASGI app for the calls under ``PREFIX``."""
+
+    def __init__(self, enroller: Enroller) -> None:
+        self.enroller = enroller
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        response = await self._answer(request)
+        await response(scope, receive, send)
+
+    async def _answer(self, request: Request) -> Response:
+        route = (request.method, request.url.path)
+        if route == ("GET", CA_PATH):
+            return PlainTextResponse(
+                self.enroller.ca_pem.decode(), media_type="application/x-pem-file"
+            )
+        if route == ("GET", REVOKED_PATH):
+            return JSONResponse({"serials": self.enroller.revoked_serials()})
+        if route == ("POST", JOIN_PATH):
+            return await self._join(request)
+        return PlainTextResponse("not found", 404)
+
+    async def _join(self, request: Request) -> Response:
+        address = request.client.host if request.client is not None else "unknown"
+        try:
+            body = await read_body(request, MAX_JOIN_BODY)
+            join = JoinRequest.from_json(json.loads(body))
+        except BodyTooLarge as error:
+            return PlainTextResponse(str(error), 413)
+        except ValueError as error:  # JSONDecodeError is one
+            return PlainTextResponse(f"malformed join request: {error}", 400)
+        try:
+            reply = await asyncio.to_thread(self.enroller.join, address, join)
+        except TooManyAttempts as error:
+            return PlainTextResponse(str(error), 429)
+        except JoinRefused as error:
+            return PlainTextResponse(str(error), 403)
+        return JSONResponse(reply.to_json())
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refusing it (``BodyTooLarge``) as soon as it exceeds ``limit``."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body of {declared} bytes exceeds {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def with_enrolment(fleet: ASGIApp, endpoint: JoinEndpoint | None) -> ASGIApp:
+    """``fleet``, with the calls under ``PREFIX`` going to ``endpoint`` (when there is one)."""
+    if endpoint is None:
+        return fleet
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+            await endpoint(scope, receive, send)
+        else:
+            await fleet(scope, receive, send)
+
+    return route

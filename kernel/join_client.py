@@ -1,0 +1,121 @@
+"""Spend a join token: the joining machine's side of enrolment (coordinator/enrolment.py).
+
+Two HTTPS calls to the coordinator's public port. The first reads the federation CA over
+a connection that trusts nothing yet, and accepts it only if its public key hashes to the
+token's pin: an attacker who stands in for the coordinator cannot produce a CA with that
+hash. The second, over TLS verified against that CA and the name dialled, sends the token,
+a certificate signing request for a key made here, and a member's SuperNode public key.
+Only public material leaves this machine.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from collabfl.kernel.join_token import TokenParts
+from collabfl.kernel.pki import ca_pin, make_csr
+
+CA_PATH, JOIN_PATH = "/collabfl/v1/ca", "/collabfl/v1/join"
+TIMEOUT_S = 60.0
+"""A join registers a SuperNode with the SuperLink (a ``flwr`` command): seconds, not ms."""
+
+
+class JoinFailed(RuntimeError):
+    """The join did not happen; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What the coordinator gave this machine."""
+
+    role: str
+    subject: str
+    certificate: bytes
+    ca: bytes
+    grant_key: bytes
+    service: str
+    hosts: list[str]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise JoinFailed(f"{address!r} is not HOST:PORT (the coordinator's Fleet port, 9093)")
+    return host.strip("[]"), int(port)
+
+
+def fetch_ca(address: str, pin: str) -> bytes:
+    """The federation CA the coordinator at ``address`` presents, if it matches ``pin``."""
+    host, port = split_address(address)
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE  # nothing is trusted yet: the pin decides
+    status, body = _request(host, port, unverified, "GET", CA_PATH)
+    if status != 200:
+        raise JoinFailed(f"{address} answered {status} for the CA: is it a collabfl coordinator?")
+    try:
+        presented = ca_pin(body)
+    except ValueError:
+        raise JoinFailed(f"{address} sent no certificate as its CA") from None
+    if presented != pin:
+        raise JoinFailed(
+            f"the coordinator at {address} presented a CA ({presented}) that is not the one "
+            f"the token pins ({pin}): it is not your federation's coordinator, or the token is "
+            "for another federation. Nothing was sent."
+        )
+    return body
+
+
+def join(
+    address: str, token: str, key: ec.EllipticCurvePrivateKey, supernode_key: str = ""
+) -> Joined:
+    """Spend ``token`` at ``address`` for a certificate on ``key`` (and, for a member, the
+    registration of ``supernode_key``, an OpenSSH public key)."""
+    try:
+        parts = TokenParts.parse(token)
+    except ValueError as error:
+        raise JoinFailed(str(error)) from None
+    ca = fetch_ca(address, parts.pin)
+    host, port = split_address(address)
+    verified = ssl.create_default_context(cadata=ca.decode())
+    request = {"token": token.strip(), "csr": make_csr(key, host).decode(),
+               "supernode_key": supernode_key}  # fmt: skip
+    status, body = _request(host, port, verified, "POST", JOIN_PATH, json.dumps(request).encode())
+    if status != 200:
+        reason = body.decode(errors="replace").strip()[:300]
+        raise JoinFailed(f"the coordinator refused the join ({status}): {reason}")
+    reply = json.loads(body)
+    return Joined(
+        reply["role"],
+        reply["subject"],
+        reply["certificate"].encode(),
+        reply["ca"].encode(),
+        reply["grant_key"].encode(),
+        reply["service"],
+        list(reply["hosts"]),
+    )
+
+
+def _request(
+    host: str, port: int, context: ssl.SSLContext, method: str, path: str, body: bytes = b""
+) -> tuple[int, bytes]:
+    connection = http.client.HTTPSConnection(host, port, timeout=TIMEOUT_S, context=context)
+    headers = {"Content-Type": "application/json"} if body else {}
+    try:
+        connection.request(method, path, body=body or None, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read(1 << 20)
+    except ssl.SSLCertVerificationError as error:
+        raise JoinFailed(
+            f"{host}:{port}'s certificate does not verify ({error.verify_message}): dial the "
+            "coordinator by a name its certificate carries (`collabfl doctor` lists them)"
+        ) from None
+    except OSError as error:
+        raise JoinFailed(f"cannot reach the coordinator at {host}:{port}: {error}") from None
+    finally:
+        connection.close()
