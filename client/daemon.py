@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)
         limits = stream_limits(args)
     except (ValueError, FileNotFoundError) as error:
-        log.error("%s", error)
+        print(f"collabfl-client: {error}", file=sys.stderr)
         return 2
     save_args(p, args, args.state_dir)
     reap_leftovers(args.state_dir)  # a killed predecessor's ClientApp processes

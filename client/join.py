@@ -22,6 +22,7 @@ from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supe
 from collabfl.kernel.atomic import write_bytes
 from collabfl.kernel.join_client import JoinFailed, join, split_address
 from collabfl.kernel.pki import write_private_key
+from collabfl.kernel.saved_args import save
 
 TLS_DIR = "tls"
 GRANT_KEY_FILE = "grant_key.pub.pem"
@@ -43,6 +44,12 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_PEER_LISTEN,
         help="where the peer server listens; its port is the one peers dial (default: %(default)s)",
     )
+    p.add_argument(
+        "--no-start",
+        action="store_true",
+        help="enrol and save the settings, then exit (a service manager starts the daemon "
+        "later with `collabfl-client --state-dir DIR`)",
+    )
     return p
 
 
@@ -55,11 +62,16 @@ def main(argv: list[str]) -> int:
     except (JoinFailed, ValueError, FileNotFoundError) as error:
         print(f"collabfl-client join: {error}", file=sys.stderr)
         return 2
-    restart = f"collabfl-client --state-dir {args.state_dir}"
-    print(f"collabfl-client: enrolled; restart it later with `{restart}`", flush=True)
-    from collabfl.client.daemon import main as run_daemon
+    from collabfl.client import daemon
 
-    return run_daemon([*daemon_argv, *daemon_flags])
+    restart = f"collabfl-client --state-dir {args.state_dir}"
+    if args.no_start:
+        flags = daemon.parser()
+        save(flags, flags.parse_args([*daemon_argv, *daemon_flags]), args.state_dir)
+        print(f"collabfl-client: enrolled; start it with `{restart}`", flush=True)
+        return 0
+    print(f"collabfl-client: enrolled; restart it later with `{restart}`", flush=True)
+    return daemon.main([*daemon_argv, *daemon_flags])
 
 
 def enrol(args: argparse.Namespace) -> list[str]:

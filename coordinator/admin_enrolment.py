@@ -52,8 +52,11 @@ def invite(
     operator: Annotated[str | None, typer.Option(help="invite this operator instead")] = None,
     ttl: Annotated[str, typer.Option(help="how long the token stays valid")] = DEFAULT_TTL,
     data: Annotated[
-        str, typer.Option(help="the data file path to print in the join command")
+        str, typer.Option(help="the participant's data file, for the printed command")
     ] = "/path/to/your-data.npz",
+    state_dir: Annotated[
+        str, typer.Option(help="the participant's state folder, for the printed command")
+    ] = "/var/lib/collabfl-client",
     as_json: AsJson = False,
 ) -> None:
     """Mint a one-time join token and print the command that spends it."""
@@ -65,7 +68,7 @@ def invite(
     if role == "member":
         command = (
             f"collabfl-client join {made.join_address} --token {made.token} --data {data} "
-            "--state-dir /var/lib/collabfl-client"
+            f"--state-dir {state_dir}"
         )
     else:
         command = f"collabfl admin login {made.join_address} --token {made.token}"
@@ -91,14 +94,14 @@ def login(
     from cryptography.hazmat.primitives.asymmetric import ec
 
     from collabfl.coordinator.operator_credential import OperatorCredential, default_path
-    from collabfl.kernel.join_client import JoinFailed, join
+    from collabfl.kernel.join_client import JoinFailed, NotYet, join
     from collabfl.kernel.pki import private_key_pem
 
     key = ec.generate_private_key(ec.SECP256R1())
     try:
         joined = join(coordinator, token, key)
     except JoinFailed as error:
-        _fail(error, EXIT_UNREACHABLE if "cannot reach" in str(error) else EXIT_REFUSED)
+        _fail(error, EXIT_UNREACHABLE if isinstance(error, NotYet) else EXIT_REFUSED)
     if joined.role != "operator":
         _fail(f"this token enrols {joined.role} {joined.subject}: use `collabfl-client join`", 2)
     path = credential or default_path()

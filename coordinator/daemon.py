@@ -355,7 +355,7 @@ def write_flower_home(args: argparse.Namespace) -> Path:
 def service_launch(args: argparse.Namespace, port: int) -> Launch:
     """The launch entries every ServerApp gets: where the service is and, with TLS, the
     coordinator's own certificate to dial it with."""
-    address = args.advertise or f"{args.host}:{port}"
+    address = args.advertise or f"{public_names(args)[0]}:{port}"
     if args.insecure:
         return Launch(coordinator=address)
     return Launch(
@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = tls_files(args)
     except ValueError as error:
-        log.error("%s", error)
+        print(f"collabfl-coordinator: {error}", file=sys.stderr)
         return 2
     reap_leftovers(args.state_dir)  # a killed predecessor's ServerApps, before ours start
     if not args.superlink_internal_port:

@@ -121,6 +121,11 @@ class TooManyAttempts(JoinRefused):
     pass
 
 
+class EnrolmentUnavailable(RuntimeError):
+    """The coordinator cannot complete joins right now (its SuperLink is not answering);
+    the joining machine asks again."""
+
+
 @dataclass
 class JoinThrottle:
     """At most ``max_failures`` failed joins per address within ``window_s``; beyond, the
@@ -266,9 +271,12 @@ class Enroller:
         """Register the member's SuperNode key; a re-enrolled member's old key goes."""
         _check_supernode_key(public_key)
         old = {c: n for n, c in self.state.supernode_bindings().items()}.get(client_id)
-        if old is not None:
-            self.supernodes.unregister(old)
-        node_id = self.supernodes.register(public_key)
+        try:
+            if old is not None:
+                self.supernodes.unregister(old)
+            node_id = self.supernodes.register(public_key)
+        except RuntimeError as error:  # the Flower CLI's failure: the SuperLink is not up
+            raise EnrolmentUnavailable(f"the SuperLink did not register the key: {error}") from None
         self.state.bind_supernode(client_id, node_id, public_key.strip())
         return node_id
 

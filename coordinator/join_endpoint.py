@@ -24,7 +24,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from collabfl.coordinator.enrolment import Enroller, JoinRefused, JoinRequest, TooManyAttempts
+from collabfl.coordinator.enrolment import (
+    Enroller,
+    EnrolmentUnavailable,
+    JoinRefused,
+    JoinRequest,
+    TooManyAttempts,
+)
 
 PREFIX = "/collabfl/v1/"
 CA_PATH, JOIN_PATH, REVOKED_PATH = PREFIX + "ca", PREFIX + "join", PREFIX + "revoked"
@@ -72,6 +78,8 @@ class JoinEndpoint:
             reply = await asyncio.to_thread(self.enroller.join, address, join)
         except TooManyAttempts as error:
             return PlainTextResponse(str(error), 429)
+        except EnrolmentUnavailable as error:
+            return PlainTextResponse(str(error), 503, headers={"Retry-After": "2"})
         except JoinRefused as error:
             return PlainTextResponse(str(error), 403)
         return JSONResponse(reply.to_json())

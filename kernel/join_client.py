@@ -13,6 +13,9 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -25,8 +28,17 @@ TIMEOUT_S = 60.0
 """A join registers a SuperNode with the SuperLink (a ``flwr`` command): seconds, not ms."""
 
 
+WAIT_S = 300.0
+"""How long a join keeps asking a coordinator that is not reachable or not ready yet."""
+MAX_BACKOFF_S = 15.0
+
+
 class JoinFailed(RuntimeError):
     """The join did not happen; the message says why and what to do."""
+
+
+class NotYet(JoinFailed):
+    """The coordinator cannot be reached, or is not ready: asking again may succeed."""
 
 
 @dataclass(frozen=True)
@@ -72,10 +84,32 @@ def fetch_ca(address: str, pin: str) -> bytes:
 
 
 def join(
-    address: str, token: str, key: ec.EllipticCurvePrivateKey, supernode_key: str = ""
+    address: str,
+    token: str,
+    key: ec.EllipticCurvePrivateKey,
+    supernode_key: str = "",
+    wait_s: float = WAIT_S,
+    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> Joined:
     """Spend ``token`` at ``address`` for a certificate on ``key`` (and, for a member, the
-    registration of ``supernode_key``, an OpenSSH public key)."""
+    registration of ``supernode_key``, an OpenSSH public key). A coordinator that cannot
+    be reached or is not ready is asked again, with a growing pause, for ``wait_s``;
+    ``say`` is told each time why."""
+    deadline, pause = time.monotonic() + wait_s, 1.0
+    while True:
+        try:
+            return _join_once(address, token, key, supernode_key)
+        except NotYet as error:
+            if time.monotonic() + pause > deadline:
+                raise
+            say(f"{error}; asking again in {pause:.0f} s")
+            time.sleep(pause)
+            pause = min(pause * 2, MAX_BACKOFF_S)
+
+
+def _join_once(
+    address: str, token: str, key: ec.EllipticCurvePrivateKey, supernode_key: str
+) -> Joined:
     try:
         parts = TokenParts.parse(token)
     except ValueError as error:
@@ -86,8 +120,10 @@ def join(
     request = {"token": token.strip(), "csr": make_csr(key, host).decode(),
                "supernode_key": supernode_key}  # fmt: skip
     status, body = _request(host, port, verified, "POST", JOIN_PATH, json.dumps(request).encode())
+    reason = body.decode(errors="replace").strip()[:300]
+    if status == 503:
+        raise NotYet(f"the coordinator is not ready ({reason})")
     if status != 200:
-        reason = body.decode(errors="replace").strip()[:300]
         raise JoinFailed(f"the coordinator refused the join ({status}): {reason}")
     reply = json.loads(body)
     return Joined(
@@ -116,6 +152,6 @@ def _request(
             "coordinator by a name its certificate carries (`collabfl doctor` lists them)"
         ) from None
     except OSError as error:
-        raise JoinFailed(f"cannot reach the coordinator at {host}:{port}: {error}") from None
+        raise NotYet(f"cannot reach the coordinator at {host}:{port}: {error}") from None
     finally:
         connection.close()

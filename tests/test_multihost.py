@@ -1,50 +1,51 @@
-"""A federation across hosts, TLS everywhere, attacked from a host of its own network.
+"""The README's multi-machine section, command by command, on hosts of their own.
 
-A coordinator and 3 client daemons each run in their own network namespace (own address on
-a bridge, each link capped by tc tbf), started by ``federation up``'s launcher with
-``--tls``: a CA and role certificates, the launcher's service calls as the operator. A short
-DPFL run must give the in-process runtime's per-client results. Then a fifth host, the
-attacker, holding the public CA certificate and, in the "stolen" variants, member 0's
-certificate and key, tries each network surface; every attempt must be refused, and the
-test names how (gRPC status / HTTP status). The federation is set up once for the module.
+A coordinator, three labs, an operator's laptop and an attacker each run in their own
+network namespace (own address, own /etc/hosts naming the others, each link capped by tc
+tbf, each with its own home folder). The setup types exactly what the README says: one
+start on the coordinator, one ``collabfl admin invite`` per participant there, and on each
+lab the one join command the invite printed; the operator logs in the same way. No file
+is copied between hosts: every path a host's command names lies in that host's own folder,
+which the test checks. A short DPFL run must give the in-process runtime's per-client
+results. Then the attacker tries every network surface, and the enrolment's own attacks
+(a replayed, expired or forged token, a fake coordinator with another CA, a revoked
+member); every attempt must be refused, and the test names how.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from collabfl.coordinator.cli import app
 from collabfl.coordinator.config import load_config
-from collabfl.coordinator.federation import (
-    LocalFederation,
-    run_on_federation,
-    write_client_files,
-)
-from collabfl.coordinator.methods import parse_method_spec
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.coordinator.federation import write_client_files
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import GrantSigner, load_private_key
+from collabfl.kernel.join_token import TokenParts
 from tests.support.netns import Link, NetworkBed, unavailable_reason
 from tests.support.runtime_equality import CLIENTS, ROUNDS, SETTINGS, assert_same_rows
 
 REASON = unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
-CLIENT_HOSTS = [f"client-{k}" for k in range(CLIENTS)]
-HOSTS = ["coordinator", *CLIENT_HOSTS, "attacker"]
+COORDINATOR = "coord.example.org"
+LABS = [f"lab-{k}" for k in range(CLIENTS)]
+HOSTS = ["coordinator", *LABS, "laptop", "attacker", "spoofed-lab"]
+NAMES = {COORDINATOR: "coordinator", **{f"{lab}.example.org": lab for lab in LABS}}
 LINK = Link(rate="50mbit", burst="128kb")
+FLEET, SERVICE, PEER = 9093, 9300, 9200  # the daemons' defaults, as in the README
+RUN_TIMEOUT_S = 300.0
 
-# How each surface refuses (the flags and surfaces of wt-svc/wt-peer/wt-flower):
 NO_CERT_AT_MTLS = "UNAVAILABLE"  # a server that requires a client certificate: no handshake
 WRONG_ROLE = "PERMISSION_DENIED"  # a genuine member certificate used for what it may not do
 CONTROL_API_REFUSALS = {"connection refused", "http 403", "http 404"}  # not on the network
@@ -53,48 +54,190 @@ CONTROL_API_REFUSALS = {"connection refused", "http 403", "http 404"}  # not on 
 @dataclass
 class Bed:
     net: NetworkBed
-    federation: LocalFederation
+    root: Path
     real: Path
     inprocess: Path
     run_id: str
+    tokens: dict[int, str]
+    typed: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def folder(self, host: str) -> Path:
+        return self.root / host
+
+    def env(self, host: str) -> dict[str, str]:
+        """Each host is its own machine: its own home and config folder."""
+        home = self.folder(host) / "home"
+        return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+
+    def run(self, host: str, argv: list[str], typed: bool = False) -> subprocess.CompletedProcess:
+        """``argv`` on ``host`` to completion; ``typed``: one of the README's commands."""
+        if typed:
+            self.typed.append((host, argv))
+        command = [flower_binary(argv[0]), *argv[1:]]
+        return subprocess.run(
+            self.net.command(host, command), capture_output=True, text=True, timeout=120,
+            env={**self.net.env(), **self.env(host)}, check=False,
+        )  # fmt: skip
+
+    def start(self, host: str, argv: list[str], log: str) -> subprocess.Popen[bytes]:
+        """A daemon the README starts on ``host`` (typed)."""
+        self.typed.append((host, argv))
+        command = [flower_binary(argv[0]), *argv[1:]]
+        return self.net.popen(host, command, self.folder(host) / log, env=self.env(host))
+
+    def admin_json(self, host: str, *args: str) -> object:
+        done = self.run(host, ["collabfl", "admin", *args, "--json"])
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
 
 
-def _overrides(root: Path) -> list[str]:
-    return [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
+def _wait(condition, what: str, timeout_s: float = 120.0, every_s: float = 1.0):
+    """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(every_s)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def _invite(bed: Bed, *flags: str) -> str:
+    """``collabfl admin invite`` on the coordinator; the command it printed."""
+    done = bed.run("coordinator", ["collabfl", "admin", "invite", *flags], typed=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _coordinator_up(bed: Bed) -> bool:
+    return bed.run("coordinator", ["collabfl", "admin", "status"]).returncode == 0
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> Iterator[Bed]:
     root = tmp_path_factory.mktemp("multihost")
-    settings = load_config(None, _overrides(root))
-    spec = parse_method_spec("dpfl", settings)
-    real = root / "real"
-    files = write_client_files(settings, root / "data", partition_path=real / "partition.npz")
+    overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(root / 'cache'))}"]
+    settings = load_config(None, overrides)
+    # Each lab brings its own data file (made here, once, into each lab's own folder).
+    files = write_client_files(settings, root / "made", partition_path=root / "partition.npz")
     with NetworkBed(HOSTS, link=LINK) as net:
-        federation = LocalFederation(root / "work", files, runtime="warm", hosts=net, tls=True)
-        with federation:
-            run_on_federation(federation, spec, real, Console(quiet=True), timeout_s=300)
-            with federation.client() as client:
-                run_id = next(r.run_id for r in client.list_runs() if r.method == "dpfl")
-            flags = [arg for o in _overrides(root) for arg in ("--set", o)]
-            inprocess = root / "inprocess"
-            result = CliRunner().invoke(
-                app, ["compare", *flags, "--methods", "dpfl", "--out", str(inprocess)]
-            )
-            assert result.exit_code == 0, result.output
-            yield Bed(net, federation, real, inprocess, run_id)
+        net.resolve(NAMES)
+        net.resolve({**NAMES, COORDINATOR: "attacker"}, hosts=["spoofed-lab"])
+        bed = Bed(net, root, root / "coordinator" / "state" / "runs" / "fed", root / "inprocess",
+                  "", {})  # fmt: skip
+        for host in HOSTS:
+            (bed.folder(host) / "home").mkdir(parents=True)
+        for k, lab in enumerate(LABS):
+            files[k].rename(bed.folder(lab) / "data.npz")
+        # Coordinator machine: one command.
+        state = bed.folder("coordinator") / "state"
+        start = ["collabfl-coordinator", "--state-dir", str(state), "--host", "0.0.0.0",
+                 "--name", COORDINATOR]  # fmt: skip
+        bed.start("coordinator", start, "coordinator.log")
+        _wait(lambda: _coordinator_up(bed), "the coordinator to answer")
+        # One invite per participant; each lab runs the command it printed.
+        for k, lab in enumerate(LABS):
+            printed = _invite(bed, "--client-id", str(k), "--host", f"{lab}.example.org",
+                              "--data", str(bed.folder(lab) / "data.npz"),
+                              "--state-dir", str(bed.folder(lab) / "state"))  # fmt: skip
+            argv = shlex.split(printed)
+            bed.tokens[k] = argv[argv.index("--token") + 1]
+            bed.start(lab, argv, "client.log")
+        # The operator's laptop: invited the same way, then logs in.
+        login = shlex.split(_invite(bed, "--operator", "bob"))
+        done = bed.run("laptop", login, typed=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        _wait(lambda: len(_online(bed)) == CLIENTS, f"{CLIENTS} SuperNodes online", 180)
+        flags = [arg for o in overrides for arg in ("--set", o)]
+        started = bed.run("laptop", ["collabfl", "admin", "start", "--clients", str(CLIENTS),
+                                     "--method", "dpfl", *flags, "--out", "fed"])  # fmt: skip
+        assert started.returncode == 0, started.stdout + started.stderr
+        bed.run_id = started.stdout.split()[1]
+        _wait(lambda: _run_status(bed) in ("finished", "failed"), "the run to end", RUN_TIMEOUT_S)
+        assert _run_status(bed) == "finished", _events(bed)
+        result = CliRunner().invoke(
+            app, ["compare", *flags, "--methods", "dpfl", "--out", str(bed.inprocess)]
+        )
+        assert result.exit_code == 0, result.output
+        yield bed
 
 
-def _attack(bed: Bed, attack: str, stolen: bool, **spec: object) -> dict:
-    """Run one attack of tests/support/attacks.py on the attacker's host; its outcome."""
-    tls = bed.federation.credentials
-    assert tls is not None
-    member = tls.members[0]
+def _online(bed: Bed) -> list[dict]:
+    """The SuperNodes online, as ``flwr`` on the coordinator's host sees them."""
+    env = {**bed.net.env(), **flower_env(bed.folder("coordinator") / "state" / "flwr")}
+    argv = [flower_binary("flwr"), "supernode", "list", "collabfl", "--format", "json"]
+    done = subprocess.run(bed.net.command("coordinator", argv), capture_output=True, text=True,
+                          timeout=60, check=False, env=env)  # fmt: skip
+    try:
+        nodes = json.loads(done.stdout).get("nodes", [])
+    except json.JSONDecodeError:
+        return []
+    return [node for node in nodes if node.get("status") == "online"]
+
+
+def _run_status(bed: Bed) -> str:
+    runs = bed.admin_json("laptop", "runs")
+    assert isinstance(runs, list)
+    return next((r["status"] for r in runs if r["run_id"] == bed.run_id), "missing")
+
+
+def _events(bed: Bed) -> str:
+    return bed.run("laptop", ["collabfl", "admin", "events", bed.run_id]).stdout
+
+
+def test_setup_took_one_command_per_machine_and_no_file_copies(bed):
+    by_host: dict[str, int] = {}
+    for host, argv in bed.typed:
+        by_host[host] = by_host.get(host, 0) + 1
+        if argv[:3] == ["collabfl", "admin", "invite"]:
+            continue  # its --data/--state-dir are the participant's, text for the printout
+        for arg in argv:  # every path a host's command reads is that host's own
+            if arg.startswith(str(bed.root)):
+                assert Path(arg).is_relative_to(bed.folder(host)), (host, arg)
+    tokens = [arg for _, argv in bed.typed for arg in argv if arg.startswith("cfj1.")]
+    print(f"\ncommands typed per host: {by_host}; token strings: {len(tokens)}; files copied: 0")
+    assert by_host == {"coordinator": 1 + CLIENTS + 1, **dict.fromkeys(LABS, 1), "laptop": 1}
+    assert len(tokens) == CLIENTS + 1  # one per participant, one for the operator
+
+
+def test_dpfl_across_hosts_equals_in_process_runtime(bed):
+    assert_same_rows(bed.real / "dpfl", bed.inprocess / "dpfl", "dpfl")
+    rows = json.loads((bed.real / "summary.json").read_text())
+    assert rows  # the coordinator wrote the run's record where the operator asked
+    assert max(r["round"] for r in _rows(bed)) == ROUNDS - 1
+    assert sum(r["bytes_fetched"] for r in _rows(bed)) > 0  # models went peer to peer
+
+
+def _rows(bed: Bed) -> list[dict]:
+    from collabfl.coordinator.report.run_dir import read_run
+
+    return read_run(bed.real / "dpfl").rows
+
+
+def test_the_operator_sees_members_by_client_id_and_host(bed):
+    enrolled = bed.admin_json("laptop", "enrolments")
+    assert isinstance(enrolled, list)
+    members = {e["subject"]: e["host"] for e in enrolled if e["role"] == "member"}
+    assert members == {str(k): f"{lab}.example.org" for k, lab in enumerate(LABS)}
+
+
+def test_restart_takes_the_state_dir_alone(bed):
+    saved = json.loads((bed.folder("lab-0") / "state" / "daemon-args.json").read_text())
+    assert "--client-id" in saved and "--superlink" in saved
+    assert f"{COORDINATOR}:{FLEET}" in saved
+
+
+def _attack(bed: Bed, attack: str, stolen_from: str | None, **spec: object) -> dict:
+    """One attack of tests/support/attacks.py from the attacker's host; its outcome. The
+    attacker holds the public CA and, when ``stolen_from`` names a lab, that lab's
+    certificate and key."""
+    tls = bed.folder("lab-0") / "state" / "tls"
+    stolen = bed.folder(stolen_from) / "state" / "tls" if stolen_from else None
     spec = {
         "attack": attack,
-        "ca": str(tls.ca),
-        "cert": str(member.cert) if stolen else None,
-        "key": str(member.key) if stolen else None,
+        "ca": str(tls / "ca.pem"),
+        "cert": str(stolen / "member.pem") if stolen else None,
+        "key": str(stolen / "member.key") if stolen else None,
         **spec,
     }
     argv = [sys.executable, "-m", "tests.support.attacks", json.dumps(spec)]
@@ -104,110 +247,127 @@ def _attack(bed: Bed, attack: str, stolen: bool, **spec: object) -> dict:
 
 
 def _peer(bed: Bed, k: int) -> str:
-    return f"{bed.net.address(f'client-{k}')}:{bed.federation.peer_ports[k]}"
+    """Lab ``k``'s peer server, by the name its certificate carries."""
+    return f"lab-{k}.example.org:{PEER}"
 
 
-def test_each_daemon_runs_on_its_own_host_behind_a_capped_link(bed):
-    with bed.federation.client() as client:
-        members = {m.client_id: m.peer_address for m in client.list_members()}
-    assert members == {k: _peer(bed, k) for k in range(CLIENTS)}
-    assert len({bed.net.address(h) for h in HOSTS}) == len(HOSTS)
-    for host in HOSTS:
-        assert "tbf" in bed.net.qdiscs(host) and "50Mbit" in bed.net.qdiscs(host)
-
-
-def test_dpfl_across_hosts_with_tls_equals_in_process_runtime(bed):
-    assert_same_rows(bed.real / "dpfl", bed.inprocess / "dpfl", "dpfl")
-    rows = read_run(bed.real / "dpfl").rows
-    assert sum(row["bytes_fetched"] for row in rows) > 0  # models went peer to peer
-    assert all(row["coordinator_bytes"] == 0 for row in rows)
-    assert max(row["round"] for row in rows) == ROUNDS - 1
-
-
-@pytest.mark.parametrize("stolen", [False, True], ids=["no_cert", "stolen_member_cert"])
+@pytest.mark.parametrize("stolen", [None, "lab-0"], ids=["no_cert", "stolen_member_cert"])
 def test_attacker_cannot_administer_the_coordinator(bed, stolen):
-    address = bed.federation.service
+    address = f"{COORDINATOR}:{SERVICE}"
     outcomes = _attack(bed, "coordinator_admin", stolen, address=address)
     expected = WRONG_ROLE if stolen else NO_CERT_AT_MTLS
     assert outcomes == dict.fromkeys(outcomes, expected)
-    with bed.federation.client() as client:
-        assert [r.run_id for r in client.list_runs()] == [bed.run_id]
 
 
 def test_attacker_without_cert_cannot_reach_a_peer(bed):
-    outcomes = _attack(bed, "peer_fetch", False, address=_peer(bed, 1), owner=1, round=0,
+    outcomes = _attack(bed, "peer_fetch", None, address=_peer(bed, 1), owner=1, round=0,
                        grant="forged")  # fmt: skip
     assert outcomes == {"FetchModel": NO_CERT_AT_MTLS}
 
 
-def test_stolen_member_cert_with_forged_grant_fetches_nothing(bed):
-    outcomes = _attack(bed, "peer_fetch", True, address=_peer(bed, 1), owner=1,
-                       round=ROUNDS - 1, grant="forged")  # fmt: skip
-    assert outcomes == {"FetchModel": WRONG_ROLE}
-
-
 def test_stolen_member_cert_with_replayed_grant_fetches_nothing(bed):
-    """A genuine grant for member 2 (as captured from its fetch) replayed as member 0."""
-    signer = GrantSigner(load_private_key(bed.federation.coordinator_dir / "grant_key.pem"))
-    grant = signer.issue(bed.run_id, fetcher=2, owner=1, round=ROUNDS - 1, ttl_s=600)
-    outcomes = _attack(bed, "peer_fetch", True, address=_peer(bed, 1), owner=1,
+    """A genuine grant for member 2 replayed as member 0."""
+    key = bed.folder("coordinator") / "state" / "grant_key.pem"
+    grant = GrantSigner(load_private_key(key)).issue(bed.run_id, fetcher=2, owner=1,
+                                                     round=ROUNDS - 1, ttl_s=600)  # fmt: skip
+    outcomes = _attack(bed, "peer_fetch", "lab-0", address=_peer(bed, 1), owner=1,
                        round=ROUNDS - 1, grant=grant.decode())  # fmt: skip
     assert outcomes == {"FetchModel": WRONG_ROLE}
 
 
-def test_anonymous_health_reveals_nothing(bed):
-    assert _attack(bed, "peer_health", False, address=_peer(bed, 0)) == {"Health": NO_CERT_AT_MTLS}
-
-
-@pytest.mark.parametrize("stolen", [False, True], ids=["no_cert", "stolen_member_cert"])
+@pytest.mark.parametrize("stolen", [None, "lab-0"], ids=["no_cert", "stolen_member_cert"])
 def test_attacker_cannot_reach_the_control_api(bed, stolen):
-    url = f"https://{bed.federation.superlink}/v1/control/list-runs"
+    url = f"https://{COORDINATOR}:{FLEET}/v1/control/list-runs"
     assert _attack(bed, "http", stolen, url=url)["outcome"] in CONTROL_API_REFUSALS
 
 
-def test_attacker_cannot_flwr_run_an_app(bed, tmp_path):
-    """``flwr run`` of an app from the attacker's host, trusting the public CA."""
-    home = tmp_path / "flwr"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "target"\n[superlink.target]\n'
-        f'address = "{bed.federation.superlink}"\n'
-        f'root-certificates = "{bed.federation.credentials.ca}"\n'
-    )
-    app_dir = bed.federation.coordinator_dir / "app"
-    before = _flower_runs(bed)
-    done = subprocess.run(
-        bed.net.command("attacker", [flower_binary("flwr"), "run", str(app_dir), "target"]),
-        capture_output=True, text=True, timeout=60, check=False,
-        env={**bed.net.env(), **flower_env(home)},
-    )  # fmt: skip
-    assert done.returncode != 0, done.stdout
-    assert _flower_runs(bed) == before
-
-
-def test_rogue_supernode_cannot_join_the_fleet(bed, tmp_path):
-    """A SuperNode of the attacker's own, trusting the public CA, dials the Fleet API; with
-    SuperNode authentication on, its unregistered key is refused and it never comes online."""
-    command = [
-        flower_binary("flower-supernode"), "--superlink", bed.federation.superlink,
-        "--root-certificates", str(bed.federation.credentials.ca), "--max-retries", "2",
-    ]  # fmt: skip
-    rogue = bed.net.popen(
-        "attacker", command, tmp_path / "rogue.log", env=flower_env(tmp_path / "flwr")
-    )
+def test_rogue_supernode_cannot_join_the_fleet(bed):
+    ca = bed.folder("lab-0") / "state" / "tls" / "ca.pem"
+    command = ["flower-supernode", "--superlink", f"{COORDINATOR}:{FLEET}",
+               "--root-certificates", str(ca), "--max-retries", "2"]  # fmt: skip
+    rogue = bed.net.popen("attacker", [flower_binary(command[0]), *command[1:]],
+                          bed.folder("attacker") / "rogue.log",
+                          env=flower_env(bed.folder("attacker") / "flwr"))  # fmt: skip
     deadline = time.monotonic() + 15.0
     while time.monotonic() < deadline and rogue.poll() is None:
-        assert len(bed.federation.online_nodes()) == CLIENTS, (tmp_path / "rogue.log").read_text()
+        assert len(_online(bed)) == CLIENTS
         time.sleep(1.0)
-    assert len(bed.federation.online_nodes()) == CLIENTS
+    assert len(_online(bed)) == CLIENTS
 
 
-def _flower_runs(bed: Bed) -> str:
-    """``flwr ls`` on the coordinator's host: the Flower runs the SuperLink knows."""
-    env = {**bed.net.env(), **flower_env(bed.federation.coordinator_dir / "flwr")}
-    argv = [flower_binary("flwr"), "ls", "collabfl", "--format", "json"]
-    done = subprocess.run(
-        bed.net.command("coordinator", argv),
-        capture_output=True, text=True, timeout=60, check=False, env=env,
-    )  # fmt: skip
-    return done.stdout
+def _join(bed: Bed, host: str, token: str) -> subprocess.CompletedProcess:
+    folder = bed.folder(host) / f"join-{time.monotonic_ns()}"
+    return bed.run(host, ["collabfl-client", "join", f"{COORDINATOR}:{FLEET}", "--token", token,
+                          "--data", str(bed.folder("lab-0") / "data.npz"),
+                          "--state-dir", str(folder)])  # fmt: skip
+
+
+def test_a_replayed_token_is_refused(bed):
+    done = _join(bed, "attacker", bed.tokens[0])
+    assert done.returncode == 2
+    assert "already used" in done.stderr
+
+
+def test_an_expired_token_is_refused(bed):
+    token = shlex.split(_invite(bed, "--client-id", "8", "--host", "x.example.org", "--ttl", "1s"))
+    time.sleep(1.5)  # the token's lifetime is wall-clock time: let it pass
+    done = _join(bed, "attacker", token[token.index("--token") + 1])
+    assert done.returncode == 2
+    assert "expired" in done.stderr
+
+
+def test_a_token_edited_to_another_id_is_refused(bed):
+    printed = shlex.split(_invite(bed, "--client-id", "9", "--host", "y.example.org"))
+    mine = TokenParts.parse(printed[printed.index("--token") + 1])
+    theirs = TokenParts.parse(bed.tokens[1])
+    forged = TokenParts(theirs.token_id, mine.secret, mine.pin).text()
+    done = _join(bed, "attacker", forged)
+    assert done.returncode == 2
+    assert "unknown join token" in done.stderr
+
+
+def test_a_join_against_a_fake_coordinator_sends_nothing(bed):
+    """The attacker runs a coordinator of its own CA at the address a lab resolves for
+    coord.example.org; the lab's join stops at the pin, and its token stays unspent."""
+    state = bed.folder("attacker") / "fake-coordinator"
+    fake = bed.net.popen("attacker", [flower_binary("collabfl-coordinator"), "--state-dir",
+                                      str(state), "--host", "0.0.0.0", "--name", COORDINATOR],
+                         bed.folder("attacker") / "fake.log", env=bed.env("attacker"))  # fmt: skip
+    _wait(lambda: (state / "pki" / "ca.pem").exists() and _listening(bed), "the fake coordinator")
+    printed = shlex.split(_invite(bed, "--client-id", "7", "--host", "z.example.org"))
+    token = printed[printed.index("--token") + 1]
+    done = _join(bed, "spoofed-lab", token)
+    fake.terminate()
+    assert done.returncode == 2
+    assert "not the one the token pins" in done.stderr
+    fake_log = (bed.folder("attacker") / "fake.log").read_text()
+    assert "join from" not in fake_log and "joined" not in fake_log  # no request reached it
+    enrolled = bed.admin_json("laptop", "enrolments")
+    assert isinstance(enrolled, list)
+    assert "7" not in {e["subject"] for e in enrolled}
+
+
+def _listening(bed: Bed) -> bool:
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {FLEET}), 2)"
+    probe = [sys.executable, "-c", connect]
+    return bed.net.run("attacker", probe).returncode == 0
+
+
+def test_zz_a_revoked_member_can_neither_fetch_nor_join(bed):
+    """Last (it takes lab 2 out): revoked from the operator's laptop, lab 2's certificate is
+    refused by lab 1's peer server (once lab 1 has asked for the list again), and its
+    SuperNode is unregistered, so it drops out of the fleet."""
+    key = bed.folder("coordinator") / "state" / "grant_key.pem"
+    grant = GrantSigner(load_private_key(key)).issue(bed.run_id, fetcher=2, owner=1,
+                                                     round=ROUNDS - 1, ttl_s=600)  # fmt: skip
+
+    def fetch() -> str:
+        outcome = _attack(bed, "peer_fetch", "lab-2", address=_peer(bed, 1), owner=1,
+                          round=ROUNDS - 1, grant=grant.decode(), run=bed.run_id)  # fmt: skip
+        return outcome["FetchModel"]
+
+    assert fetch() == "OK"  # a genuine member with a genuine grant
+    done = bed.run("laptop", ["collabfl", "admin", "revoke", "--client-id", "2"])
+    assert done.returncode == 0, done.stderr
+    _wait(lambda: fetch() == WRONG_ROLE, "lab 1 to refuse the revoked certificate", 90, 2.0)
+    _wait(lambda: len(_online(bed)) == CLIENTS - 1, "lab 2's SuperNode to drop out", 120, 2.0)

@@ -66,14 +66,22 @@ def coordinator_admin(address: str, ca: str, cert: str | None, key: str | None) 
 
 
 def peer_fetch(
-    address: str, ca: str, cert: str | None, key: str | None, owner: int, round: int, grant: str
+    address: str,
+    ca: str,
+    cert: str | None,
+    key: str | None,
+    owner: int,
+    round: int,
+    grant: str,
+    run: str = "",
 ) -> dict:
-    """Fetch ``owner``'s ``round`` model with ``grant`` (text; ``"forged"``: self-signed)."""
+    """Fetch ``owner``'s ``round`` model of ``run`` with ``grant`` (text; ``"forged"``:
+    self-signed)."""
     token = grant.encode()
     if grant == "forged":
         token = GrantSigner(generate_private_key()).issue("any", 0, owner, round, 600)
     stub = peer_pb2_grpc.PeerModelsStub(_channel(address, ca, cert, key))
-    request = peer_pb2.FetchRequest(owner=owner, round=round, grant=token)
+    request = peer_pb2.FetchRequest(run=run, owner=owner, round=round, grant=token)
     return {"FetchModel": _code(lambda: stub.FetchModel(request, timeout=TIMEOUT_S))}
 
 

@@ -176,6 +176,17 @@ class NetworkBed:
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
 
+    def resolve(self, names: Mapping[str, str], hosts: Sequence[str] | None = None) -> None:
+        """Give ``hosts`` (default: every host) an /etc/hosts mapping each DNS name of
+        ``names`` to the address of the bed host it names; ``ip netns exec`` mounts
+        ``/etc/netns/<namespace>/hosts`` over ``/etc/hosts``, so each host may see its own."""
+        lines = ["127.0.0.1 localhost"]
+        lines += [f"{self.addresses[host]} {name}" for name, host in names.items()]
+        for host in hosts or self.hosts:
+            folder = Path("/etc/netns") / self.namespace(host)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "hosts").write_text("\n".join(lines) + "\n")
+
     def address(self, host: str) -> str:
         """``host``'s address on the bridge (with ``command``: a federation's ``Hosts``)."""
         return self.addresses[host]
@@ -227,4 +238,5 @@ class NetworkBed:
                     os.kill(int(pid), signal.SIGKILL)  # started inside our own namespace
             _ip("netns", "del", namespace, check=False)
             _ip("link", "del", self._veth(host), check=False)
+            shutil.rmtree(Path("/etc/netns") / namespace, ignore_errors=True)
         _ip("link", "del", self.bridge, check=False)
