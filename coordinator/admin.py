@@ -28,6 +28,7 @@ from statistics import fmean
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -238,9 +239,7 @@ def status(
     if flower is not None:
         console.print(_supernodes_line(flower.supernodes, flower.supernodes_error))
     if state.active_runs:
-        console.print(
-            _runs_table(state.active_runs, None if flower is None else flower.flower_runs)
-        )
+        _print_runs(state.active_runs, None if flower is None else flower.flower_runs)
 
 
 @admin_app.command()
@@ -306,7 +305,10 @@ def runs(ctx: typer.Context, as_json: AsJson = False) -> None:
     if as_json:
         _print_json(all_runs)
         return
-    console.print(_runs_table(all_runs) if all_runs else "no runs")
+    if not all_runs:
+        console.print("no runs")
+        return
+    _print_runs(all_runs)
 
 
 @admin_app.command()
@@ -326,6 +328,9 @@ def start(
     message_timeout: Annotated[
         float, typer.Option(help="seconds a client may take")
     ] = RunOptions.message_timeout_s,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
+    ] = False,
 ) -> None:
     """Start a run: the coordinator launches its ServerApp and the clients join."""
     from collabfl.coordinator.config import ConfigError, load_config
@@ -344,7 +349,7 @@ def start(
         _fail(error, EXIT_REFUSED)
     request = run_request(spec, options)
     with _client(ctx) as client:
-        run = client.create_run(run_id, spec.label, request)
+        run = client.create_run(run_id, spec.label, request, overwrite)
     console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
 
 
@@ -588,22 +593,40 @@ def events(
 
 
 def _runs_table(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> Table:
-    """The runs; with ``flower_runs`` (our run id -> Flower run id) a column for those too."""
-    columns = ["run", "method", "status", "last round", "created", "message"]
-    table = Table(*columns, *(["Flower run"] if flower_runs is not None else []))
+    """The runs; with ``flower_runs`` (our run id -> Flower run id) a column for those too.
+
+    Every command takes a run id, so ids are never cut short: their column does not wrap,
+    and only when even that cannot fit does it fold onto a second line (no ellipsis).
+    """
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("run", no_wrap=True, overflow="fold")
+    table.add_column("method", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("last round")
+    table.add_column("created", no_wrap=True, overflow="fold")
+    if flower_runs is not None:
+        table.add_column("Flower run")
     for run in runs:
         cells = [
             run.run_id,
             run.method,
             run.status,
             _optional(run.last_completed_round),
-            _time(run.created_at),
-            run.message,
+            datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M"),
         ]
         if flower_runs is not None:
             cells.append(_optional(flower_runs.get(run.run_id)))
         table.add_row(*cells)
     return table
+
+
+def _print_runs(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> None:
+    """The runs table, then each run's message on a line of its own (a status line such
+    as "waiting for clients: 3/4 joined, 87 s left" needs the room a cell lacks)."""
+    console.print(_runs_table(runs, flower_runs))
+    for run in runs:
+        if run.message:
+            console.print(f"{run.run_id}: {run.message}", highlight=False, soft_wrap=True)
 
 
 def _supernodes_line(nodes: list[dict[str, Any]] | None, error: str) -> str:

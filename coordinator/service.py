@@ -106,24 +106,30 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
 
     @admitted
     def CreateRun(self, request: pb.CreateRunRequest, context: Any) -> pb.Run:
-        """Only a config the ServerApp can run, writing inside the runs directory, and only
-        while no other run is active (its clients are busy; never disturb them)."""
+        """Only a config the ServerApp can run, writing inside the runs directory into a
+        folder that holds no earlier run (unless ``overwrite``: the same rule as ``collabfl
+        compare --out``), and only while no other run is active (its clients are busy;
+        never disturb them)."""
         # Imported at the first run, not at start: it imports torch (about a CPU-second),
         # which clients starting beside the coordinator on one machine need to join. The
         # client gives this call a longer deadline for it (service_client.CREATE_RUN_S).
         from collabfl.coordinator.methods import read_run_request
+        from collabfl.coordinator.report.run_dir import claim_output_dir
 
         check_run_id(request.run_id)
         config = parse_json_object(request.config_json or "{}", "config_json")
         _, options = read_run_request(request.method, config)
-        options.run_dir(self._runs_dir, request.run_id)
+        run_dir = options.run_dir(self._runs_dir, request.run_id)
         with self._writes:
-            for run in self._state.runs():
+            runs = self._state.runs()
+            for run in runs:
                 if run.active and run.run_id != request.run_id:
                     raise AnotherRunActive(
                         f"run {run.run_id} is active ({run.status}); stop it (collabfl admin "
                         f"stop {run.run_id}) or wait for it to end before starting {request.run_id}"
                     )
+            if all(run.run_id != request.run_id for run in runs):  # a resumed run keeps its own
+                claim_output_dir(run_dir, request.overwrite)
             created = self._state.create_run(request.run_id, request.method, config)
         self._activity.runs.ring()
         return run_to_pb(created)
@@ -279,6 +285,13 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             num_runs=len(runs),
             active_runs=[run_to_pb(run) for run in runs if run.active],
         )
+
+    @admitted
+    def SetRunMessage(self, request: pb.RunMessage, context: Any) -> pb.Run:
+        if "\n" in request.message:
+            raise InvalidRecord("a run message is one line")
+        self._check_launch("SetRunMessage", request.run_id, request.launch_token)
+        return run_to_pb(self._state.set_run_message(request.run_id, request.message))
 
     @admitted
     def MessagesPushed(self, request: pb.FleetSignal, context: Any) -> pb.FleetActivity:

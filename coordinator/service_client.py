@@ -131,9 +131,14 @@ class CoordinatorClient:
         reply = self._call(self._stub.ListMembers, pb.ListMembersRequest())
         return [member_from_pb(m) for m in reply.members]
 
-    def create_run(self, run_id: str, method: str, config: Mapping[str, Any]) -> Run:
-        """Create the run; its deadline is at least ``CREATE_RUN_S`` (see there)."""
-        request = pb.CreateRunRequest(run_id=run_id, method=method, config_json=json.dumps(config))
+    def create_run(
+        self, run_id: str, method: str, config: Mapping[str, Any], overwrite: bool = False
+    ) -> Run:
+        """Create the run; its deadline is at least ``CREATE_RUN_S`` (see there).
+        ``overwrite``: replace an earlier run held by the new run's folder."""
+        request = pb.CreateRunRequest(
+            run_id=run_id, method=method, config_json=json.dumps(config), overwrite=overwrite
+        )
         timeout_s = max(self.timeout_s, CREATE_RUN_S)
         return run_from_pb(self._call(self._stub.CreateRun, request, timeout_s))
 
@@ -154,6 +159,11 @@ class CoordinatorClient:
             launch_token=self.launch_token,
         )
         return run_from_pb(self._call(self._stub.FinishRun, request))
+
+    def set_run_message(self, run_id: str, message: str) -> Run:
+        """The run's status line ("" clears it): the ServerApp's, with its launch token."""
+        request = pb.RunMessage(run_id=run_id, message=message, launch_token=self.launch_token)
+        return run_from_pb(self._call(self._stub.SetRunMessage, request))
 
     def record_round(
         self,
