@@ -45,6 +45,7 @@ from collabfl.flower.processes import flower_env
 if TYPE_CHECKING:
     import numpy as np
 
+    from collabfl.coordinator.member_status import MemberStatus
     from collabfl.coordinator.service_client import CoordinatorClient
     from collabfl.coordinator.state import Run
     from collabfl.kernel.tls import ClientTLS
@@ -211,58 +212,92 @@ def status(
             envvar="COLLABFL_STATE_DIR",
             exists=True,
             file_okay=False,
-            help="the coordinator's --state-dir, on its machine: also list the SuperNodes "
-            "and each active run's Flower run id",
+            help="the coordinator's --state-dir, on its machine: also name each active run's "
+            "Flower run id",
         ),
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Uptime, database, members and the active runs with their last round."""
+    """Uptime, database, members (client id, host, online, last seen, SuperNode registered,
+    certificate expiry) and the active runs with their last round."""
     with _client(ctx) as client:
         state = client.status()
-    flower = None
+    flower_runs = None
     if state_dir is not None:
-        from collabfl.coordinator.flower_status import flower_status
+        from collabfl.coordinator.flower_status import flower_run_id
 
-        flower = flower_status(state_dir, state.active_runs)
+        flower_runs = {run.run_id: flower_run_id(state_dir, run) for run in state.active_runs}
     if as_json:
-        flower_fields = {} if flower is None else asdict(flower)
-        _print_json({"coordinator": ctx.obj.address, **asdict(state), **flower_fields})
+        extra = {} if flower_runs is None else {"flower_runs": flower_runs}
+        _print_json({"coordinator": ctx.obj.address, **asdict(state), **extra})
         return
     console.print(
         f"coordinator {ctx.obj.address}: up {_duration(state.uptime_s)}, database {state.db_path}",
         highlight=False,
     )
+    online = sum(m.presence == "online" for m in state.members)
+    known = "" if state.supernodes_error else f" ({online} online)"
     console.print(
-        f"{state.num_members} members, {state.num_runs} runs, {len(state.active_runs)} active"
+        f"{state.num_members} members{known}, {state.num_runs} runs, "
+        f"{len(state.active_runs)} active",
+        highlight=False,
     )
-    if flower is not None:
-        console.print(_supernodes_line(flower.supernodes, flower.supernodes_error))
+    _print_members(state.members, state.supernodes_error, state.unbound_nodes, detailed=False)
     if state.active_runs:
-        _print_runs(state.active_runs, None if flower is None else flower.flower_runs)
+        _print_runs(state.active_runs, flower_runs)
 
 
 @admin_app.command()
 def members(ctx: typer.Context, as_json: AsJson = False) -> None:
-    """The registered federation members."""
+    """The federation's members: client id, host, online, last seen, SuperNode registered,
+    certificate expiry, Flower node and peer address."""
     with _client(ctx) as client:
-        registered = client.list_members()
+        state = client.status()
     if as_json:
-        _print_json(registered)
+        _print_json(state.members)
         return
-    if not registered:
-        console.print("no members registered")
-        return
-    table = Table("client", "Flower node", "peer address", "samples", "updated")
-    for member in registered:
-        table.add_row(
-            str(member.client_id),
-            str(member.flower_node_id),
-            member.peer_address,
-            str(member.num_samples),
-            _time(member.updated_at),
+    _print_members(state.members, state.supernodes_error, state.unbound_nodes, detailed=True)
+
+
+def _print_members(
+    members: list[MemberStatus], error: str, unbound: list[int], detailed: bool
+) -> None:
+    """The members table, then why presence is unknown and which nodes belong to no one."""
+    if members:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("client", no_wrap=True, overflow="fold")
+        table.add_column("host", no_wrap=True, overflow="fold")
+        for name in ("state", "last seen", "SuperNode", "certificate"):
+            table.add_column(name, overflow="fold")
+        if detailed:
+            table.add_column("Flower node", overflow="fold")
+            table.add_column("peer address", overflow="fold")
+        colours = {"online": "green", "offline": "yellow"}
+        for member in members:
+            state = member.presence
+            cells = [
+                str(member.client_id),
+                member.host or _MISSING,
+                f"[{colours[state]}]{state}" if state in colours else state,
+                "now" if state == "online" else _when(member.last_seen, "never"),
+                "yes" if member.supernode_registered else "no",
+                "revoked" if member.revoked else _until(member.cert_not_after),
+            ]
+            if detailed:
+                cells += [_optional(member.flower_node_id or None), member.peer_address or _MISSING]
+            table.add_row(*cells)
+        console.print(table)
+    else:
+        console.print("no members yet (none enrolled, registered or joined a run)")
+    if error:
+        console.print(f"online/offline unknown: {error}", highlight=False)
+    if unbound:
+        nodes = ", ".join(map(str, unbound))
+        console.print(
+            f"{len(unbound)} SuperNodes online that are no member's: {nodes} (their keys are "
+            "not registered: collabfl admin register-supernode)",
+            highlight=False,
         )
-    console.print(table)
 
 
 @admin_app.command("register-supernode")
@@ -629,13 +664,6 @@ def _print_runs(runs: list[Run], flower_runs: Mapping[str, int | None] | None = 
             console.print(f"{run.run_id}: {run.message}", highlight=False, soft_wrap=True)
 
 
-def _supernodes_line(nodes: list[dict[str, Any]] | None, error: str) -> str:
-    if nodes is None:
-        return f"SuperNodes: unknown ({error})"
-    online = sorted(str(node.get("node-id")) for node in nodes if node.get("status") == "online")
-    return f"{len(online)} SuperNodes online" + (f": {', '.join(online)}" if online else "")
-
-
 def _matrix_table(matrix: np.ndarray) -> Table:
     table = Table("i \\ j", *(str(j) for j in range(matrix.shape[0])))
     for i, row in enumerate(matrix):
@@ -662,6 +690,18 @@ def _percent(value: float) -> str:
 
 def _optional(value: int | None) -> str:
     return _MISSING if value is None else str(value)
+
+
+def _when(timestamp: float, never: str) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else never
+
+
+def _until(timestamp: float) -> str:
+    """A certificate's expiry: its date, or that it has expired."""
+    if not timestamp:
+        return _MISSING
+    day = datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d")
+    return f"expired {day}" if timestamp < time.time() else day
 
 
 def _time(timestamp: float) -> str:

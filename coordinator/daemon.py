@@ -43,6 +43,7 @@ from collabfl.coordinator.fleet_gateway import (
 from collabfl.coordinator.flower_runs import (
     FlowerCliError,
     follow_command,
+    list_supernodes,
     stop_run,
     submit_run,
     submitted_run_id,
@@ -53,6 +54,7 @@ from collabfl.coordinator.launch import (
     launch_app_config,
     write_launch_token,
 )
+from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.run_options import flower_app_config
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
@@ -454,7 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         args.host, args.superlink_port, LOOPBACK, args.superlink_internal_port,
     )  # fmt: skip
     address = f"{args.host}:{args.service_port}"
-    server, port = serve(state, signer, address, tls, runs_dir=runs_dir, activity=activity)
+    supernodes = SupernodeList(lambda: list_supernodes(CONNECTION, {**os.environ, **env}))
+    server, port = serve(
+        state, signer, address, tls, runs_dir=runs_dir, activity=activity, supernodes=supernodes
+    )
     log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
     launcher = RunLauncher(
         state,

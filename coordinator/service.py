@@ -26,6 +26,8 @@ from collabfl.coordinator.admission import (
     check_launch,
 )
 from collabfl.coordinator.doorbell import FleetActivity
+from collabfl.coordinator.enrolment_store import EnrolmentStore
+from collabfl.coordinator.member_status import SupernodeList, member_statuses
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
     coalitions_fields,
@@ -36,6 +38,7 @@ from collabfl.coordinator.service_codec import (
     event_level_from_pb,
     event_to_pb,
     member_from_pb,
+    member_status_to_pb,
     member_to_pb,
     metrics_to_pb,
     parse_json_object,
@@ -82,8 +85,12 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         runs_dir: Path,
         authenticate: bool,
         activity: FleetActivity,
+        supernodes: SupernodeList | None = None,
     ) -> None:
         self._state = state
+        self._enrolments = EnrolmentStore(state.path)
+        self._supernodes = supernodes
+        """The SuperLink's node list (None: this service cannot read it, e.g. in tests)."""
         self._signer = signer
         self._runs_dir = runs_dir
         self.authenticate = authenticate
@@ -278,12 +285,27 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     @admitted
     def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
         runs = self._state.runs()
+        if self._supernodes is None:
+            nodes, error = None, "this coordinator service does not read the SuperLink's nodes"
+            read_at = 0.0
+        else:
+            nodes, error, read_at = self._supernodes.get()
+        members, unbound = member_statuses(
+            self._state.members(),
+            self._state.supernode_bindings(),
+            self._enrolments.enrolments("member"),
+            nodes,
+            read_at,
+        )
         return pb.StatusReply(
             uptime_s=time.monotonic() - self._started,
             db_path=str(self._state.path),
-            num_members=len(self._state.members()),
+            num_members=len(members),
             num_runs=len(runs),
             active_runs=[run_to_pb(run) for run in runs if run.active],
+            members=[member_status_to_pb(m) for m in members],
+            supernodes_error=error,
+            unbound_nodes=unbound,
         )
 
     @admitted
@@ -321,6 +343,7 @@ def serve(
     tls: ServerTLS | None = None,
     runs_dir: Path | None = None,
     activity: FleetActivity | None = None,
+    supernodes: SupernodeList | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start the service, with the sub-step relay beside it, on ``address`` (port 0: any
     free port); return it and its port.
@@ -329,6 +352,7 @@ def serve(
     by their role; without, anyone who reaches the port (loopback tests only). ``runs_dir``
     (default: ``runs`` next to the database) is the only folder runs may write into.
     ``activity``: the signals shared with the daemon's Fleet gateway (coordinator/doorbell.py).
+    ``supernodes``: the SuperLink's node list, for ``Status`` (coordinator/member_status.py).
     """
     if tls is not None and tls.client_ca is None:
         raise ValueError(
@@ -347,6 +371,7 @@ def serve(
         runs_dir or state.path.parent / "runs",
         authenticate=tls is not None,
         activity=activity or FleetActivity(),
+        supernodes=supernodes,
     )
     relay = SubstepService(state, SubstepRelay(), authenticate=tls is not None)
     server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS), options=SERVER_OPTIONS)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from collabfl.coordinator.member_status import MemberStatus
 from collabfl.coordinator.service_codec import (
     CHANNEL_OPTIONS,
     coalitions_fields,
@@ -24,6 +25,7 @@ from collabfl.coordinator.service_codec import (
     event_from_pb,
     event_level_to_pb,
     member_from_pb,
+    member_status_from_pb,
     member_to_pb,
     metrics_from_pb,
     metrics_to_pb,
@@ -45,6 +47,12 @@ class CoordinatorStatus:
     num_members: int
     num_runs: int
     active_runs: list[Run]
+    members: list[MemberStatus]
+    """Every member known, by client id, with its host, presence and certificate."""
+    supernodes_error: str
+    """Why presence is unknown (the SuperLink's node list could not be read); else ""."""
+    unbound_nodes: list[int]
+    """Flower nodes online that are bound to no member."""
 
 
 class CoordinatorUnreachable(ConnectionError):
@@ -286,4 +294,7 @@ class CoordinatorClient:
             reply.num_members,
             reply.num_runs,
             [run_from_pb(r) for r in reply.active_runs],
+            [member_status_from_pb(m) for m in reply.members],
+            reply.supernodes_error,
+            list(reply.unbound_nodes),
         )
