@@ -45,7 +45,7 @@ from collabfl.coordinator.state import Member
 from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
-from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.pool import NOTICES, FlowerClientPool
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
     RunSettings,
@@ -132,8 +132,14 @@ def run_federated(
         return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
 
     def on_event(round_index: int, kind: str, client_id: int, message: str) -> None:
-        log.warning("round %s client %s: %s: %s", round_index, client_id, kind, message)
-        coordinator.record_event(run_id, kind, message, round=round_index, client_id=client_id)
+        level = "info" if kind in NOTICES else "warning"
+        log.log(
+            logging.INFO if kind in NOTICES else logging.WARNING,
+            "round %s client %s: %s: %s", round_index, client_id, kind, message,
+        )  # fmt: skip
+        coordinator.record_event(
+            run_id, kind, message, level, round=round_index, client_id=client_id
+        )
 
     def admit_new(nodes: Sequence[int]) -> list[Member]:
         joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
