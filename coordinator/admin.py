@@ -483,7 +483,8 @@ def metrics(
     run_id: Annotated[str, typer.Argument(metavar="RUN")],
     as_json: AsJson = False,
 ) -> None:
-    """Per round: test accuracy across clients and peer-model bytes downloaded."""
+    """Per round: test accuracy across clients of two models, labelled (each client's current
+    model, and its best-validation model, which the report uses), and peer bytes downloaded."""
     with _client(ctx) as client:
         history = client.get_metrics(run_id)
     if as_json:  # JSON object keys are strings: rounds and client ids print as "0", "1", ...
@@ -492,22 +493,36 @@ def metrics(
     if not history:
         console.print(f"run {run_id} has no recorded round yet")
         return
-    table = Table("round", "clients", "mean acc", "min acc", "max acc", "peer bytes")
+    table = Table(
+        "round", "clients", "current model: mean acc (min–max)", "best-validation model: mean acc",
+        "peer bytes",
+    )  # fmt: skip
     for round_index, by_client in history.items():
-        accuracies = [_number(m.get("test_acc")) for m in by_client.values()]
-        present = [a for a in accuracies if a is not None]
         fetched = sum(_number(m.get("bytes_fetched")) or 0 for m in by_client.values())
+        current = _accuracies(by_client, "test_acc")
+        best = _accuracies(by_client, "best_test_acc")
         table.add_row(
             str(round_index),
             str(len(by_client)),
-            *(
-                (_percent(fmean(present)), _percent(min(present)), _percent(max(present)))
-                if present
-                else (_MISSING,) * 3
-            ),
+            f"{_percent(fmean(current))} ({_percent(min(current))}–{_percent(max(current))})"
+            if current
+            else _MISSING,
+            _percent(fmean(best)) if best else _MISSING,
             human_bytes(fetched),
         )
     console.print(table)
+    console.print(
+        "current model: each client's model as evaluated in that round (test_acc). "
+        "best-validation model: each client's model with the best validation accuracy so far "
+        "(best_test_acc); the report (summary.json, results.md) uses this one: its mean over "
+        "benign clients of their last reports.",
+        highlight=False,
+    )
+
+
+def _accuracies(by_client: Mapping[int, Mapping[str, Any]], key: str) -> list[float]:
+    values = (_number(m.get(key)) for m in by_client.values())
+    return [v for v in values if v is not None]
 
 
 @admin_app.command()

@@ -148,6 +148,20 @@ def test_metrics(address: str) -> None:
     assert "2.0 KiB" in out
 
 
+def test_metrics_label_which_model_each_accuracy_is(state: CoordinatorState, address: str) -> None:
+    """A "mean acc" of the current model (70.65%) beside a report of the best-validation
+    models (96.50%) contradicted it without a word: both are shown, labelled, and the
+    output says which one the report uses."""
+    state.create_run("labelled", "dpfl", {})
+    rows = {c: {"test_acc": acc, "best_test_acc": 0.965} for c, acc in enumerate((0.7, 0.713))}
+    state.record_round("labelled", 0, [], rows, num_clients=2)
+    out = _ok(address, "metrics", "labelled")
+    assert "current model: mean acc" in out and "best-validation model: mean acc" in out
+    row = next(line for line in out.splitlines() if line.strip("│ ").startswith("0 "))
+    assert "70.65% (70.00%–71.30%)" in row and "96.50%" in row
+    assert "the report (summary.json, results.md) uses this one" in " ".join(out.split())
+
+
 def test_payments_ledger_with_cumulative_totals(address: str) -> None:
     out = _ok(address, "payments", "market")
     assert "round 1" in out
