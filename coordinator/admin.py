@@ -366,6 +366,12 @@ def start(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
     ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="print the run's status line as it changes until its clients joined"
+        ),
+    ] = False,
 ) -> None:
     """Start a run: the coordinator launches its ServerApp and the clients join."""
     from collabfl.coordinator.config import ConfigError, load_config
@@ -385,7 +391,41 @@ def start(
     request = run_request(spec, options)
     with _client(ctx) as client:
         run = client.create_run(run_id, spec.label, request, overwrite)
-    console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
+        console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
+        console.print(
+            f"follow it: collabfl admin runs (its status line), collabfl admin events "
+            f"{run.run_id}, collabfl admin metrics {run.run_id}",
+            highlight=False,
+        )
+        if wait:
+            _follow_join(client, run.run_id, options.join_timeout_s + LAUNCH_GRACE_S)
+
+
+LAUNCH_GRACE_S = 120.0
+"""How long ``start --wait`` allows, beyond the join timeout, for the ServerApp to start."""
+
+
+def _follow_join(client: CoordinatorClient, run_id: str, limit_s: float) -> None:
+    """Print the run's status line as it changes until it no longer says the run is waiting
+    for clients (they joined, or the join timeout ran out), or the run ended."""
+    shown = ""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        run = client.get_run(run_id)
+        if run.message and run.message != shown:
+            console.print(f"{run_id}: {run.message}", highlight=False)
+            shown = run.message
+        if not run.active:
+            console.print(f"run {run_id}: {run.status}", highlight=False)
+            return
+        if shown and not shown.startswith("waiting for clients"):
+            return
+        time.sleep(1.0)
+    console.print(
+        f"run {run_id}: no word from its ServerApp in {limit_s:g} s; see collabfl admin "
+        f"events {run_id} and the coordinator's log",
+        highlight=False,
+    )
 
 
 @admin_app.command()

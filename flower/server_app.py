@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,20 @@ def run_federated(
         coordinator.record_event(run_id, "impostor", reason, "warning", client_id=client_id)
 
     gate = Gate(binder, refuse)
-    members, num_classes, reports = join(grid, setup, options, gate, signals)
+
+    def say(message: str) -> None:
+        coordinator.set_run_message(run_id, message)
+
+    members, num_classes, reports = join(grid, setup, options, gate, signals, say)
     coordinator.register_members(members)
+    joined = [m.client_id for m in members]
+    shortfall = missing_clients(options.expected_clients, joined, binder.registered.values())
+    if shortfall is None:
+        say(f"{len(members)} clients joined")
+    else:
+        log.warning("run %s: %s", run_id, shortfall)
+        coordinator.record_event(run_id, "fewer_clients", shortfall, "warning")
+        say(f"{len(members)} of {options.expected_clients} clients joined")
 
     def issue(fetcher: int, owners, round_index: int):
         return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
@@ -263,14 +276,17 @@ def admit(
 
 
 def join(
-    grid: Grid, setup: RunSettings, options: RunOptions, gate: Gate, signals: FleetSignals
+    grid: Grid,
+    setup: RunSettings,
+    options: RunOptions,
+    gate: Gate,
+    signals: FleetSignals,
+    say: Callable[[str], None] = lambda message: None,
 ) -> tuple[list[Member], int, dict[int, dict[str, float]]]:
-    """Wait for the expected clients, send them the run's settings, collect who they are."""
+    """Wait for the expected clients, send them the run's settings, collect who they are.
+    ``say`` gets the run's status line while it waits."""
     deadline = time.monotonic() + options.join_timeout_s
-    nodes = list(grid.get_node_ids())
-    while len(nodes) < options.expected_clients and time.monotonic() < deadline:
-        time.sleep(0.5)
-        nodes = list(grid.get_node_ids())
+    nodes = wait_for_nodes(grid, options.expected_clients, deadline, say)
     timeout_s = max(deadline - time.monotonic(), 30.0)
     members, classes, reports = admit(grid, nodes, setup, gate, timeout_s, signals)
     if not members:
@@ -278,3 +294,40 @@ def join(
     if len(classes) != 1:
         raise RuntimeError(f"clients disagree on the number of classes: {sorted(classes)}")
     return sorted(members, key=lambda m: m.client_id), classes.pop(), reports
+
+
+SAY_EVERY_S = 5.0
+"""How often the waiting line's countdown is refreshed (and at once when a client comes)."""
+
+
+def wait_for_nodes(
+    grid: Grid, expected: int, deadline: float, say: Callable[[str], None]
+) -> list[int]:
+    """The Flower nodes online once ``expected`` are, or at ``deadline`` (monotonic); while
+    waiting, ``say`` gets "waiting for clients: 3/4 joined, 87 s left" as it changes."""
+    nodes = list(grid.get_node_ids())
+    said: tuple[int, float] | None = None
+    while len(nodes) < expected and (now := time.monotonic()) < deadline:
+        if said is None or said[0] != len(nodes) or now - said[1] >= SAY_EVERY_S:
+            left = math.ceil(deadline - now)
+            say(f"waiting for clients: {len(nodes)}/{expected} joined, {left} s left")
+            said = (len(nodes), now)
+        time.sleep(0.5)
+        nodes = list(grid.get_node_ids())
+    return nodes
+
+
+def missing_clients(expected: int, joined: Sequence[int], known: Iterable[int]) -> str | None:
+    """None when at least ``expected`` clients joined; else the event's message, naming the
+    clients missing among ``known`` (those with a registered SuperNode key)."""
+    if len(joined) >= expected:
+        return None
+    absent = sorted(set(known) - set(joined))
+    unnamed = expected - len(joined) - len(absent)
+    named = [f"client {c}" for c in absent]
+    if unnamed > 0:
+        named.append(f"{unnamed} client{'s' if unnamed > 1 else ''} not known by id")
+    return (
+        f"started with {len(joined)} of the {expected} clients asked for (--clients) when the "
+        f"join timeout ran out; missing: {', '.join(named)}"
+    )
