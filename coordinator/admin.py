@@ -389,6 +389,13 @@ def start(
     except ValueError as error:
         _fail(error, EXIT_REFUSED)
     request = run_request(spec, options)
+    if clients != settings.data.num_clients:
+        console.print(
+            f"note: a federation's clients bring their own data: the run's records name the "
+            f"clients that join (--clients {clients}) and their data files, not the config's "
+            f"data.num_clients ({settings.data.num_clients}) and partition",
+            highlight=False,
+        )
     with _client(ctx) as client:
         run = client.create_run(run_id, spec.label, request, overwrite)
         console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
