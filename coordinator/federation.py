@@ -449,7 +449,7 @@ def run_on_federation(
     config = run_request(spec, options)
     deadline = time.monotonic() + timeout_s
     with federation.client() as client:
-        client.create_run(run_id, spec.label, config)
+        client.create_run(run_id, spec.label, config, out_claimed=True)  # federation_up's
         with console.status(f"{spec.label}: starting") as status:
             while True:
                 run = client.get_run(run_id)

@@ -135,7 +135,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                         f"run {run.run_id} is active ({run.status}); stop it (collabfl admin "
                         f"stop {run.run_id}) or wait for it to end before starting {request.run_id}"
                     )
-            if all(run.run_id != request.run_id for run in runs):  # a resumed run keeps its own
+            resumed = any(run.run_id == request.run_id for run in runs)  # keeps its folder
+            if not (resumed or request.out_claimed):
                 claim_output_dir(run_dir, request.overwrite)
             created = self._state.create_run(request.run_id, request.method, config)
         self._activity.runs.ring()

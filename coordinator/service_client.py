@@ -140,12 +140,22 @@ class CoordinatorClient:
         return [member_from_pb(m) for m in reply.members]
 
     def create_run(
-        self, run_id: str, method: str, config: Mapping[str, Any], overwrite: bool = False
+        self,
+        run_id: str,
+        method: str,
+        config: Mapping[str, Any],
+        overwrite: bool = False,
+        out_claimed: bool = False,
     ) -> Run:
         """Create the run; its deadline is at least ``CREATE_RUN_S`` (see there).
-        ``overwrite``: replace an earlier run held by the new run's folder."""
+        ``overwrite``: replace an earlier run held by the new run's folder; ``out_claimed``:
+        the caller prepared that folder itself, for several runs (no check)."""
         request = pb.CreateRunRequest(
-            run_id=run_id, method=method, config_json=json.dumps(config), overwrite=overwrite
+            run_id=run_id,
+            method=method,
+            config_json=json.dumps(config),
+            overwrite=overwrite,
+            out_claimed=out_claimed,
         )
         timeout_s = max(self.timeout_s, CREATE_RUN_S)
         return run_from_pb(self._call(self._stub.CreateRun, request, timeout_s))

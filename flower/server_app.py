@@ -39,6 +39,7 @@ from collabfl.coordinator.driver import RunStopped, drive
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
+from collabfl.coordinator.report.coalition_moves import join_clients
 from collabfl.coordinator.report.comparison import write_comparison
 from collabfl.coordinator.report.setting import partition_text
 from collabfl.coordinator.run_options import RunOptions
@@ -158,8 +159,7 @@ def run_federated(
         )
 
     def admit_new(nodes: Sequence[int]) -> list[Member]:
-        joined, _, later = admit(grid, nodes, setup, gate, 60.0, signals)
-        described.update(later)
+        joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
         if joined:
             coordinator.register_members(joined)
         return joined
@@ -341,9 +341,9 @@ def missing_clients(expected: int, joined: Sequence[int], known: Iterable[int]) 
 
 
 def federation_data(described: Iterable[Description]) -> dict[str, Any]:
-    """The run config's ``data`` as it was: the clients that joined and what their data files
-    say (a name they all share, else each name with its clients), not the TOML's defaults,
-    which a federation does not use."""
+    """The run config's ``data`` as it was: the clients that joined at the start and what
+    their data files say (a name they all share, else each name with its clients), not the
+    TOML's defaults, which a federation does not use."""
     clients = list(described)
 
     def common(field: str) -> str:
@@ -352,17 +352,15 @@ def federation_data(described: Iterable[Description]) -> dict[str, Any]:
             names.setdefault(getattr(d, field) or "unnamed", []).append(d.client_id)
         if len(names) == 1:
             return next(iter(names))
-        return "; ".join(f"{name} (clients {join_ids(ids)})" for name, ids in sorted(names.items()))
+        return "; ".join(
+            f"{name} (clients {join_clients(sorted(ids))})" for name, ids in sorted(names.items())
+        )
 
     return {
         "num_clients": len(clients),
         "dataset": common("dataset"),
         "partition": common("partition"),
     }
-
-
-def join_ids(ids: Iterable[int]) -> str:
-    return ", ".join(map(str, sorted(ids)))
 
 
 def requested_data(spec: MethodSpec) -> dict[str, Any]:

@@ -104,16 +104,18 @@ class Run(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., last_completed_round: _Optional[int] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
-    __slots__ = ("run_id", "method", "config_json", "overwrite")
+    __slots__ = ("run_id", "method", "config_json", "overwrite", "out_claimed")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    OUT_CLAIMED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     method: str
     config_json: str
     overwrite: bool
-    def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ..., overwrite: _Optional[bool] = ...) -> None: ...
+    out_claimed: bool
+    def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ..., overwrite: _Optional[bool] = ..., out_claimed: _Optional[bool] = ...) -> None: ...
 
 class RunMessage(_message.Message):
     __slots__ = ("run_id", "message", "launch_token")
