@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from collabfl.coordinator.report.coalition_moves import (
@@ -277,14 +278,15 @@ def _print_members(
             state = member.presence
             cells = [
                 str(member.client_id),
-                member.host or _MISSING,
+                escape(member.host) or _MISSING,  # a participant's words: no rich markup
                 f"[{colours[state]}]{state}" if state in colours else state,
                 "now" if state == "online" else _when(member.last_seen, "never"),
                 "yes" if member.supernode_registered else "no",
                 "revoked" if member.revoked else _until(member.cert_not_after),
             ]
             if detailed:
-                cells += [_optional(member.flower_node_id or None), member.peer_address or _MISSING]
+                address = escape(member.peer_address) or _MISSING
+                cells += [_optional(member.flower_node_id or None), address]
             table.add_row(*cells)
         console.print(table)
     else:

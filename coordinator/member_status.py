@@ -163,4 +163,5 @@ def _host(member: Member | None) -> str:
     """The host part of a member's peer address ("lab-a.example.org:9400", "[::1]:9400")."""
     if member is None or not member.peer_address:
         return ""
-    return member.peer_address.rpartition(":")[0].strip("[]") or member.peer_address
+    host = member.peer_address.rpartition(":")[0] or member.peer_address
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host

@@ -59,6 +59,7 @@ def state(tmp_path: Path) -> Iterator[CoordinatorState]:
         for client, node in NODE.items():
             opened.bind_supernode(client, node, f"ecdsa-sha2-nistp384 KEY{client}")
         opened.register_members([Member(3, 6003, "lab-d.example.org:9400", 40)])
+        opened.register_members([Member(4, 6004, "lab-[bold]e[/bold]:9400", 40)])  # a liar's
         store = EnrolmentStore(opened.path)
         now = time.time()
         for client, host in ((0, "lab-a.example.org"), (1, "lab-b.example.org")):
@@ -86,9 +87,9 @@ def test_status_lists_members_by_client_id_and_host(
         monkeypatch.setattr(admin, "console", Console(width=160))
         members = _admin(address, "members").stdout
         members_json = json.loads(_admin(address, "members", "--json").stdout)
-    assert document["num_members"] == 4
+    assert document["num_members"] == 5
     by_client = {m["client_id"]: m for m in document["members"]}
-    assert sorted(by_client) == [0, 1, 2, 3]
+    assert sorted(by_client) == [0, 1, 2, 3, 4]
     assert [by_client[c]["host"] for c in range(4)] == [
         "lab-a.example.org", "lab-b.example.org", "", "lab-d.example.org"
     ]  # fmt: skip
@@ -103,7 +104,8 @@ def test_status_lists_members_by_client_id_and_host(
     assert document["unbound_nodes"] == [STRANGER]
     assert members_json == document["members"]
 
-    assert "4 members (2 online)" in text
+    assert "5 members (2 online)" in text
+    assert "lab-[bold]e[/bold]" in text  # shown as written, not as markup
     expiry = time.strftime("%Y-%m-%d", time.localtime(by_client[0]["cert_not_after"]))
     for expected in ("lab-a.example.org", "online", "offline", "yes", expiry, "revoked"):
         assert expected in text, text
