@@ -28,7 +28,9 @@ from statistics import fmean
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from collabfl.coordinator.report.coalition_moves import (
@@ -44,6 +46,7 @@ from collabfl.flower.processes import flower_env
 if TYPE_CHECKING:
     import numpy as np
 
+    from collabfl.coordinator.member_status import MemberStatus
     from collabfl.coordinator.operator_credential import OperatorCredential
     from collabfl.coordinator.service_client import CoordinatorClient
     from collabfl.coordinator.state import Run
@@ -243,60 +246,93 @@ def status(
             envvar="COLLABFL_STATE_DIR",
             exists=True,
             file_okay=False,
-            help="the coordinator's --state-dir, on its machine: also list the SuperNodes "
-            "and each active run's Flower run id",
+            help="the coordinator's --state-dir, on its machine: also name each active run's "
+            "Flower run id",
         ),
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Uptime, database, members and the active runs with their last round."""
+    """Uptime, database, members (client id, host, online, last seen, SuperNode registered,
+    certificate expiry) and the active runs with their last round."""
     with _client(ctx) as client:
         state = client.status()
-    flower = None
+    flower_runs = None
     if state_dir is not None:
-        from collabfl.coordinator.flower_status import flower_status
+        from collabfl.coordinator.flower_status import flower_run_id
 
-        flower = flower_status(state_dir, state.active_runs)
+        flower_runs = {run.run_id: flower_run_id(state_dir, run) for run in state.active_runs}
     if as_json:
-        flower_fields = {} if flower is None else asdict(flower)
-        _print_json({"coordinator": ctx.obj.address, **asdict(state), **flower_fields})
+        extra = {} if flower_runs is None else {"flower_runs": flower_runs}
+        _print_json({"coordinator": ctx.obj.address, **asdict(state), **extra})
         return
     console.print(
         f"coordinator {ctx.obj.address}: up {_duration(state.uptime_s)}, database {state.db_path}",
         highlight=False,
     )
+    online = sum(m.presence == "online" for m in state.members)
+    known = "" if state.supernodes_error else f" ({online} online)"
     console.print(
-        f"{state.num_members} members, {state.num_runs} runs, {len(state.active_runs)} active"
+        f"{state.num_members} members{known}, {state.num_runs} runs, "
+        f"{len(state.active_runs)} active",
+        highlight=False,
     )
-    if flower is not None:
-        console.print(_supernodes_line(flower.supernodes, flower.supernodes_error))
+    _print_members(state.members, state.supernodes_error, state.unbound_nodes, detailed=False)
     if state.active_runs:
-        console.print(
-            _runs_table(state.active_runs, None if flower is None else flower.flower_runs)
-        )
+        _print_runs(state.active_runs, flower_runs)
 
 
 @admin_app.command()
 def members(ctx: typer.Context, as_json: AsJson = False) -> None:
-    """The registered federation members."""
+    """The federation's members: client id, host, online, last seen, SuperNode registered,
+    certificate expiry, Flower node and peer address."""
     with _client(ctx) as client:
-        registered = client.list_members()
+        state = client.status()
     if as_json:
-        _print_json(registered)
+        _print_json(state.members)
         return
-    if not registered:
-        console.print("no members registered")
-        return
-    table = Table("client", "Flower node", "peer address", "samples", "updated")
-    for member in registered:
-        table.add_row(
-            str(member.client_id),
-            str(member.flower_node_id),
-            member.peer_address,
-            str(member.num_samples),
-            _time(member.updated_at),
+    _print_members(state.members, state.supernodes_error, state.unbound_nodes, detailed=True)
+
+
+def _print_members(
+    members: list[MemberStatus], error: str, unbound: list[int], detailed: bool
+) -> None:
+    """The members table, then why presence is unknown and which nodes belong to no one."""
+    if members:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("client", no_wrap=True, overflow="fold")
+        table.add_column("host", no_wrap=True, overflow="fold")
+        for name in ("state", "last seen", "SuperNode", "certificate"):
+            table.add_column(name, overflow="fold")
+        if detailed:
+            table.add_column("Flower node", overflow="fold")
+            table.add_column("peer address", overflow="fold")
+        colours = {"online": "green", "offline": "yellow"}
+        for member in members:
+            state = member.presence
+            cells = [
+                str(member.client_id),
+                escape(member.host) or _MISSING,  # a participant's words: no rich markup
+                f"[{colours[state]}]{state}" if state in colours else state,
+                "now" if state == "online" else _when(member.last_seen, "never"),
+                "yes" if member.supernode_registered else "no",
+                "revoked" if member.revoked else _until(member.cert_not_after),
+            ]
+            if detailed:
+                address = escape(member.peer_address) or _MISSING
+                cells += [_optional(member.flower_node_id or None), address]
+            table.add_row(*cells)
+        console.print(table)
+    else:
+        console.print("no members yet (none enrolled, registered or joined a run)")
+    if error:
+        console.print(f"online/offline unknown: {error}", highlight=False)
+    if unbound:
+        nodes = ", ".join(map(str, unbound))
+        console.print(
+            f"{len(unbound)} SuperNodes online that are no member's: {nodes} (their keys are "
+            "not registered: collabfl admin register-supernode)",
+            highlight=False,
         )
-    console.print(table)
 
 
 @admin_app.command("register-supernode")
@@ -339,7 +375,10 @@ def runs(ctx: typer.Context, as_json: AsJson = False) -> None:
     if as_json:
         _print_json(all_runs)
         return
-    console.print(_runs_table(all_runs) if all_runs else "no runs")
+    if not all_runs:
+        console.print("no runs")
+        return
+    _print_runs(all_runs)
 
 
 @admin_app.command()
@@ -359,6 +398,15 @@ def start(
     message_timeout: Annotated[
         float, typer.Option(help="seconds a client may take")
     ] = RunOptions.message_timeout_s,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
+    ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="print the run's status line as it changes until its clients joined"
+        ),
+    ] = False,
 ) -> None:
     """Start a run: the coordinator launches its ServerApp and the clients join."""
     from collabfl.coordinator.config import ConfigError, load_config
@@ -376,9 +424,50 @@ def start(
     except ValueError as error:
         _fail(error, EXIT_REFUSED)
     request = run_request(spec, options)
+    if clients != settings.data.num_clients:
+        console.print(
+            f"note: a federation's clients bring their own data: the run's records name the "
+            f"clients that join (--clients {clients}) and their data files, not the config's "
+            f"data.num_clients ({settings.data.num_clients}) and partition",
+            highlight=False,
+        )
     with _client(ctx) as client:
-        run = client.create_run(run_id, spec.label, request)
-    console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
+        run = client.create_run(run_id, spec.label, request, overwrite)
+        console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
+        console.print(
+            f"follow it: collabfl admin runs (its status line), collabfl admin events "
+            f"{run.run_id}, collabfl admin metrics {run.run_id}",
+            highlight=False,
+        )
+        if wait:
+            _follow_join(client, run.run_id, options.join_timeout_s + LAUNCH_GRACE_S)
+
+
+LAUNCH_GRACE_S = 120.0
+"""How long ``start --wait`` allows, beyond the join timeout, for the ServerApp to start."""
+
+
+def _follow_join(client: CoordinatorClient, run_id: str, limit_s: float) -> None:
+    """Print the run's status line as it changes until it no longer says the run is waiting
+    for clients (they joined, or the join timeout ran out), or the run ended."""
+    shown = ""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        run = client.get_run(run_id)
+        if run.message and run.message != shown:
+            console.print(f"{run_id}: {run.message}", highlight=False)
+            shown = run.message
+        if not run.active:
+            console.print(f"run {run_id}: {run.status}", highlight=False)
+            return
+        if shown and not shown.startswith("waiting for clients"):
+            return
+        time.sleep(1.0)
+    console.print(
+        f"run {run_id}: no word from its ServerApp in {limit_s:g} s; see collabfl admin "
+        f"events {run_id} and the coordinator's log",
+        highlight=False,
+    )
 
 
 @admin_app.command()
@@ -476,7 +565,8 @@ def metrics(
     run_id: Annotated[str, typer.Argument(metavar="RUN")],
     as_json: AsJson = False,
 ) -> None:
-    """Per round: test accuracy across clients and peer-model bytes downloaded."""
+    """Per round: test accuracy across clients of two models, labelled (each client's current
+    model, and its best-validation model, which the report uses), and peer bytes downloaded."""
     with _client(ctx) as client:
         history = client.get_metrics(run_id)
     if as_json:  # JSON object keys are strings: rounds and client ids print as "0", "1", ...
@@ -485,22 +575,36 @@ def metrics(
     if not history:
         console.print(f"run {run_id} has no recorded round yet")
         return
-    table = Table("round", "clients", "mean acc", "min acc", "max acc", "peer bytes")
+    table = Table(
+        "round", "clients", "current model: mean acc (min–max)", "best-validation model: mean acc",
+        "peer bytes",
+    )  # fmt: skip
     for round_index, by_client in history.items():
-        accuracies = [_number(m.get("test_acc")) for m in by_client.values()]
-        present = [a for a in accuracies if a is not None]
         fetched = sum(_number(m.get("bytes_fetched")) or 0 for m in by_client.values())
+        current = _accuracies(by_client, "test_acc")
+        best = _accuracies(by_client, "best_test_acc")
         table.add_row(
             str(round_index),
             str(len(by_client)),
-            *(
-                (_percent(fmean(present)), _percent(min(present)), _percent(max(present)))
-                if present
-                else (_MISSING,) * 3
-            ),
+            f"{_percent(fmean(current))} ({_percent(min(current))}–{_percent(max(current))})"
+            if current
+            else _MISSING,
+            _percent(fmean(best)) if best else _MISSING,
             human_bytes(fetched),
         )
     console.print(table)
+    console.print(
+        "current model: each client's model as evaluated in that round (test_acc). "
+        "best-validation model: each client's model with the best validation accuracy so far "
+        "(best_test_acc); the report (summary.json, results.md) uses this one: its mean over "
+        "benign clients of their last reports.",
+        highlight=False,
+    )
+
+
+def _accuracies(by_client: Mapping[int, Mapping[str, Any]], key: str) -> list[float]:
+    values = (_number(m.get(key)) for m in by_client.values())
+    return [v for v in values if v is not None]
 
 
 @admin_app.command()
@@ -621,17 +725,26 @@ def events(
 
 
 def _runs_table(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> Table:
-    """The runs; with ``flower_runs`` (our run id -> Flower run id) a column for those too."""
-    columns = ["run", "method", "status", "last round", "created", "message"]
-    table = Table(*columns, *(["Flower run"] if flower_runs is not None else []))
+    """The runs; with ``flower_runs`` (our run id -> Flower run id) a column for those too.
+
+    Every command takes a run id, so ids are never cut short: their column does not wrap,
+    and only when even that cannot fit does it fold onto a second line (no ellipsis).
+    """
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("run", no_wrap=True, overflow="fold")
+    table.add_column("method", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("last round")
+    table.add_column("created", no_wrap=True, overflow="fold")
+    if flower_runs is not None:
+        table.add_column("Flower run")
     for run in runs:
         cells = [
             run.run_id,
             run.method,
             run.status,
             _optional(run.last_completed_round),
-            _time(run.created_at),
-            run.message,
+            datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M"),
         ]
         if flower_runs is not None:
             cells.append(_optional(flower_runs.get(run.run_id)))
@@ -639,11 +752,13 @@ def _runs_table(runs: list[Run], flower_runs: Mapping[str, int | None] | None = 
     return table
 
 
-def _supernodes_line(nodes: list[dict[str, Any]] | None, error: str) -> str:
-    if nodes is None:
-        return f"SuperNodes: unknown ({error})"
-    online = sorted(str(node.get("node-id")) for node in nodes if node.get("status") == "online")
-    return f"{len(online)} SuperNodes online" + (f": {', '.join(online)}" if online else "")
+def _print_runs(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> None:
+    """The runs table, then each run's message on a line of its own (a status line such
+    as "waiting for clients: 3/4 joined, 87 s left" needs the room a cell lacks)."""
+    console.print(_runs_table(runs, flower_runs))
+    for run in runs:
+        if run.message:
+            console.print(f"{run.run_id}: {run.message}", highlight=False, soft_wrap=True)
 
 
 def _matrix_table(matrix: np.ndarray) -> Table:
@@ -672,6 +787,18 @@ def _percent(value: float) -> str:
 
 def _optional(value: int | None) -> str:
     return _MISSING if value is None else str(value)
+
+
+def _when(timestamp: float, never: str) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else never
+
+
+def _until(timestamp: float) -> str:
+    """A certificate's expiry: its date, or that it has expired."""
+    if not timestamp:
+        return _MISSING
+    day = datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d")
+    return f"expired {day}" if timestamp < time.time() else day
 
 
 def _time(timestamp: float) -> str:

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_LIMITS: Mapping[str, int] = {
     "RecordEvent": 16 * 1024,
+    "SetRunMessage": 4 * 1024,
     "CreateRun": 256 * 1024,
     "Relay": MAX_STEP_BYTES + 4096,
     "Poll": MAX_STEP_BYTES + 4096,

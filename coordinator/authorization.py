@@ -37,6 +37,7 @@ POLICY: Mapping[str, frozenset[Role]] = {
     "ListRuns": OPERATOR,
     "StopRun": OPERATOR,
     "FinishRun": SERVER_APP,
+    "SetRunMessage": SERVER_APP,
     # What a run produces: written by its ServerApp only, read by operators.
     "RecordRound": SERVER_APP,
     "RecordEvent": SERVER_APP,

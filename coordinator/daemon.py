@@ -56,6 +56,7 @@ from collabfl.coordinator.fleet_gateway import (
 from collabfl.coordinator.flower_runs import (
     FlowerCliError,
     follow_command,
+    list_supernodes,
     register_supernode,
     stop_run,
     submit_run,
@@ -69,6 +70,7 @@ from collabfl.coordinator.launch import (
     launch_app_config,
     write_launch_token,
 )
+from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
 from collabfl.coordinator.operator_credential import OperatorCredential
 from collabfl.coordinator.operator_credential import default_path as default_operator_path
@@ -598,9 +600,11 @@ def main(argv: list[str] | None = None) -> int:
         args.host, args.superlink_port, LOOPBACK, args.superlink_internal_port,
     )  # fmt: skip
     address = f"{args.host}:{args.service_port}"
+    supernodes = SupernodeList(lambda: list_supernodes(CONNECTION, {**os.environ, **env}))
     server, port = serve(
-        state, signer, address, tls, runs_dir=runs_dir, activity=activity, enroller=enroller
-    )
+        state, signer, address, tls, runs_dir=runs_dir, activity=activity,
+        enroller=enroller, supernodes=supernodes,
+    )  # fmt: skip
     log.info("coordinator service on %s:%s, runs in %s", args.host, port, runs_dir)
     if files is not None:
         write_local_operator(args, files, port)

@@ -36,6 +36,7 @@ from collabfl.coordinator.federation_tls import FederationCredentials
 from collabfl.coordinator.methods import MethodSpec, run_request
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.comparison import write_comparison
+from collabfl.coordinator.report.setting import partition_text
 from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
@@ -424,7 +425,13 @@ def write_client_files(
     files = []
     for client in data.clients:
         path = folder / f"client-{client.client_id}.npz"
-        save_client_file(client, path, num_classes=data.pool.num_classes, dataset=data.pool.name)
+        save_client_file(
+            client,
+            path,
+            num_classes=data.pool.num_classes,
+            dataset=data.pool.name,
+            partition=partition_text(config.data.model_dump()),
+        )
         files.append(path)
     return files
 
@@ -442,7 +449,7 @@ def run_on_federation(
     config = run_request(spec, options)
     deadline = time.monotonic() + timeout_s
     with federation.client() as client:
-        client.create_run(run_id, spec.label, config)
+        client.create_run(run_id, spec.label, config, out_claimed=True)  # federation_up's
         with console.status(f"{spec.label}: starting") as status:
             while True:
                 run = client.get_run(run_id)

@@ -24,7 +24,11 @@ the round's list, coalition methods only)."""
 
 
 class MethodRecorder:
-    """Writes config, per-round rows, graphs, coalitions, then the summary and heatmaps of a run."""
+    """Writes config, per-round rows, graphs, coalitions, then the summary and heatmaps of a run.
+
+    ``data`` replaces the config's ``data`` section in the record: a real federation's
+    clients bring their own data, so the record names theirs (``num_clients``, ``dataset``,
+    ``partition``), never the TOML's defaults the federation did not use."""
 
     def __init__(
         self,
@@ -35,6 +39,7 @@ class MethodRecorder:
         model_bytes: int,
         resume_after: int | None = None,
         given: dict[str, str] | None = None,
+        data: dict[str, Any] | None = None,
     ) -> None:
         self.spec = spec
         self.run_dir = run_dir
@@ -45,6 +50,8 @@ class MethodRecorder:
         config = resolved_config(spec, num_clients, model, model_bytes)
         if given:  # what the Python API was given in place of config fields (collabfl.api)
             config["resolved"]["python_api"] = given
+        if data is not None:  # a federation's: its clients' data, not the config's defaults
+            config["data"] = data
         self.writer.write_config(config)
 
     def record(self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:

@@ -28,6 +28,8 @@ from collabfl.coordinator.admission import (
 from collabfl.coordinator.coordinator_pki import CannotIssue
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.enrolment import DEFAULT_TOKEN_TTL_S, Enroller, enrolling_role
+from collabfl.coordinator.enrolment_store import EnrolmentStore
+from collabfl.coordinator.member_status import SupernodeList, member_statuses
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
     coalitions_fields,
@@ -39,6 +41,7 @@ from collabfl.coordinator.service_codec import (
     event_level_from_pb,
     event_to_pb,
     member_from_pb,
+    member_status_to_pb,
     member_to_pb,
     metrics_to_pb,
     parse_json_object,
@@ -86,9 +89,13 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         authenticate: bool,
         activity: FleetActivity,
         enroller: Enroller | None = None,
+        supernodes: SupernodeList | None = None,
     ) -> None:
         self._state = state
         self._enroller = enroller
+        self._enrolments = enroller.store if enroller is not None else EnrolmentStore(state.path)
+        self._supernodes = supernodes
+        """The SuperLink's node list (None: this service cannot read it, e.g. in tests)."""
         self._signer = signer
         self._runs_dir = runs_dir
         self.authenticate = authenticate
@@ -111,24 +118,31 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
 
     @admitted
     def CreateRun(self, request: pb.CreateRunRequest, context: Any) -> pb.Run:
-        """Only a config the ServerApp can run, writing inside the runs directory, and only
-        while no other run is active (its clients are busy; never disturb them)."""
+        """Only a config the ServerApp can run, writing inside the runs directory into a
+        folder that holds no earlier run (unless ``overwrite``: the same rule as ``collabfl
+        compare --out``), and only while no other run is active (its clients are busy;
+        never disturb them)."""
         # Imported at the first run, not at start: it imports torch (about a CPU-second),
         # which clients starting beside the coordinator on one machine need to join. The
         # client gives this call a longer deadline for it (service_client.CREATE_RUN_S).
         from collabfl.coordinator.methods import read_run_request
+        from collabfl.coordinator.report.run_dir import claim_output_dir
 
         check_run_id(request.run_id)
         config = parse_json_object(request.config_json or "{}", "config_json")
         _, options = read_run_request(request.method, config)
-        options.run_dir(self._runs_dir, request.run_id)
+        run_dir = options.run_dir(self._runs_dir, request.run_id)
         with self._writes:
-            for run in self._state.runs():
+            runs = self._state.runs()
+            for run in runs:
                 if run.active and run.run_id != request.run_id:
                     raise AnotherRunActive(
                         f"run {run.run_id} is active ({run.status}); stop it (collabfl admin "
                         f"stop {run.run_id}) or wait for it to end before starting {request.run_id}"
                     )
+            resumed = any(run.run_id == request.run_id for run in runs)  # keeps its folder
+            if not (resumed or request.out_claimed):
+                claim_output_dir(run_dir, request.overwrite)
             created = self._state.create_run(request.run_id, request.method, config)
         self._activity.runs.ring()
         return run_to_pb(created)
@@ -277,12 +291,27 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     @admitted
     def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
         runs = self._state.runs()
+        if self._supernodes is None:
+            nodes, error = None, "this coordinator service does not read the SuperLink's nodes"
+            read_at = 0.0
+        else:
+            nodes, error, read_at = self._supernodes.get()
+        members, unbound = member_statuses(
+            self._state.members(),
+            self._state.supernode_bindings(),
+            self._enrolments.enrolments("member"),
+            nodes,
+            read_at,
+        )
         return pb.StatusReply(
             uptime_s=time.monotonic() - self._started,
             db_path=str(self._state.path),
-            num_members=len(self._state.members()),
+            num_members=len(members),
             num_runs=len(runs),
             active_runs=[run_to_pb(run) for run in runs if run.active],
+            members=[member_status_to_pb(m) for m in members],
+            supernodes_error=error,
+            unbound_nodes=unbound,
         )
 
     @admitted
@@ -315,6 +344,12 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             raise CannotIssue("this coordinator runs without TLS: nobody enrols by token")
         return self._enroller
 
+    def SetRunMessage(self, request: pb.RunMessage, context: Any) -> pb.Run:
+        if "\n" in request.message:
+            raise InvalidRecord("a run message is one line")
+        self._check_launch("SetRunMessage", request.run_id, request.launch_token)
+        return run_to_pb(self._state.set_run_message(request.run_id, request.message))
+
     @admitted
     def MessagesPushed(self, request: pb.FleetSignal, context: Any) -> pb.FleetActivity:
         self._check_launch("MessagesPushed", request.run_id, request.launch_token)
@@ -344,6 +379,7 @@ def serve(
     runs_dir: Path | None = None,
     activity: FleetActivity | None = None,
     enroller: Enroller | None = None,
+    supernodes: SupernodeList | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start the service, with the sub-step relay beside it, on ``address`` (port 0: any
     free port); return it and its port.
@@ -352,6 +388,7 @@ def serve(
     by their role; without, anyone who reaches the port (loopback tests only). ``runs_dir``
     (default: ``runs`` next to the database) is the only folder runs may write into.
     ``activity``: the signals shared with the daemon's Fleet gateway (coordinator/doorbell.py).
+    ``supernodes``: the SuperLink's node list, for ``Status`` (coordinator/member_status.py).
     """
     if tls is not None and tls.client_ca is None:
         raise ValueError(
@@ -371,6 +408,7 @@ def serve(
         authenticate=tls is not None,
         activity=activity or FleetActivity(),
         enroller=enroller,
+        supernodes=supernodes,
     )
     relay = SubstepService(state, SubstepRelay(), authenticate=tls is not None)
     server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS), options=SERVER_OPTIONS)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import grpc
 
 from collabfl.coordinator.enrolment_store import Enrolment
+from collabfl.coordinator.member_status import MemberStatus
 from collabfl.coordinator.service_codec import (
     CHANNEL_OPTIONS,
     coalitions_fields,
@@ -26,6 +27,7 @@ from collabfl.coordinator.service_codec import (
     event_from_pb,
     event_level_to_pb,
     member_from_pb,
+    member_status_from_pb,
     member_to_pb,
     metrics_from_pb,
     metrics_to_pb,
@@ -47,6 +49,12 @@ class CoordinatorStatus:
     num_members: int
     num_runs: int
     active_runs: list[Run]
+    members: list[MemberStatus]
+    """Every member known, by client id, with its host, presence and certificate."""
+    supernodes_error: str
+    """Why presence is unknown (the SuperLink's node list could not be read); else ""."""
+    unbound_nodes: list[int]
+    """Flower nodes online that are bound to no member."""
 
 
 class CoordinatorUnreachable(ConnectionError):
@@ -133,9 +141,24 @@ class CoordinatorClient:
         reply = self._call(self._stub.ListMembers, pb.ListMembersRequest())
         return [member_from_pb(m) for m in reply.members]
 
-    def create_run(self, run_id: str, method: str, config: Mapping[str, Any]) -> Run:
-        """Create the run; its deadline is at least ``CREATE_RUN_S`` (see there)."""
-        request = pb.CreateRunRequest(run_id=run_id, method=method, config_json=json.dumps(config))
+    def create_run(
+        self,
+        run_id: str,
+        method: str,
+        config: Mapping[str, Any],
+        overwrite: bool = False,
+        out_claimed: bool = False,
+    ) -> Run:
+        """Create the run; its deadline is at least ``CREATE_RUN_S`` (see there).
+        ``overwrite``: replace an earlier run held by the new run's folder; ``out_claimed``:
+        the caller prepared that folder itself, for several runs (no check)."""
+        request = pb.CreateRunRequest(
+            run_id=run_id,
+            method=method,
+            config_json=json.dumps(config),
+            overwrite=overwrite,
+            out_claimed=out_claimed,
+        )
         timeout_s = max(self.timeout_s, CREATE_RUN_S)
         return run_from_pb(self._call(self._stub.CreateRun, request, timeout_s))
 
@@ -156,6 +179,11 @@ class CoordinatorClient:
             launch_token=self.launch_token,
         )
         return run_from_pb(self._call(self._stub.FinishRun, request))
+
+    def set_run_message(self, run_id: str, message: str) -> Run:
+        """The run's status line ("" clears it): the ServerApp's, with its launch token."""
+        request = pb.RunMessage(run_id=run_id, message=message, launch_token=self.launch_token)
+        return run_from_pb(self._call(self._stub.SetRunMessage, request))
 
     def record_round(
         self,
@@ -291,4 +319,7 @@ class CoordinatorClient:
             reply.num_members,
             reply.num_runs,
             [run_from_pb(r) for r in reply.active_runs],
+            [member_status_from_pb(m) for m in reply.members],
+            reply.supernodes_error,
+            list(reply.unbound_nodes),
         )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
 from collabfl.coordinator.enrolment_store import Enrolment
+from collabfl.coordinator.member_status import MemberStatus
 from collabfl.coordinator.state import (
     Coalitions,
     Edge,
@@ -186,6 +188,14 @@ def member_from_pb(member: pb.Member) -> Member:
         member.registered_at,
         member.updated_at,
     )
+
+
+def member_status_to_pb(status: MemberStatus) -> pb.MemberStatus:
+    return pb.MemberStatus(**asdict(status))
+
+
+def member_status_from_pb(status: pb.MemberStatus) -> MemberStatus:
+    return MemberStatus(**{f.name: getattr(status, f.name) for f in fields(MemberStatus)})
 
 
 def run_to_pb(run: Run) -> pb.Run:

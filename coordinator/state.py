@@ -31,6 +31,8 @@ RUN_STATUSES = ("running", "stopping", "stopped", "finished", "failed")
 ACTIVE_STATUSES = ("running", "stopping")
 END_STATUSES = ("stopped", "finished", "failed")
 EVENT_LEVELS = ("info", "warning", "error")
+MAX_RUN_MESSAGE = 500
+"""A run's status line is one line of text, not a log."""
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """Run ids end up in file names, grants and URLs, so they stay plain."""
@@ -458,6 +460,21 @@ class CoordinatorState:
             conn.execute(
                 "UPDATE runs SET status = ?, message = ?, updated_at = ? WHERE run_id = ?",
                 (status, message, time.time(), run_id),
+            )
+        return self.run(run_id)
+
+    def set_run_message(self, run_id: str, message: str) -> Run:
+        """Say what an active run is doing now ("" clears it); an ended run keeps the
+        message it ended with."""
+        if len(message) > MAX_RUN_MESSAGE:
+            raise InvalidRecord(f"a run message is one line of at most {MAX_RUN_MESSAGE} chars")
+        with self._transaction() as conn:
+            row = self._run_row(conn, run_id)
+            if row["status"] in END_STATUSES:
+                raise RunNotActive(f"run {run_id} has ended ({row['status']})")
+            conn.execute(
+                "UPDATE runs SET message = ?, updated_at = ? WHERE run_id = ?",
+                (message, time.time(), run_id),
             )
         return self.run(run_id)
 

@@ -41,7 +41,10 @@ GrantIssuer = Callable[[int, Sequence[int], int], Mapping[int, bytes]]
 """(fetcher, owners, round) -> grant token per owner."""
 
 EventSink = Callable[[int, str, int, str], None]
-"""(round, kind, client_id, message): where faults are reported."""
+"""(round, kind, client_id, message): where faults and notices are reported."""
+
+NOTICES = frozenset({"rejoined"})
+"""Event kinds that report good news (recorded as info); the others are faults."""
 
 Admitter = Callable[[Sequence[int]], list[Member]]
 """Sends the run's set-up to new Flower nodes and returns the members they turned out to be."""
@@ -90,6 +93,8 @@ class FlowerClientPool:
         self.silent: set[int] = set()
         """Clients whose last message got no valid reply: no peer waits for their models
         until they answer again (a hung client must not hold up everyone's round)."""
+        self.offline: set[int] = set()
+        """Members skipped as offline and not seen online since: their return is an event."""
         """Given the nodes online, those the run's binding refuses (flower/binding.py): they
         are not offered set-up again."""
 
@@ -177,15 +182,22 @@ class FlowerClientPool:
         self, clients: Collection[int], online: set[int], round_index: int
     ) -> dict[int, int]:
         """The Flower node of each of ``clients`` that is a member and online now; an
-        offline member is recorded as skipped."""
+        offline member is recorded as skipped, and its return as ``rejoined``."""
         nodes = {}
         for client_id in clients:
             member = self.members.get(client_id)
             if member is None:
                 continue
             if member.flower_node_id not in online:
+                self.offline.add(client_id)
                 self.on_event(round_index, "offline", client_id, "node is offline; skipped")
                 continue
+            if client_id in self.offline:
+                self.offline.discard(client_id)
+                self.on_event(
+                    round_index, "rejoined", client_id,
+                    f"online again (Flower node {member.flower_node_id}) after being skipped",
+                )  # fmt: skip
             nodes[client_id] = member.flower_node_id
         return nodes
 

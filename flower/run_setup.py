@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from flwr.app import ConfigRecord, RecordDict
 
+from collabfl.client.data.client_file import is_plain_name
 from collabfl.flower.codec import MESSAGE_PREFIX
 from collabfl.kernel.training import TrainingConfig
 from collabfl.kernel.user_code import is_import_path
@@ -57,7 +58,8 @@ class RunSettings:
 @dataclass(frozen=True)
 class Description:
     """What a client tells the coordinator at set-up: identity, sizes, where peers fetch its
-    models, and (for iPFL) the market profile it chose to report, if any."""
+    models, what its data file says of its data (dataset, partition), and (for iPFL) the
+    market profile it chose to report, if any."""
 
     client_id: int
     num_samples: int
@@ -65,6 +67,14 @@ class Description:
     peer_address: str
     cost: float | None = None
     eagerness: float | None = None
+    dataset: str | None = None
+    partition: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("dataset", "partition"):
+            value = getattr(self, name)
+            if value is not None and not is_plain_name(value):
+                raise ValueError(f"{name} must be a short printable one-line name")
 
     @property
     def market(self) -> dict[str, float]:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,16 +39,19 @@ from collabfl.coordinator.driver import RunStopped, drive
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
 from collabfl.coordinator.recording import MethodRecorder, safe_name
+from collabfl.coordinator.report.coalition_moves import join_clients
 from collabfl.coordinator.report.comparison import write_comparison
+from collabfl.coordinator.report.setting import partition_text
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
 from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
-from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.pool import NOTICES, FlowerClientPool
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
+    Description,
     RunSettings,
     decode_description,
     encode_settings,
@@ -125,15 +129,34 @@ def run_federated(
         coordinator.record_event(run_id, "impostor", reason, "warning", client_id=client_id)
 
     gate = Gate(binder, refuse)
-    members, num_classes, reports = join(grid, setup, options, gate, signals)
+
+    def say(message: str) -> None:
+        coordinator.set_run_message(run_id, message)
+
+    members, num_classes, described = join(grid, setup, options, gate, signals, say)
+    reports = {c: d.market for c, d in described.items() if d.market}
     coordinator.register_members(members)
+    joined = [m.client_id for m in members]
+    shortfall = missing_clients(options.expected_clients, joined, binder.registered.values())
+    if shortfall is None:
+        say(f"{len(members)} clients joined")
+    else:
+        log.warning("run %s: %s", run_id, shortfall)
+        coordinator.record_event(run_id, "fewer_clients", shortfall, "warning")
+        say(f"{len(members)} of {options.expected_clients} clients joined")
 
     def issue(fetcher: int, owners, round_index: int):
         return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
 
     def on_event(round_index: int, kind: str, client_id: int, message: str) -> None:
-        log.warning("round %s client %s: %s: %s", round_index, client_id, kind, message)
-        coordinator.record_event(run_id, kind, message, round=round_index, client_id=client_id)
+        level = "info" if kind in NOTICES else "warning"
+        log.log(
+            logging.INFO if kind in NOTICES else logging.WARNING,
+            "round %s client %s: %s: %s", round_index, client_id, kind, message,
+        )  # fmt: skip
+        coordinator.record_event(
+            run_id, kind, message, level, round=round_index, client_id=client_id
+        )
 
     def admit_new(nodes: Sequence[int]) -> list[Member]:
         joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
@@ -152,7 +175,10 @@ def run_federated(
         coordinator.record_event(run_id, "resumed", f"resuming after round {last}", "info")
     # Graphs span client ids 0..n-1 even when some expected client has not joined (yet).
     num_clients = max(options.expected_clients, 1 + max(m.client_id for m in members))
-    recorder = MethodRecorder(spec, run_dir, num_clients, model, workspace.nbytes, last)
+    data, asked = federation_data(described.values()), requested_data(spec)
+    if data != asked:
+        coordinator.record_event(run_id, "config_rewritten", rewritten(asked, data), "info")
+    recorder = MethodRecorder(spec, run_dir, num_clients, model, workspace.nbytes, last, data=data)
     pool = FlowerClientPool(
         grid,
         members,
@@ -217,15 +243,15 @@ def admit(
     gate: Gate,
     timeout_s: float,
     signals: FleetSignals,
-) -> tuple[list[Member], set[int], dict[int, dict[str, float]]]:
+) -> tuple[list[Member], set[int], dict[int, Description]]:
     """Send the set-up to ``nodes``; return the members that answered and may speak for the
-    client id they claim, their class counts and what they reported about themselves for
-    markets (iPFL cost and eagerness)."""
+    client id they claim, their class counts and, per client id, what it said of itself
+    (its data; for markets, iPFL cost and eagerness)."""
     messages = [
         Message(encode_settings(setup), dst_node_id=node, message_type=SETUP_MESSAGE)
         for node in nodes
     ]
-    members, classes, reports = [], set(), {}
+    members, classes, described = [], set(), {}
     answers = exchange(grid, messages, timeout_s, signals)
     online = set(grid.get_node_ids())
     for node, answer in answers.items():
@@ -234,41 +260,122 @@ def admit(
             log.warning("node %s failed to join: %s", node, content)
             continue
         try:
-            described = decode_description(content)
+            description = decode_description(content)
         except ValueError as error:
             log.warning("node %s sent an unusable description: %s", node, error)
             continue
-        refusal = gate.binder.claim(node, described.client_id, online, described.peer_address)
+        client_id = description.client_id
+        refusal = gate.binder.claim(node, client_id, online, description.peer_address)
         if refusal is not None:
-            gate.refuse(node, described.client_id, refusal)
+            gate.refuse(node, client_id, refusal)
             continue
         members.append(
             Member(
-                client_id=described.client_id,
+                client_id=client_id,
                 flower_node_id=node,
-                peer_address=described.peer_address,
-                num_samples=described.num_samples,
+                peer_address=description.peer_address,
+                num_samples=description.num_samples,
             )
         )
-        classes.add(described.num_classes)
-        if described.market:
-            reports[described.client_id] = described.market
-    return members, classes, reports
+        classes.add(description.num_classes)
+        described[description.client_id] = description
+    return members, classes, described
 
 
 def join(
-    grid: Grid, setup: RunSettings, options: RunOptions, gate: Gate, signals: FleetSignals
-) -> tuple[list[Member], int, dict[int, dict[str, float]]]:
-    """Wait for the expected clients, send them the run's settings, collect who they are."""
+    grid: Grid,
+    setup: RunSettings,
+    options: RunOptions,
+    gate: Gate,
+    signals: FleetSignals,
+    say: Callable[[str], None] = lambda message: None,
+) -> tuple[list[Member], int, dict[int, Description]]:
+    """Wait for the expected clients, send them the run's settings, collect who they are.
+    ``say`` gets the run's status line while it waits."""
     deadline = time.monotonic() + options.join_timeout_s
-    nodes = list(grid.get_node_ids())
-    while len(nodes) < options.expected_clients and time.monotonic() < deadline:
-        time.sleep(0.5)
-        nodes = list(grid.get_node_ids())
+    nodes = wait_for_nodes(grid, options.expected_clients, deadline, say)
     timeout_s = max(deadline - time.monotonic(), 30.0)
-    members, classes, reports = admit(grid, nodes, setup, gate, timeout_s, signals)
+    members, classes, described = admit(grid, nodes, setup, gate, timeout_s, signals)
     if not members:
         raise RuntimeError(f"no client joined within the join timeout ({len(nodes)} nodes seen)")
     if len(classes) != 1:
         raise RuntimeError(f"clients disagree on the number of classes: {sorted(classes)}")
-    return sorted(members, key=lambda m: m.client_id), classes.pop(), reports
+    return sorted(members, key=lambda m: m.client_id), classes.pop(), described
+
+
+SAY_EVERY_S = 5.0
+"""How often the waiting line's countdown is refreshed (and at once when a client comes)."""
+
+
+def wait_for_nodes(
+    grid: Grid, expected: int, deadline: float, say: Callable[[str], None]
+) -> list[int]:
+    """The Flower nodes online once ``expected`` are, or at ``deadline`` (monotonic); while
+    waiting, ``say`` gets "waiting for clients: 3/4 joined, 87 s left" as it changes."""
+    nodes = list(grid.get_node_ids())
+    said: tuple[int, float] | None = None
+    while len(nodes) < expected and (now := time.monotonic()) < deadline:
+        if said is None or said[0] != len(nodes) or now - said[1] >= SAY_EVERY_S:
+            left = math.ceil(deadline - now)
+            say(f"waiting for clients: {len(nodes)}/{expected} joined, {left} s left")
+            said = (len(nodes), now)
+        time.sleep(0.5)
+        nodes = list(grid.get_node_ids())
+    return nodes
+
+
+def missing_clients(expected: int, joined: Sequence[int], known: Iterable[int]) -> str | None:
+    """None when at least ``expected`` clients joined; else the event's message, naming the
+    clients missing among ``known`` (those with a registered SuperNode key)."""
+    if len(joined) >= expected:
+        return None
+    absent = sorted(set(known) - set(joined))
+    unnamed = expected - len(joined) - len(absent)
+    named = [f"client {c}" for c in absent]
+    if unnamed > 0:
+        named.append(f"{unnamed} client{'s' if unnamed > 1 else ''} not known by id")
+    return (
+        f"started with {len(joined)} of the {expected} clients asked for (--clients) when the "
+        f"join timeout ran out; missing: {', '.join(named)}"
+    )
+
+
+def federation_data(described: Iterable[Description]) -> dict[str, Any]:
+    """The run config's ``data`` as it was: the clients that joined at the start and what
+    their data files say (a name they all share, else each name with its clients), not the
+    TOML's defaults, which a federation does not use."""
+    clients = list(described)
+
+    def common(field: str) -> str:
+        names: dict[str, list[int]] = {}
+        for d in clients:
+            names.setdefault(getattr(d, field) or "unnamed", []).append(d.client_id)
+        if len(names) == 1:
+            return next(iter(names))
+        return "; ".join(
+            f"{name} (clients {join_clients(sorted(ids))})" for name, ids in sorted(names.items())
+        )
+
+    return {
+        "num_clients": len(clients),
+        "dataset": common("dataset"),
+        "partition": common("partition"),
+    }
+
+
+def requested_data(spec: MethodSpec) -> dict[str, Any]:
+    """What the run's config says of its data, in ``federation_data``'s terms."""
+    data = spec.config.data.model_dump(mode="json")
+    return {
+        "num_clients": data["num_clients"],
+        "dataset": data["dataset"],
+        "partition": partition_text(data),
+    }
+
+
+def rewritten(asked: dict[str, Any], data: dict[str, Any]) -> str:
+    """The event saying which of the config's values the run's records replace, and why."""
+    changes = "; ".join(
+        f"data.{key} {asked[key]!r} -> {data[key]!r}" for key in data if asked[key] != data[key]
+    )
+    return f"the run's records describe the clients that joined and their data files: {changes}"

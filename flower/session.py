@@ -262,4 +262,6 @@ def describe(
         peer_address=peer_address,
         cost=market.get("cost"),
         eagerness=market.get("eagerness"),
+        dataset=meta.get("dataset"),
+        partition=meta.get("partition"),
     )

@@ -168,14 +168,28 @@ class Run(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., last_completed_round: _Optional[int] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
-    __slots__ = ("run_id", "method", "config_json")
+    __slots__ = ("run_id", "method", "config_json", "overwrite", "out_claimed")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    OUT_CLAIMED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     method: str
     config_json: str
-    def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+    overwrite: bool
+    out_claimed: bool
+    def __init__(self, run_id: _Optional[str] = ..., method: _Optional[str] = ..., config_json: _Optional[str] = ..., overwrite: _Optional[bool] = ..., out_claimed: _Optional[bool] = ...) -> None: ...
+
+class RunMessage(_message.Message):
+    __slots__ = ("run_id", "message", "launch_token")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    message: str
+    launch_token: str
+    def __init__(self, run_id: _Optional[str] = ..., message: _Optional[str] = ..., launch_token: _Optional[str] = ...) -> None: ...
 
 class RunRef(_message.Message):
     __slots__ = ("run_id",)
@@ -396,15 +410,43 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("uptime_s", "db_path", "num_members", "num_runs", "active_runs")
+    __slots__ = ("uptime_s", "db_path", "num_members", "num_runs", "active_runs", "members", "supernodes_error", "unbound_nodes")
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
     DB_PATH_FIELD_NUMBER: _ClassVar[int]
     NUM_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     NUM_RUNS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    SUPERNODES_ERROR_FIELD_NUMBER: _ClassVar[int]
+    UNBOUND_NODES_FIELD_NUMBER: _ClassVar[int]
     uptime_s: float
     db_path: str
     num_members: int
     num_runs: int
     active_runs: _containers.RepeatedCompositeFieldContainer[Run]
-    def __init__(self, uptime_s: _Optional[float] = ..., db_path: _Optional[str] = ..., num_members: _Optional[int] = ..., num_runs: _Optional[int] = ..., active_runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
+    members: _containers.RepeatedCompositeFieldContainer[MemberStatus]
+    supernodes_error: str
+    unbound_nodes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, uptime_s: _Optional[float] = ..., db_path: _Optional[str] = ..., num_members: _Optional[int] = ..., num_runs: _Optional[int] = ..., active_runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ..., supernodes_error: _Optional[str] = ..., unbound_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MemberStatus(_message.Message):
+    __slots__ = ("client_id", "host", "presence", "last_seen", "supernode_registered", "cert_not_after", "revoked", "flower_node_id", "peer_address")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    SUPERNODE_REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    CERT_NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    FLOWER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    host: str
+    presence: str
+    last_seen: float
+    supernode_registered: bool
+    cert_not_after: float
+    revoked: bool
+    flower_node_id: int
+    peer_address: str
+    def __init__(self, client_id: _Optional[int] = ..., host: _Optional[str] = ..., presence: _Optional[str] = ..., last_seen: _Optional[float] = ..., supernode_registered: _Optional[bool] = ..., cert_not_after: _Optional[float] = ..., revoked: _Optional[bool] = ..., flower_node_id: _Optional[int] = ..., peer_address: _Optional[str] = ...) -> None: ...

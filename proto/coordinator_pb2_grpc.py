@@ -114,6 +114,11 @@ class CoordinatorStub:
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.StatusRequest.SerializeToString,
                 response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.StatusReply.FromString,
                 _registered_method=True)
+        self.SetRunMessage = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/SetRunMessage',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.RunMessage.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.Run.FromString,
+                _registered_method=True)
         self.MessagesPushed = channel.unary_unary(
                 '/collabfl.coordinator.Coordinator/MessagesPushed',
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.FleetSignal.SerializeToString,
@@ -253,6 +258,14 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetRunMessage(self, request, context):
+        """The ServerApp's one-line account of what its run is doing now (e.g. "waiting for
+        clients: 3/4 joined, 87 s left"); empty clears it. Shown with the run's status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def MessagesPushed(self, request, context):
         """The Flower transport's signals, so that nobody polls the SuperLink on a clock. The
         ServerApp says it pushed messages to SuperNodes: the Fleet gateway asks the SuperLink
@@ -373,6 +386,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.StatusRequest.FromString,
                     response_serializer=collabfl_dot_proto_dot_coordinator__pb2.StatusReply.SerializeToString,
+            ),
+            'SetRunMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRunMessage,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RunMessage.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.Run.SerializeToString,
             ),
             'MessagesPushed': grpc.unary_unary_rpc_method_handler(
                     servicer.MessagesPushed,
@@ -832,6 +850,33 @@ class Coordinator:
             '/collabfl.coordinator.Coordinator/Status',
             collabfl_dot_proto_dot_coordinator__pb2.StatusRequest.SerializeToString,
             collabfl_dot_proto_dot_coordinator__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRunMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/SetRunMessage',
+            collabfl_dot_proto_dot_coordinator__pb2.RunMessage.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.Run.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,7 +8,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 from rich.console import Console
-from support.coordinator import valid_request
+from support.coordinator import served, valid_request
 from typer.testing import CliRunner, Result
 
 from collabfl.coordinator import admin
@@ -148,6 +148,20 @@ def test_metrics(address: str) -> None:
     assert "2.0 KiB" in out
 
 
+def test_metrics_label_which_model_each_accuracy_is(state: CoordinatorState, address: str) -> None:
+    """A "mean acc" of the current model (70.65%) beside a report of the best-validation
+    models (96.50%) contradicted it without a word: both are shown, labelled, and the
+    output says which one the report uses."""
+    state.create_run("labelled", "dpfl", {})
+    rows = {c: {"test_acc": acc, "best_test_acc": 0.965} for c, acc in enumerate((0.7, 0.713))}
+    state.record_round("labelled", 0, [], rows, num_clients=2)
+    out = _ok(address, "metrics", "labelled")
+    assert "current model: mean acc" in out and "best-validation model: mean acc" in out
+    row = next(line for line in out.splitlines() if line.strip("│ ").startswith("0 "))
+    assert "70.65% (70.00%–71.30%)" in row and "96.50%" in row
+    assert "the report (summary.json, results.md) uses this one" in " ".join(out.split())
+
+
 def test_payments_ledger_with_cumulative_totals(address: str) -> None:
     out = _ok(address, "payments", "market")
     assert "round 1" in out
@@ -284,3 +298,51 @@ def test_dead_coordinator_exits_3_with_one_line() -> None:
     assert result.stderr.startswith(f"error: cannot reach the coordinator at {dead}")
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+LONG_RUN_ID = "dpfl_budget_0.1-20261126-043000"
+
+
+def test_run_ids_stay_whole_at_80_columns(
+    state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command takes a run id: a table that cuts it (``dpfl_budget…``) is no use."""
+    monkeypatch.setattr(admin, "console", Console(width=80))
+    state.create_run(LONG_RUN_ID, "dpfl:budget=0.1", {})
+    state.finish_run(LONG_RUN_ID, "failed", "the ServerApp kept dying")
+    for command in ("runs", "status"):
+        out = _ok(address, command)
+        assert "…" not in out, out
+        assert max(len(line) for line in out.splitlines()) <= 80
+    runs = _ok(address, "runs")
+    assert any(line.strip().startswith(f"{LONG_RUN_ID} ") for line in runs.splitlines()), runs
+    assert f"{LONG_RUN_ID}: the ServerApp kept dying" in runs
+
+
+def test_start_refuses_an_out_folder_holding_a_run(tmp_path: Path) -> None:
+    """``admin start --out r1`` over a finished run once overwrote its results and mixed the
+    two runs in one folder; now it is refused as ``compare --out`` is, unless --overwrite."""
+    runs_dir = tmp_path / "runs"
+    earlier = runs_dir / "r1"
+    earlier.mkdir(parents=True)
+    (earlier / "results.md").write_text("the earlier run\n")
+    start = ("start", "--out", "r1", "--run-id", "second")
+    with CoordinatorState(tmp_path / "c.db") as state, served(state, runs_dir=runs_dir) as address:
+        refused = _admin(address, *start)
+        assert refused.exit_code == 2, refused.output
+        assert len(refused.stderr.splitlines()) == 1
+        assert "holds an earlier run" in refused.stderr and "--overwrite" in refused.stderr
+        assert (earlier / "results.md").read_text() == "the earlier run\n"
+        assert state.runs() == []
+
+        _ok(address, *start, "--overwrite")
+        assert not (earlier / "results.md").exists()
+        assert [run.run_id for run in state.runs()] == ["second"]
+
+        # the same run resumed (after a stop) writes on in its own folder: no refusal
+        runs_dir.joinpath("r1").mkdir(exist_ok=True)
+        (earlier / "serverapp.log").write_text("launch 1\n")
+        state.finish_run("second", "stopped")
+        _ok(address, *start)
+        assert (earlier / "serverapp.log").read_text() == "launch 1\n"
+        assert state.run("second").status == "running"

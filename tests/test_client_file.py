@@ -17,6 +17,9 @@ BAD_FILES = {
     "client-id-text": ({"meta": {"client_id": "0"}}, "client_id must be an int"),
     "shape-text": ({"meta": {"input_shape": ["1", 40]}}, "input_shape must be a list"),
     "malicious-text": ({"meta": {"malicious": "no"}}, "malicious must be true or false"),
+    "partition-two-lines": ({"meta": {"partition": "IID\nα"}}, "partition must be one line"),
+    "partition-huge": ({"meta": {"partition": "x" * 101}}, "partition must be one line"),
+    "dataset-number": ({"meta": {"dataset": 7}}, "dataset must be one line"),
     "nan-samples": (
         {"x_train": np.full((8, 1, 40), np.nan, np.float32)},
         "train samples hold NaN or Inf",

@@ -94,3 +94,7 @@ def test_killed_client_is_skipped_and_rejoins(shared):
     shared.federation.restart(GONE)
     by_round = finish(shared, run_id, out, rounds)
     assert 3 in by_round[rounds - 1], "client 3 did not rejoin"
+    with shared.federation.client() as client:
+        kinds = [e.kind for e in client.list_events(run_id) if e.client_id == GONE]
+    if "offline" in kinds:  # skipped as offline (not only silent): its return is recorded
+        assert "rejoined" in kinds[kinds.index("offline") :], kinds

@@ -14,7 +14,7 @@ from collabfl.coordinator.state import Member
 from collabfl.flower import pool as pool_module
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
 from collabfl.flower.fleet_signals import Polling
-from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.pool import NOTICES, FlowerClientPool
 from collabfl.flower.substeps import SessionEnd
 from collabfl.flower.timing import MessageTiming
 from collabfl.strategies.protocol import Instruction, Reply
@@ -155,6 +155,20 @@ def test_an_offline_client_is_skipped_and_nobodys_peer():
     assert sorted(answered) == [0, 2] and (0, "offline", 1) in events
     program = decode_program(grid.sent[0].content)
     assert program[1].task.candidates == (2,)
+
+
+def test_a_client_back_after_being_skipped_as_offline_is_recorded_as_rejoined():
+    grid, events, timings = ScriptedGrid(), [], []
+    pool = _pool(grid, events, timings)
+    grid.online.discard(11)
+    pool.send_programs(_round(0))
+    pool.send_programs(_round(1))
+    assert [e for e in events if e[2] == 1] == [(0, "offline", 1), (1, "offline", 1)]
+    grid.online.add(11)
+    assert sorted(pool.send_programs(_round(2))) == [0, 1, 2]
+    pool.send_programs(_round(3))
+    assert [e for e in events if e[2] == 1][2:] == [(2, "rejoined", 1)]  # once, not per round
+    assert "rejoined" in NOTICES  # recorded as info, not as a fault
 
 
 def test_sub_steps_read_the_online_nodes_once_a_second_not_once_a_step(monkeypatch):

@@ -3,7 +3,8 @@
 In a real federation every participant prepares its own file (or folder) and nobody else
 reads it. The format is an uncompressed ``.npz`` (no pickle) with the three splits and a
 small JSON header: ``x_train y_train x_val y_val x_test y_test`` (x float32 channel-first,
-y int64) and ``meta`` (num_classes, input_shape, dataset, malicious).
+y int64) and ``meta`` (num_classes, input_shape, dataset, malicious, and optionally the
+partition the file's samples were drawn by, as a caption names it: "Dirichlet α=0.1").
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ SPLITS = ("train", "val", "test")
 FORMAT = "collabfl-client-data-1"
 
 
-def save_client_file(data: ClientData, path: Path, *, num_classes: int, dataset: str) -> None:
-    """Write ``data`` to ``path`` atomically."""
+MAX_NAME = 100
+"""Longest dataset or partition name a file may carry (it ends up in run records' titles)."""
+
+
+def save_client_file(
+    data: ClientData, path: Path, *, num_classes: int, dataset: str, partition: str = ""
+) -> None:
+    """Write ``data`` to ``path`` atomically (``partition``: how its samples were drawn)."""
     meta = {
         "format": FORMAT,
         "client_id": data.client_id,
@@ -33,6 +40,8 @@ def save_client_file(data: ClientData, path: Path, *, num_classes: int, dataset:
         "dataset": dataset,
         "malicious": data.malicious,
     }
+    if partition:
+        meta["partition"] = partition
     arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
     for split in SPLITS:
         part: ArrayDataset = getattr(data, split)
@@ -96,6 +105,17 @@ def _check_meta(meta: Any) -> None:
         raise ValueError(f"input_shape must be a list of positive ints, got {shape!r}")
     if not isinstance(meta.get("malicious"), bool):
         raise ValueError(f"malicious must be true or false, got {meta.get('malicious')!r}")
+    for name in ("dataset", "partition"):
+        if name in meta and not is_plain_name(meta[name]):
+            raise ValueError(
+                f"{name} must be one line of at most {MAX_NAME} printable characters, "
+                f"got {meta[name]!r:.120}"
+            )
+
+
+def is_plain_name(value: Any) -> bool:
+    """A short printable one-line string: what a participant may name its data with."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_NAME and value.isprintable()
 
 
 def _split(split: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> ArrayDataset:

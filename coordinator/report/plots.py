@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from collabfl.coordinator.report.graph_stats import sparsity, symmetry
 from collabfl.coordinator.report.run_dir import RunRecords
+from collabfl.coordinator.report.setting import setting_title
 from collabfl.coordinator.report.summary import malicious_clients
 
 _DPI = 120
@@ -34,21 +35,6 @@ RunsByMethod = Mapping[str, RunRecords | Sequence[RunRecords]]
 
 SETUP_ROUND_METHODS = ("dpfl", "dpfl_random")
 """Methods whose round 0 is an initialisation (BGGC over all clients) rather than a round."""
-
-
-def setting_title(config: Mapping[str, Any], method: str | None = None) -> str:
-    """The setting a figure shows, as a paper's caption names it: dataset, N, partition."""
-    data = config.get("data") or {}
-    if not data:
-        return method or ""
-    scheme = data.get("partition", "")
-    partition = {
-        "dirichlet": f"Dirichlet α={data.get('alpha')}",
-        "pathological": f"{data.get('classes_per_client')} classes per client",
-        "iid": "IID",
-    }.get(scheme, str(scheme).replace("_", " "))
-    setting = f"{data.get('dataset')}, N={data.get('num_clients')}, {partition}"
-    return f"{method}: {setting}" if method else setting
 
 
 def _seed_runs(runs: RunsByMethod) -> dict[str, list[RunRecords]]:

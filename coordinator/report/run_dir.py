@@ -29,8 +29,9 @@ SEEDS_FILE = "seeds.json"
 """A multi-seed run's plan (seeds, methods), written before its first seed starts."""
 
 
-OUTPUT_MARKERS = ("partition.npz", "summary.json", "results.md", SEEDS_FILE)
-"""Files a ``compare``/``simulate``/``federation up`` output folder holds once it has started."""
+OUTPUT_MARKERS = ("partition.npz", "summary.json", "results.md", SEEDS_FILE, "serverapp.log")
+"""Files a ``compare``/``simulate``/``federation up``/``admin start`` output folder holds once
+it has started."""
 
 
 def claim_output_dir(path: Path, overwrite: bool = False) -> Path:

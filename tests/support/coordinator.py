@@ -11,6 +11,7 @@ import grpc
 
 from collabfl.coordinator.config import load_config
 from collabfl.coordinator.doorbell import FleetActivity
+from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service import serve
@@ -37,10 +38,19 @@ def served(
     tls: ServerTLS | None = None,
     runs_dir: Path | None = None,
     activity: FleetActivity | None = None,
+    supernodes: SupernodeList | None = None,
 ) -> Iterator[str]:
-    """The service over ``state`` on a free loopback port; yields its address."""
+    """The service over ``state`` on a free loopback port; yields its address.
+    ``supernodes``: what it reads as the SuperLink's node list (default: none)."""
     server: grpc.Server
-    server, port = serve(state, FakeSigner(), tls=tls, runs_dir=runs_dir, activity=activity)
+    server, port = serve(
+        state,
+        FakeSigner(),
+        tls=tls,
+        runs_dir=runs_dir,
+        activity=activity,
+        supernodes=supernodes,
+    )
     try:
         yield f"127.0.0.1:{port}"
     finally:

@@ -1,0 +1,30 @@
+"""How a run's setting is named in titles: dataset, number of clients, partition.
+
+Light on purpose (no plotting): a federation's data files carry the partition's name too,
+so that a federation's records describe the data its participants actually brought.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def partition_text(data: Mapping[str, Any]) -> str:
+    """A config's ``data`` partition as a caption names it ("Dirichlet α=0.1", "IID"); a
+    partition already named so (a federation's, from its data files) as it is."""
+    scheme = data.get("partition", "")
+    return {
+        "dirichlet": f"Dirichlet α={data.get('alpha')}",
+        "pathological": f"{data.get('classes_per_client')} classes per client",
+        "iid": "IID",
+    }.get(scheme, str(scheme).replace("_", " "))
+
+
+def setting_title(config: Mapping[str, Any], method: str | None = None) -> str:
+    """The setting a figure shows, as a paper's caption names it: dataset, N, partition."""
+    data = config.get("data") or {}
+    if not data:
+        return method or ""
+    setting = f"{data.get('dataset')}, N={data.get('num_clients')}, {partition_text(data)}"
+    return f"{method}: {setting}" if method else setting
