@@ -36,6 +36,7 @@ from collabfl import __version__
 from collabfl.coordinator.doorbell import Doorbell, FleetActivity
 from collabfl.coordinator.fleet_gateway import (
     FleetGateway,
+    GatewayLimits,
     GatewayTLS,
     LoopbackTLS,
     free_loopback_port,
@@ -103,6 +104,18 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=7 * 24 * 3600.0,
         help="seconds a launch's run ticket stays valid (a relaunch issues a new one)",
+    )
+    p.add_argument(
+        "--fleet-max-body-mib",
+        type=int,
+        default=GatewayLimits.max_body_bytes >> 20,
+        help="largest request body (MiB) the Fleet gateway accepts before authentication",
+    )
+    p.add_argument(
+        "--fleet-per-peer",
+        type=int,
+        default=GatewayLimits.per_peer,
+        help="Fleet requests one peer address may have in flight",
     )
     p.add_argument("--service-port", type=int, default=9300, help="coordinator service port")
     p.add_argument("--advertise", default="", help="service address the ServerApp dials")
@@ -199,7 +212,18 @@ def fleet_gateway(args: argparse.Namespace, activity: FleetActivity) -> FleetGat
         None if tls is None else tls.ca,
         public,
         activity=activity,
+        limits=gateway_limits(args),
     )
+
+
+def gateway_limits(args: argparse.Namespace) -> GatewayLimits:
+    """The Fleet gateway's limits from ``--fleet-*``; ValueError naming the flag when wrong."""
+    if args.fleet_max_body_mib < 1 or args.fleet_per_peer < 1:
+        raise ValueError(
+            f"--fleet-max-body-mib ({args.fleet_max_body_mib}) and --fleet-per-peer "
+            f"({args.fleet_per_peer}) must be at least 1"
+        )
+    return GatewayLimits(max_body_bytes=args.fleet_max_body_mib << 20, per_peer=args.fleet_per_peer)
 
 
 def write_app(state_dir: Path) -> Path:
@@ -416,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded Fleet call
     if not args.insecure and not (args.ssl_ca_certfile and args.ssl_certfile and args.ssl_keyfile):
         log.error("without --insecure, give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
+        return 2
+    try:
+        gateway_limits(args)
+    except ValueError as error:
+        log.error("%s", error)
         return 2
     args.state_dir.mkdir(parents=True, exist_ok=True)
     reap_leftovers(args.state_dir)  # a killed predecessor's ServerApps, before ours start

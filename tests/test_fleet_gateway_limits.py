@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from test_fleet_long_poll import FakeFleet, _serve
 
+from collabfl.coordinator import daemon
 from collabfl.coordinator.fleet_gateway import (
     PULL_PATH,
     PUSH_PATH,
@@ -186,3 +187,13 @@ def test_one_address_is_bounded_while_another_gets_through(gateway, fleet):
     # the bound lifts once they end
     with httpx.Client(timeout=30) as client:
         assert client.post(f"{base}{PUSH_PATH}", content=b"").status_code == 200
+
+
+def test_the_coordinator_sets_the_limits_from_its_flags(tmp_path):
+    base = ["--state-dir", str(tmp_path), "--insecure"]
+    assert daemon.gateway_limits(daemon.parser().parse_args(base)) == GatewayLimits()
+    flags = [*base, "--fleet-max-body-mib", "64", "--fleet-per-peer", "200"]
+    limits = daemon.gateway_limits(daemon.parser().parse_args(flags))
+    assert (limits.max_body_bytes, limits.per_peer) == (64 << 20, 200)
+    assert daemon.main([*base, "--fleet-max-body-mib", "0"]) == 2
+    assert not list(tmp_path.iterdir())  # refused before anything was written
