@@ -123,8 +123,13 @@ class CoordinatorClient:
             "(--coordinator or COLLABFL_COORDINATOR), and that both sides agree on TLS"
         )
 
-    def register_members(self, members: Iterable[Member]) -> list[Member]:
-        request = pb.RegisterMembersRequest(members=[member_to_pb(m) for m in members])
+    def register_members(self, members: Iterable[Member], run_id: str = "") -> list[Member]:
+        """Register ``members``; a ServerApp names its run (``run_id``) and sends its token."""
+        request = pb.RegisterMembersRequest(
+            members=[member_to_pb(m) for m in members],
+            run_id=run_id,
+            launch_token=self.launch_token,
+        )
         return [member_from_pb(m) for m in self._call(self._stub.RegisterMembers, request).members]
 
     def list_members(self) -> list[Member]:

@@ -126,7 +126,7 @@ def run_federated(
 
     gate = Gate(binder, refuse)
     members, num_classes, reports = join(grid, setup, options, gate, signals)
-    coordinator.register_members(members)
+    coordinator.register_members(members, run_id)
 
     def issue(fetcher: int, owners, round_index: int):
         return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
@@ -138,7 +138,7 @@ def run_federated(
     def admit_new(nodes: Sequence[int]) -> list[Member]:
         joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
         if joined:
-            coordinator.register_members(joined)
+            coordinator.register_members(joined, run_id)
         return joined
 
     model = model_name(spec.config)
