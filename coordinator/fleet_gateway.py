@@ -74,6 +74,7 @@ HEALTH_PATH = "/health"
 PULL_PATH = "/v1/fleet/pull-messages"
 PULL_OBJECT_PATH = "/v1/fleet/pull-object"
 PUSH_PATH = "/v1/fleet/push-messages"
+ACTIVATE_PATH = "/v1/fleet/activate-node"
 PROTOBUF = "application/protobuf"
 UPSTREAM_TIMEOUT_S = 300.0
 """A Fleet call carries at most one message chunk; far longer means the SuperLink hangs."""
@@ -225,6 +226,11 @@ def header_deadline_protocol(timeout_s: float) -> type[H11Protocol]:
     return HeaderDeadline
 
 
+RefusedActivation = Callable[[bytes, int, str], None]
+"""Told of each ``activate-node`` call the SuperLink refused: the request's body, the
+answer's status and text (coordinator/activation_refusals.py records it)."""
+
+
 FleetAnswer = TypeVar("FleetAnswer", PullMessagesResponse, PullObjectResponse)
 
 OBJECT_WAIT = LongPoll(hold_s=10.0, first_s=0.005, max_s=0.05)
@@ -277,6 +283,7 @@ class FleetOnlyProxy:
         activity: FleetActivity | None = None,
         start_wait_s: float = UPSTREAM_START_S,
         limits: GatewayLimits = GatewayLimits(),
+        on_refused_activation: RefusedActivation | None = None,
     ) -> None:
         self.upstream = upstream
         self.verify = verify
@@ -285,6 +292,7 @@ class FleetOnlyProxy:
         self.activity = activity or FleetActivity()
         self.start_wait_s = start_wait_s
         self.limits = limits
+        self.on_refused_activation = on_refused_activation
         self.in_flight: Counter[str] = Counter()
         """Requests in flight per peer address (the event loop's thread alone counts)."""
         self.client: httpx.AsyncClient | None = None
@@ -360,8 +368,22 @@ class FleetOnlyProxy:
             return PlainTextResponse("the SuperLink is not answering", 503)
         if path == PUSH_PATH and upstream.status_code == 200:
             self.activity.replies.ring()
+        if path == ACTIVATE_PATH and upstream.status_code != 200:
+            await self._report_refusal(body, upstream)
         kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
         return Response(upstream.content, upstream.status_code, headers=kept)
+
+    async def _report_refusal(self, body: bytes, upstream: httpx.Response) -> None:
+        """Tell ``on_refused_activation`` of a refused activation, off the event loop; a
+        failure to record it never changes the SuperNode's answer."""
+        if self.on_refused_activation is None:
+            return
+        try:
+            await asyncio.to_thread(
+                self.on_refused_activation, body, upstream.status_code, upstream.text
+            )
+        except Exception:
+            log.exception("fleet gateway: recording a refused activation failed")
 
     async def _ask(
         self, request: Request, body: bytes, headers: list[tuple[str, str]], start_wait_s: float
@@ -410,11 +432,15 @@ class FleetGateway:
         object_wait: LongPoll = OBJECT_WAIT,
         activity: FleetActivity | None = None,
         limits: GatewayLimits = GatewayLimits(),
+        on_refused_activation: RefusedActivation | None = None,
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if upstream_ca is not None:
             verify = ssl.create_default_context(cafile=str(upstream_ca))
-        proxy = FleetOnlyProxy(upstream, verify, long_poll, object_wait, activity, limits=limits)
+        proxy = FleetOnlyProxy(
+            upstream, verify, long_poll, object_wait, activity, limits=limits,
+            on_refused_activation=on_refused_activation,
+        )  # fmt: skip
         config = uvicorn.Config(
             proxy,
             host=host,
