@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from collabfl import __version__
+from collabfl.coordinator.activation_refusals import ActivationRefusals
 from collabfl.coordinator.doorbell import Doorbell, FleetActivity
 from collabfl.coordinator.fleet_gateway import (
     FleetGateway,
@@ -199,9 +200,12 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def fleet_gateway(args: argparse.Namespace, activity: FleetActivity) -> FleetGateway:
+def fleet_gateway(
+    args: argparse.Namespace, activity: FleetActivity, state: CoordinatorState
+) -> FleetGateway:
     """The public Fleet endpoint on ``--host:--superlink-port`` (TLS unless insecure),
-    signalling through ``activity`` with the service."""
+    signalling through ``activity`` with the service; refused activations become events
+    in ``state``."""
     tls = loopback_tls(args)
     scheme = "http" if tls is None else "https"
     public = None if args.insecure else GatewayTLS(args.ssl_certfile, args.ssl_keyfile)
@@ -213,6 +217,7 @@ def fleet_gateway(args: argparse.Namespace, activity: FleetActivity) -> FleetGat
         public,
         activity=activity,
         limits=gateway_limits(args),
+        on_refused_activation=ActivationRefusals(state).record,
     )
 
 
@@ -476,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     superlink.start()
     activity = FleetActivity()
-    gateway = fleet_gateway(args, activity)
+    gateway = fleet_gateway(args, activity, state)
     gateway.start()
     log.info(
         "Fleet gateway on %s:%s, SuperLink on %s:%s",
