@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import uvicorn
@@ -180,50 +180,74 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def header_deadline_protocol(timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's HTTP/1.1 protocol, closing a connection whose request headers are not all
-    in ``timeout_s`` after it opened or its previous response ended (a slowloris, or a
-    connection that never asks anything). uvicorn has no such deadline of its own: its
-    keep-alive timeout stops at the first byte."""
+class _HeaderDeadline(asyncio.Protocol):
+    """Closes a connection whose request headers are not all in ``header_timeout_s`` after
+    it opened or its previous response ended: a slowloris, or a connection that never asks
+    anything. uvicorn has no such deadline of its own (its keep-alive timeout stops at the
+    first byte). Mixed into uvicorn's HTTP/1.1 protocols, whose ``cycle`` is the request
+    being served (None before the first)."""
 
-    class HeaderDeadline(H11Protocol):
-        deadline: asyncio.TimerHandle | None = None
+    header_timeout_s: float
+    deadline: asyncio.TimerHandle | None = None
+    cycle: Any
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    client: Any
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm()
 
-        def data_received(self, data: bytes) -> None:
-            if self._between_requests():
-                self._arm()  # the next request's headers are due
-            super().data_received(data)
-            if not self._between_requests():
-                self._disarm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
+    def data_received(self, data: bytes) -> None:
+        if self._between_requests():
+            self._arm()  # the next request's headers are due
+        super().data_received(data)
+        if not self._between_requests():
             self._disarm()
-            super().connection_lost(exc)
 
-        def _between_requests(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
-        def _arm(self) -> None:
-            if self.deadline is None:
-                self.deadline = self.loop.call_later(timeout_s, self._late)
+    def _between_requests(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
 
-        def _disarm(self) -> None:
-            if self.deadline is not None:
-                self.deadline.cancel()
-                self.deadline = None
+    def _arm(self) -> None:
+        if self.deadline is None:
+            self.deadline = self.loop.call_later(self.header_timeout_s, self._late)
 
-        def _late(self) -> None:
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
             self.deadline = None
-            if self._between_requests() and not self.transport.is_closing():
-                log.info("fleet gateway: closed %s: no request headers in %s s", self.client,
-                         timeout_s)  # fmt: skip
-                self.transport.close()
 
-    return HeaderDeadline
+    def _late(self) -> None:
+        self.deadline = None
+        if self._between_requests() and not self.transport.is_closing():
+            log.info("fleet gateway: closed %s: no request headers in %s s", self.client,
+                     self.header_timeout_s)  # fmt: skip
+            self.transport.close()
+
+
+class _H11HeaderDeadline(_HeaderDeadline, H11Protocol):
+    pass
+
+
+def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """The HTTP/1.1 protocol uvicorn would choose (httptools when installed, else h11), with
+    a header deadline of ``timeout_s`` (``_HeaderDeadline``)."""
+    base: type[_HeaderDeadline] = _H11HeaderDeadline
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # uvicorn without httptools
+        pass
+    else:
+
+        class HttpToolsHeaderDeadline(_HeaderDeadline, HttpToolsProtocol):
+            pass
+
+        base = HttpToolsHeaderDeadline
+    return type(base.__name__, (base,), {"header_timeout_s": timeout_s})
 
 
 RefusedActivation = Callable[[bytes, int, str], None]

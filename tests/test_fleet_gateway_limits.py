@@ -22,13 +22,14 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from test_fleet_long_poll import FakeFleet, _serve
 
-from collabfl.coordinator import daemon
+from collabfl.coordinator import daemon, fleet_gateway
 from collabfl.coordinator.fleet_gateway import (
     PULL_PATH,
     PUSH_PATH,
     FleetGateway,
     GatewayLimits,
     LongPoll,
+    _H11HeaderDeadline,
 )
 
 LIMITS = GatewayLimits(max_body_bytes=1 << 20, per_peer=3, header_timeout_s=1.0, idle_s=1)
@@ -41,8 +42,16 @@ def fleet() -> FakeFleet:
     return FakeFleet()
 
 
-@pytest.fixture
-def gateway(fleet: FakeFleet) -> Iterator[int]:
+@pytest.fixture(params=["auto", "h11"])
+def gateway(request, fleet: FakeFleet, monkeypatch) -> Iterator[int]:
+    """The gateway with the HTTP protocol uvicorn picks here (httptools when installed),
+    and with h11, which it picks without httptools."""
+    if request.param == "h11":
+        monkeypatch.setattr(
+            fleet_gateway,
+            "header_deadline_protocol",
+            lambda timeout_s: type("H11", (_H11HeaderDeadline,), {"header_timeout_s": timeout_s}),
+        )
     routes = [
         Route(PULL_PATH, fleet.pull, methods=["POST"]),
         Route(PUSH_PATH, fleet.push, methods=["POST"]),
