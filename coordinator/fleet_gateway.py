@@ -458,6 +458,7 @@ class FleetGateway:
             http=header_deadline_protocol(limits.header_timeout_s),
             limit_concurrency=limits.max_concurrency,
             h11_max_incomplete_event_size=limits.max_header_bytes,
+            proxy_headers=False,  # no proxy in front: a caller's X-Forwarded-For is its own
             timeout_keep_alive=limits.idle_s,
             lifespan="off",
             log_level="warning",

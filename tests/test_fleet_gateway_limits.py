@@ -180,6 +180,8 @@ def test_one_address_is_bounded_while_another_gets_through(gateway, fleet):
         answer = client.post(f"{base}{PUSH_PATH}", content=b"")
         assert answer.status_code == 429, answer
         assert "at most 3 requests in flight" in answer.text
+        spoofed = {"x-forwarded-for": "10.9.9.9", "forwarded": "for=10.9.9.9"}
+        assert client.post(f"{base}{PUSH_PATH}", headers=spoofed).status_code == 429
         other = httpx.HTTPTransport(local_address="127.0.0.2")
         with httpx.Client(transport=other, timeout=30) as neighbour:
             assert neighbour.post(f"{base}{PUSH_PATH}", content=b"").status_code == 200
