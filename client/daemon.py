@@ -5,10 +5,12 @@ holding a coordinator-signed grant made out to them; over mutual TLS, so the ser
 which member calls, with the federation CA of ``--root-certificates`` as the client CA) and
 supervises a Flower SuperNode whose ClientApp does the training, selection and evaluation.
 With TLS the SuperNode authenticates with a key pair kept in the state directory
-(flower/supernode_key.py) that the operator registers on the coordinator. With
-``--runtime subprocess`` the SuperNode starts one ClientApp process per message; with
-``--runtime warm`` (the default) it starts none and this daemon supervises one long-lived
-executor (flower/warm_executor.py) that serves every message with the node kept in memory.
+(flower/supernode_key.py) that the operator registers on the coordinator. The SuperNode
+starts no ClientApp process of Flower's (which would install and import whatever app a run
+names): this daemon supervises our executor (flower/warm_executor.py), which serves only
+collabfl's installed ClientApp, for ticketed collabfl runs. With ``--runtime warm`` (the
+default) it serves every message from one process with the node kept in memory; with
+``--runtime subprocess``, each message from a fresh process.
 Everything that must outlive one message lives here or in the state directory.
 SIGTERM/SIGINT stop both cleanly; a restarted daemon first kills what a killed predecessor's
 SuperNode left running (kernel/leftovers.py), then serves what was published before, and
@@ -176,8 +178,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         "--node-config",
         " ".join(f"{k}={v}" for k, v in node_config.items()),
     ]
-    if args.runtime == "warm":
-        command += ["--isolation", "process"]
+    command += ["--isolation", "process"]  # our executor serves it: start_flower
     if args.insecure:
         command.append("--insecure")
     else:
@@ -242,9 +243,9 @@ def stream_limits(args: argparse.Namespace) -> StreamLimits:
 def start_flower(
     args: argparse.Namespace, give_up: Callable[[str], None], stop: threading.Event
 ) -> list[Supervisor]:
-    """Start the supervised SuperNode and, in the warm runtime, once the SuperNode has
-    joined (or ``JOIN_FIRST_S`` passed), its one executor (``give_up``: called with the
-    name of one that keeps failing; ``stop``: set when the daemon is told to stop).
+    """Start the supervised SuperNode and, once it has joined (or ``JOIN_FIRST_S`` passed),
+    its one executor (``give_up``: called with the name of one that keeps failing; ``stop``:
+    set when the daemon is told to stop).
 
     Returned in the order to stop them: the executor before the SuperNode it serves.
     """
@@ -254,15 +255,15 @@ def start_flower(
         on_give_up=give_up,
     )  # fmt: skip
     supernode.start()
-    if args.runtime != "warm":
-        return [supernode]
     wait_for_join(supernode.log_path, JOIN_FIRST_S, stop)
     if stop.is_set():
         return [supernode]
     executor = Supervisor(
         "executor",
         warm_executor_command(
-            f"127.0.0.1:{args.runtime_port}", supernode_log=supernode.log_path.resolve()
+            f"127.0.0.1:{args.runtime_port}",
+            supernode_log=supernode.log_path.resolve(),
+            per_task=args.runtime == "subprocess",
         ),
         args.state_dir / "executor.log",
         env,

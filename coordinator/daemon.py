@@ -37,6 +37,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 
 from collabfl import __version__
+from collabfl.coordinator.activation_refusals import ActivationRefusals
 from collabfl.coordinator.coordinator_pki import (
     CERT_DAYS,
     LOCAL_OPERATOR,
@@ -49,6 +50,7 @@ from collabfl.coordinator.enrolment import Enroller, SuperNodeRegistry
 from collabfl.coordinator.enrolment_store import EnrolmentStore
 from collabfl.coordinator.fleet_gateway import (
     FleetGateway,
+    GatewayLimits,
     GatewayTLS,
     LoopbackTLS,
     free_loopback_port,
@@ -128,6 +130,18 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=7 * 24 * 3600.0,
         help="seconds a launch's run ticket stays valid (a relaunch issues a new one)",
+    )
+    p.add_argument(
+        "--fleet-max-body-mib",
+        type=int,
+        default=GatewayLimits.max_body_bytes >> 20,
+        help="largest request body (MiB) the Fleet gateway accepts before authentication",
+    )
+    p.add_argument(
+        "--fleet-per-peer",
+        type=int,
+        default=GatewayLimits.per_peer,
+        help="Fleet requests one peer address may have in flight",
     )
     p.add_argument("--service-port", type=int, default=9300, help="coordinator service port")
     p.add_argument("--advertise", default="", help="service address the ServerApp dials")
@@ -228,10 +242,14 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
 
 
 def fleet_gateway(
-    args: argparse.Namespace, activity: FleetActivity, enroller: Enroller | None = None
+    args: argparse.Namespace,
+    activity: FleetActivity,
+    state: CoordinatorState,
+    enroller: Enroller | None = None,
 ) -> FleetGateway:
     """The public Fleet endpoint on ``--host:--superlink-port`` (TLS unless insecure),
-    signalling through ``activity`` with the service, and taking joins for ``enroller``."""
+    signalling through ``activity`` with the service; refused activations become events
+    in ``state``; it takes joins for ``enroller``."""
     tls = loopback_tls(args)
     scheme = "http" if tls is None else "https"
     public = None if args.insecure else GatewayTLS(args.ssl_certfile, args.ssl_keyfile)
@@ -243,6 +261,8 @@ def fleet_gateway(
         public,
         activity=activity,
         enrolment=None if enroller is None else JoinEndpoint(enroller),
+        limits=gateway_limits(args),
+        on_refused_activation=ActivationRefusals(state).record,
     )
 
 
@@ -303,6 +323,16 @@ def write_local_operator(args: argparse.Namespace, files: CoordinatorTLSFiles, p
     if not user_copy.exists():
         OperatorCredential.load(path).save(user_copy)
         log.info("operator credential for this machine's `collabfl admin`: %s", user_copy)
+
+
+def gateway_limits(args: argparse.Namespace) -> GatewayLimits:
+    """The Fleet gateway's limits from ``--fleet-*``; ValueError naming the flag when wrong."""
+    if args.fleet_max_body_mib < 1 or args.fleet_per_peer < 1:
+        raise ValueError(
+            f"--fleet-max-body-mib ({args.fleet_max_body_mib}) and --fleet-per-peer "
+            f"({args.fleet_per_peer}) must be at least 1"
+        )
+    return GatewayLimits(max_body_bytes=args.fleet_max_body_mib << 20, per_peer=args.fleet_per_peer)
 
 
 def write_app(state_dir: Path) -> Path:
@@ -554,6 +584,11 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded Fleet call
+    try:
+        gateway_limits(args)
+    except ValueError as error:
+        print(f"collabfl-coordinator: {error}", file=sys.stderr)
+        return 2
     args.state_dir.mkdir(parents=True, exist_ok=True)
     save_args(p, args, args.state_dir)
     try:
@@ -593,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     enroller = None
     if files is not None:
         enroller = make_enroller(args, files, state, env)
-    gateway = fleet_gateway(args, activity, enroller)
+    gateway = fleet_gateway(args, activity, state, enroller)
     gateway.start()
     log.info(
         "Fleet gateway on %s:%s, SuperLink on %s:%s",

@@ -26,6 +26,13 @@ It holds a pull of a message's object that is not there yet the same way. The Su
 hands out a message as soon as its sender has pushed the message itself, before its objects
 (the content) follow; a SuperNode that asks in between backs off a fixed 1 s, then 2 s.
 Here that answer is asked again, every 5 to 50 ms, until the object is there.
+
+Anyone who reaches the port is served before any authentication (Flower checks a SuperNode's
+signature in the SuperLink), so the gateway bounds what a stranger can make it hold
+(``GatewayLimits``): a request body beyond the largest Fleet call is refused with 413 while
+it streams in, before it is buffered; one peer address has a bounded number of requests in
+flight (429 beyond); a connection that has not sent a request's headers within a deadline,
+or sits idle after a response, is closed; uvicorn's ``limit_concurrency`` bounds the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +52,14 @@ from typing import TypeVar
 
 import httpx
 import uvicorn
+from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
 from flwr.proto.fleet_pb2 import PullMessagesResponse
 from flwr.proto.message_pb2 import PullObjectResponse
 from google.protobuf.message import DecodeError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.join_endpoint import JoinEndpoint, with_enrolment
@@ -65,6 +75,7 @@ HEALTH_PATH = "/health"
 PULL_PATH = "/v1/fleet/pull-messages"
 PULL_OBJECT_PATH = "/v1/fleet/pull-object"
 PUSH_PATH = "/v1/fleet/push-messages"
+ACTIVATE_PATH = "/v1/fleet/activate-node"
 PROTOBUF = "application/protobuf"
 UPSTREAM_TIMEOUT_S = 300.0
 """A Fleet call carries at most one message chunk; far longer means the SuperLink hangs."""
@@ -118,6 +129,119 @@ class LongPoll:
         return waits
 
 
+MAX_FLEET_BODY = 4 * FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
+"""The largest Fleet call is a PushObject of one array chunk (Flower splits arrays into
+chunks of at most 5 MiB; a PushMessages carries only the messages' object trees); four
+times that leaves room for protobuf framing and large config records."""
+
+
+@dataclass(frozen=True)
+class GatewayLimits:
+    """What a peer can make the gateway hold before it is authenticated.
+
+    ``max_body_bytes``: a request body beyond it gets 413. ``per_peer``: requests one peer
+    address may have in flight (a SuperNode has at most three: a held pull, a push, a
+    heartbeat; all SuperNodes behind one NAT share it). ``max_concurrency``: connections and
+    requests of all peers together (uvicorn's ``limit_concurrency``: 503 beyond).
+    ``header_timeout_s``: how long a connection may take to send a request's headers.
+    ``max_header_bytes``: a request whose headers pass it gets 400.
+    ``idle_s``: how long a connection may sit idle after a response.
+    """
+
+    max_body_bytes: int = MAX_FLEET_BODY
+    per_peer: int = 64
+    max_concurrency: int = 4096
+    header_timeout_s: float = 10.0
+    max_header_bytes: int = 64 << 10
+    idle_s: int = 30
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "per_peer", "max_concurrency", "max_header_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("header_timeout_s", "idle_s"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+class BodyTooLarge(Exception):
+    """A request body beyond ``GatewayLimits.max_body_bytes``."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, read as it streams in; BodyTooLarge as soon as it passes
+    ``limit`` (at once when its declared length does), so no more than ``limit`` bytes
+    are ever held."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BodyTooLarge
+    return bytes(body)
+
+
+class HeaderDeadline(H11Protocol):
+    """Closes a connection whose request headers are not all in ``header_timeout_s`` after
+    it opened or its previous response ended: a slowloris, or a connection that never asks
+    anything. uvicorn has no such deadline of its own (its keep-alive timeout stops at the
+    first byte). ``cycle`` is the request being served (None before the first)."""
+
+    header_timeout_s: float
+    deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._between_requests():
+            self._arm()  # the next request's headers are due
+        super().data_received(data)
+        if not self._between_requests():
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _between_requests(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self.deadline is None:
+            self.deadline = self.loop.call_later(self.header_timeout_s, self._late)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _late(self) -> None:
+        self.deadline = None
+        if self._between_requests() and not self.transport.is_closing():
+            log.info("fleet gateway: closed %s: no request headers in %s s", self.client,
+                     self.header_timeout_s)  # fmt: skip
+            self.transport.close()
+
+
+def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a header deadline of ``timeout_s`` (``HeaderDeadline``).
+
+    Not httptools, which uvicorn prefers when installed: its protocol keeps every header
+    line of a request with no size limit (60 MB of headers sent within the deadline grew
+    the process by 67 MiB), where h11 refuses a request whose headers pass
+    ``GatewayLimits.max_header_bytes``."""
+    return type("HeaderDeadline", (HeaderDeadline,), {"header_timeout_s": timeout_s})
+
+
+RefusedActivation = Callable[[bytes, int, str], None]
+"""Told of each ``activate-node`` call the SuperLink refused: the request's body, the
+answer's status and text (coordinator/activation_refusals.py records it)."""
+
+
 FleetAnswer = TypeVar("FleetAnswer", PullMessagesResponse, PullObjectResponse)
 
 OBJECT_WAIT = LongPoll(hold_s=10.0, first_s=0.005, max_s=0.05)
@@ -169,6 +293,8 @@ class FleetOnlyProxy:
         object_wait: LongPoll = OBJECT_WAIT,
         activity: FleetActivity | None = None,
         start_wait_s: float = UPSTREAM_START_S,
+        limits: GatewayLimits = GatewayLimits(),
+        on_refused_activation: RefusedActivation | None = None,
     ) -> None:
         self.upstream = upstream
         self.verify = verify
@@ -176,6 +302,10 @@ class FleetOnlyProxy:
         self.object_wait = object_wait
         self.activity = activity or FleetActivity()
         self.start_wait_s = start_wait_s
+        self.limits = limits
+        self.on_refused_activation = on_refused_activation
+        self.in_flight: Counter[str] = Counter()
+        """Requests in flight per peer address (the event loop's thread alone counts)."""
         self.client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -190,7 +320,24 @@ class FleetOnlyProxy:
             refusal = PlainTextResponse("only the Flower Fleet API is served here", 403)
             await refusal(scope, receive, send)
             return
-        response = await self._forward(request)
+        peer = request.client.host if request.client else ""
+        if self.in_flight[peer] >= self.limits.per_peer:
+            log.warning("fleet gateway: %s has %d requests in flight", peer, self.in_flight[peer])
+            busy = f"at most {self.limits.per_peer} requests in flight per address"
+            await _closing(PlainTextResponse(busy, 429))(scope, receive, send)
+            return
+        self.in_flight[peer] += 1
+        try:
+            response = await self._forward(request)
+        except BodyTooLarge:
+            log.warning("fleet gateway: refused a body over %d bytes from %s",
+                        self.limits.max_body_bytes, request.client)  # fmt: skip
+            too_large = f"a Fleet call carries at most {self.limits.max_body_bytes} bytes"
+            response = _closing(PlainTextResponse(too_large, 413))
+        finally:
+            self.in_flight[peer] -= 1
+            if not self.in_flight[peer]:
+                del self.in_flight[peer]
         await response(scope, receive, send)
 
     def _hold(self, path: str) -> tuple[list[float], Callable[[httpx.Response], bool]]:
@@ -208,7 +355,7 @@ class FleetOnlyProxy:
                 base_url=self.upstream, verify=self.verify, timeout=UPSTREAM_TIMEOUT_S
             )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
-        body = await request.body()
+        body = await read_body(request, self.limits.max_body_bytes)
         path = request.url.path
         waits, not_yet = self._hold(path)
         pushed = self.activity.messages
@@ -232,8 +379,22 @@ class FleetOnlyProxy:
             return PlainTextResponse("the SuperLink is not answering", 503)
         if path == PUSH_PATH and upstream.status_code == 200:
             self.activity.replies.ring()
+        if path == ACTIVATE_PATH and upstream.status_code != 200:
+            await self._report_refusal(body, upstream)
         kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
         return Response(upstream.content, upstream.status_code, headers=kept)
+
+    async def _report_refusal(self, body: bytes, upstream: httpx.Response) -> None:
+        """Tell ``on_refused_activation`` of a refused activation, off the event loop; a
+        failure to record it never changes the SuperNode's answer."""
+        if self.on_refused_activation is None:
+            return
+        try:
+            await asyncio.to_thread(
+                self.on_refused_activation, body, upstream.status_code, upstream.text
+            )
+        except Exception:
+            log.exception("fleet gateway: recording a refused activation failed")
 
     async def _ask(
         self, request: Request, body: bytes, headers: list[tuple[str, str]], start_wait_s: float
@@ -251,6 +412,13 @@ class FleetOnlyProxy:
                 if time.monotonic() >= deadline or await request.is_disconnected():
                     raise
                 await asyncio.sleep(UPSTREAM_RETRY_S)
+
+
+def _closing(response: Response) -> Response:
+    """``response``, after which the connection is closed: what is left of the refused
+    request's body is not read."""
+    response.headers["connection"] = "close"
+    return response
 
 
 @dataclass(frozen=True)
@@ -275,16 +443,25 @@ class FleetGateway:
         object_wait: LongPoll = OBJECT_WAIT,
         activity: FleetActivity | None = None,
         enrolment: JoinEndpoint | None = None,
+        limits: GatewayLimits = GatewayLimits(),
+        on_refused_activation: RefusedActivation | None = None,
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if upstream_ca is not None:
             verify = ssl.create_default_context(cafile=str(upstream_ca))
+        proxy = FleetOnlyProxy(
+            upstream, verify, long_poll, object_wait, activity, limits=limits,
+            on_refused_activation=on_refused_activation,
+        )  # fmt: skip
         config = uvicorn.Config(
-            with_enrolment(
-                FleetOnlyProxy(upstream, verify, long_poll, object_wait, activity), enrolment
-            ),
+            with_enrolment(proxy, enrolment),
             host=host,
             port=port,
+            http=header_deadline_protocol(limits.header_timeout_s),
+            limit_concurrency=limits.max_concurrency,
+            h11_max_incomplete_event_size=limits.max_header_bytes,
+            proxy_headers=False,  # no proxy in front: a caller's X-Forwarded-For is its own
+            timeout_keep_alive=limits.idle_s,
             lifespan="off",
             log_level="warning",
             access_log=False,

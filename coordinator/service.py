@@ -55,6 +55,7 @@ from collabfl.coordinator.state import (
 )
 from collabfl.coordinator.substep_relay import SubstepRelay
 from collabfl.coordinator.substep_service import WORKERS, SubstepService
+from collabfl.kernel.identity import Role, caller_identity
 from collabfl.kernel.tls import ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
@@ -109,6 +110,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
 
     @admitted
     def RegisterMembers(self, request: pb.RegisterMembersRequest, context: Any) -> pb.MemberList:
+        """The operator registers members freely; the coordinator's certificate (a ServerApp)
+        only with its run's current launch token, as for every other ServerApp write."""
+        caller = caller_identity(context) if self.authenticate else None
+        if caller is not None and caller.role is Role.COORDINATOR:
+            self._check_launch("RegisterMembers", request.run_id, request.launch_token)
         members = self._state.register_members(member_from_pb(m) for m in request.members)
         return pb.MemberList(members=[member_to_pb(m) for m in members])
 
@@ -344,6 +350,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             raise CannotIssue("this coordinator runs without TLS: nobody enrols by token")
         return self._enroller
 
+    @admitted
     def SetRunMessage(self, request: pb.RunMessage, context: Any) -> pb.Run:
         if "\n" in request.message:
             raise InvalidRecord("a run message is one line")

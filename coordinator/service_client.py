@@ -75,6 +75,8 @@ code (torch: seconds on a loaded machine), and a client that gave up on a run th
 coordinator then created anyway would report a failure that did not happen."""
 EVENT_PAGE = 1000
 """Events per ListEvents call when listing them all: no reply grows with the event count."""
+REVOKE_S = 60.0
+"""The least deadline of a Revoke call (see ``CoordinatorClient.revoke``)."""
 
 
 class CoordinatorClient:
@@ -133,8 +135,13 @@ class CoordinatorClient:
             "(--coordinator or COLLABFL_COORDINATOR), and that both sides agree on TLS"
         )
 
-    def register_members(self, members: Iterable[Member]) -> list[Member]:
-        request = pb.RegisterMembersRequest(members=[member_to_pb(m) for m in members])
+    def register_members(self, members: Iterable[Member], run_id: str = "") -> list[Member]:
+        """Register ``members``; a ServerApp names its run (``run_id``) and sends its token."""
+        request = pb.RegisterMembersRequest(
+            members=[member_to_pb(m) for m in members],
+            run_id=run_id,
+            launch_token=self.launch_token,
+        )
         return [member_from_pb(m) for m in self._call(self._stub.RegisterMembers, request).members]
 
     def list_members(self) -> list[Member]:
@@ -304,8 +311,11 @@ class CoordinatorClient:
         return self._call(self._stub.Invite, request)
 
     def revoke(self, role: str, subject: str) -> Enrolment:
+        """Revoke the identity; at least ``REVOKE_S`` to answer: the coordinator unregisters
+        its SuperNode with a ``flwr`` command, seconds on a busy machine."""
         request = pb.RevokeRequest(role=role, subject=subject)
-        return enrolment_from_pb(self._call(self._stub.Revoke, request))
+        timeout_s = max(self.timeout_s, REVOKE_S)
+        return enrolment_from_pb(self._call(self._stub.Revoke, request, timeout_s))
 
     def list_enrolments(self) -> list[Enrolment]:
         reply = self._call(self._stub.ListEnrolments, pb.ListEnrolmentsRequest())

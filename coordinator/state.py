@@ -378,6 +378,12 @@ class CoordinatorState:
         with self._transaction() as conn:
             conn.execute("DELETE FROM supernode_keys WHERE client_id = ?", (client_id,))
 
+    def supernode_keys(self) -> dict[str, int]:
+        """Registered SuperNode public key (OpenSSH form) -> client id."""
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT client_id, public_key FROM supernode_keys").fetchall()
+        return {row["public_key"]: row["client_id"] for row in rows}
+
     def supernode_bindings(self) -> dict[int, int]:
         """Flower node id -> client id of every registered SuperNode key."""
         with self._transaction() as conn:

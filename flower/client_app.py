@@ -51,6 +51,7 @@ from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peers import PeerModelSource, PeerUnavailable
 from collabfl.coordinator.substep_client import SeatPoller
+from collabfl.flower.app_gate import verify_ticket
 from collabfl.flower.codec import (
     MESSAGE_PREFIX,
     PROGRAM_MESSAGE,
@@ -62,8 +63,7 @@ from collabfl.flower.codec import (
 from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
 from collabfl.flower.session import NodeCache, NodeState, describe
 from collabfl.flower.substeps import SEAT_MESSAGE, decode_seat, encode_served, serve_seat
-from collabfl.kernel.grants import load_public_key_bytes
-from collabfl.kernel.tickets import InvalidTicket, TicketVerifier
+from collabfl.kernel.tickets import InvalidTicket
 from collabfl.kernel.tls import ClientTLS
 from collabfl.kernel.user_code import check_allowed, parse_allowed
 from collabfl.strategies.protocol import Instruction, Reply
@@ -148,17 +148,11 @@ Handler = Callable[[Message, Context], Message]
 
 def authorize(context: Context) -> str:
     """The collabfl run id of a run whose ticket verifies; RunNotAuthorized otherwise."""
-    key = str(context.node_config.get("coordinator-key", ""))
-    run_id = str(context.run_config.get("run-id", ""))
     try:
-        if not key:
-            raise InvalidTicket("node config lacks coordinator-key: no ticket can be checked")
-        verifier = TicketVerifier(load_public_key_bytes(Path(key)))
-        verifier.verify(str(context.run_config.get("run-ticket", "")), run=run_id)
+        return verify_ticket(context.node_config, context.run_config)
     except InvalidTicket as error:
         log.error("refused a message of Flower run %s: %s", context.run_id, error)
         raise RunNotAuthorized(f"run not launched by this coordinator: {error}") from None
-    return run_id
 
 
 def ticketed(handler: Handler) -> Handler:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 CLIENT_RUNTIMES = ("warm", "subprocess")
 """How a client daemon runs ClientApp messages: one long-lived executor that keeps torch,
-the data and the node in memory (``warm``, the default), or Flower's fresh process per
-message (``subprocess``: slower, nothing of ours outlives a message)."""
+the data and the node in memory (``warm``, the default), or a fresh process per message, as
+Flower's own executor starts (``subprocess``: slower, nothing loaded outlives a message).
+Either way the SuperNode runs with ``--isolation process`` and our executor serves it, so
+that only collabfl's installed ClientApp ever runs (flower/app_gate.py)."""
 DEFAULT_RUNTIME = CLIENT_RUNTIMES[0]
 
 SUPERNODE_CONNECTED = "SuperNode ID:"
@@ -49,17 +51,22 @@ def flower_binary(name: str) -> str:
 
 
 def warm_executor_command(
-    runtime_api: str, poll_s: float = 0.1, supernode_log: Path | None = None
+    runtime_api: str,
+    poll_s: float = 0.1,
+    supernode_log: Path | None = None,
+    per_task: bool = False,
 ) -> list[str]:
-    """The long-lived executor (flower/warm_executor.py) of the SuperNode whose runtime API
-    (its ``--port``) is at ``runtime_api`` and whose log is ``supernode_log``; kept here so
-    that starting one imports no flwr."""
+    """The executor (flower/warm_executor.py) of the SuperNode whose runtime API (its
+    ``--port``) is at ``runtime_api`` and whose log is ``supernode_log``; ``per_task``: a
+    fresh process per task. Kept here so that starting one imports no flwr."""
     command = [
         sys.executable, "-m", "collabfl.flower.warm_executor",
         "--runtime-api", runtime_api, "--poll", str(poll_s),
     ]  # fmt: skip
     if supernode_log is not None:
         command += ["--supernode-log", str(supernode_log)]
+    if per_task:
+        command.append("--per-task")
     return command
 
 

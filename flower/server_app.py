@@ -135,7 +135,7 @@ def run_federated(
 
     members, num_classes, described = join(grid, setup, options, gate, signals, say)
     reports = {c: d.market for c, d in described.items() if d.market}
-    coordinator.register_members(members)
+    coordinator.register_members(members, run_id)
     joined = [m.client_id for m in members]
     shortfall = missing_clients(options.expected_clients, joined, binder.registered.values())
     if shortfall is None:
@@ -161,7 +161,7 @@ def run_federated(
     def admit_new(nodes: Sequence[int]) -> list[Member]:
         joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
         if joined:
-            coordinator.register_members(joined)
+            coordinator.register_members(joined, run_id)
         return joined
 
     model = model_name(spec.config)

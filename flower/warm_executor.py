@@ -8,12 +8,17 @@ loaded ClientApp (and the node it caches) in memory, and serves every message of
 
 Exactly one executor serves one SuperNode, with that node's ``FLWR_HOME``; the client daemon
 supervises it, because a node whose executor is gone receives messages nobody answers.
+It serves only collabfl's installed ClientApp, and only tasks of ticketed collabfl runs
+(flower/app_gate.py): a FAB's content is never installed or imported. With ``--per-task``
+(the ``subprocess`` runtime) it keeps nothing loaded: each task it claims is served by a
+fresh child process, as Flower's own executor does with ``flwr-clientapp``, but through the
+same gate.
 An exception in one message becomes an error reply for that message; the executor goes on.
 Only public helpers of ``flwr.supernode.runtime.run_clientapp`` are used (not
 ``run_clientapp()`` itself, which exits the process); nothing in Flower is patched.
 
     python -m collabfl.flower.warm_executor --runtime-api 127.0.0.1:9094 [--poll 0.1]
-        [--supernode-log STATE/supernode.log]
+        [--supernode-log STATE/supernode.log] [--per-task]
 
 Idle, it does not ask its SuperNode for tasks on a clock when it can watch the SuperNode's
 log: sixteen executors asking ten times a second, each ask an HTTP call that the SuperNode
@@ -31,6 +36,7 @@ import importlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -39,9 +45,7 @@ from pathlib import Path
 
 import httpx
 from flwr.app import Context, Error, Message
-from flwr.cli.install import install_from_fab
-from flwr.clientapp.client_app import ClientApp, LoadClientAppError
-from flwr.clientapp.utils import get_load_client_app_fn
+from flwr.clientapp.client_app import LoadClientAppError
 from flwr.common.constant import ErrorCode, SubStatus
 from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
 from flwr.proto.node_pb2 import Node
@@ -66,15 +70,15 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.task_identity import TaskIdentity
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
+from collabfl.flower.app_gate import RefusedTask, check_task, installed_client_app
 from collabfl.flower.processes import warm_executor_command
 
 log = logging.getLogger("collabfl.warm_executor")
 
 PRELOADED = "collabfl.flower.client_app"
-"""Our ClientApp's module (the FAB names components of the installed collabfl), imported
-before the first task: torch and the node code then load while the federation is still
-forming, instead of delaying a run's first message by seconds (more so when every client
-of a machine imports at once). Flower's loader finds it in ``sys.modules``."""
+"""Our ClientApp's module, imported before the first task: torch and the node code then
+load while the federation is still forming, instead of delaying a run's first message by
+seconds (more so when every client of a machine imports at once)."""
 
 HEARTBEAT_EVERY_S = 20.0
 """The SuperNode expires an active task's token after about 60 s without a heartbeat."""
@@ -94,7 +98,8 @@ MESSAGE_WAIT_S = 60.0
 SuperLink or coordinator that died mid-delivery fails the task instead of holding it."""
 UNREACHABLE_BACKOFF_S = 1.0
 FIRST_TOKEN_ENV = "COLLABFL_WARM_FIRST_TOKEN"
-"""A task claimed before a re-exec, handed to the new image (never on the command line)."""
+"""A task claimed by a ``--per-task`` executor, handed to the child that serves it (never on
+the command line, where every local user could read it)."""
 
 
 @dataclass(frozen=True)
@@ -247,24 +252,27 @@ class WarmExecutor:
     """Serves the ClientApp tasks of one SuperNode until stopped.
 
     ``supernode_log``: the SuperNode's log, watched while idle (module doc); without it, a
-    task is asked for every ``poll_s``.
+    task is asked for every ``poll_s``. ``per_task``: serve each task in a fresh child.
     """
 
-    def __init__(self, address: str, poll_s: float, supernode_log: Path | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        poll_s: float,
+        supernode_log: Path | None = None,
+        per_task: bool = False,
+    ) -> None:
         self.address = address
         self.poll_s = poll_s
         self.supernode_log = supernode_log
+        self.per_task = per_task
         self.watch = None if supernode_log is None else SuperNodeLog(supernode_log)
         self.token = TaskToken()
         self.client = connect(address, self.token)
         self.stopping = threading.Event()
-        self._apps: dict[str, ClientApp] = {}
-        self._load = get_load_client_app_fn(default_app_ref="", app_path=None, multi_app=True)
 
-    def serve(self, first_token: str | None = None) -> None:
-        """Claim and serve tasks one at a time; ``first_token``: one claimed before a re-exec."""
-        if first_token:
-            self._serve(first_token)
+    def serve(self) -> None:
+        """Claim and serve tasks one at a time until stopped."""
         burst_until = time.monotonic() + BURST_S  # just started: a task may be waiting
         while not self.stopping.is_set():
             claimed = self._acquire()
@@ -274,13 +282,13 @@ class WarmExecutor:
                 elif self.watch.wait(IDLE_ASK_S, self.stopping):
                     burst_until = time.monotonic() + BURST_S
                 continue
-            token, fab_hash = claimed
-            if self._apps and fab_hash not in self._apps:
-                self._reexec(token)
-            self._serve(token)
+            if self.per_task:
+                self._serve_in_child(claimed)
+            else:
+                self.serve_one(claimed)
 
-    def _acquire(self) -> tuple[str, str] | None:
-        """The token and FAB hash of a newly claimed task, or None when there is none."""
+    def _acquire(self) -> str | None:
+        """The token of a newly claimed task, or None when there is none."""
         try:
             response = self.client.AcquireTask(
                 AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
@@ -291,9 +299,10 @@ class WarmExecutor:
             return None
         if not (response.HasField("task") and response.token):
             return None
-        return response.token, response.task.fab_hash
+        return str(response.token)
 
-    def _serve(self, token: str) -> None:
+    def serve_one(self, token: str) -> None:
+        """Serve the claimed task whose token is ``token``."""
         started = time.perf_counter()
         self.token.value = token
         try:
@@ -310,8 +319,13 @@ class WarmExecutor:
         status, details = SubStatus.FAILED, "ClientApp task failed"
         try:
             task = pull_task_input(self.client)
-            reply = self._app(task.run, task.fab)(message=task.message, context=task.context)
+            config = task.context.node_config, task.context.run_config
+            check_task(*config, task.fab.content, task.run.run_id)
+            reply = installed_client_app()(message=task.message, context=task.context)
             status, details = SubStatus.COMPLETED, ""
+        except RefusedTask as error:  # logged by the gate, without a traceback
+            details = str(error)
+            reply = error_reply(task.message, error) if task is not None else None
         except Exception as error:
             log.exception("ClientApp task failed")
             details = f"{type(error).__name__}: {error}"
@@ -327,26 +341,12 @@ class WarmExecutor:
         push_task_output(self.client, context, status, details)  # also stores context.state
         return status
 
-    def _app(self, run: Run, fab: Fab) -> ClientApp:
-        """The ClientApp of this FAB, installed and imported on its first task only."""
-        app = self._apps.get(fab.hash_str)
-        if app is None:
-            install_from_fab(fab.content, skip_prompt=True)
-            app = self._load(run.fab_id, run.fab_version, fab.hash_str)
-            self._apps[fab.hash_str] = app
-        return app
-
-    def _reexec(self, token: str) -> None:
-        """Serve a task of a different FAB from a fresh interpreter.
-
-        Flower's loader reuses ``sys.modules``, so a long-lived process would run a new FAB
-        with the modules of the old one; replacing the process image is the clean switch.
-        """
-        log.info("new FAB: restarting the executor (pid %d)", os.getpid())
-        self.client.close()
-        env = {**os.environ, FIRST_TOKEN_ENV: token}
-        command = warm_executor_command(self.address, self.poll_s, self.supernode_log)
-        os.execve(sys.executable, command, env)
+    def _serve_in_child(self, token: str) -> None:
+        """Serve the claimed task in a fresh interpreter, which exits when it is done."""
+        command = [*warm_executor_command(self.address, self.poll_s), "--one-task"]
+        done = subprocess.run(command, env={**os.environ, FIRST_TOKEN_ENV: token}, check=False)
+        if done.returncode != 0:
+            log.error("the task's process exited with %d", done.returncode)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -356,6 +356,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--supernode-log", type=Path, help="the SuperNode's log: ask for tasks when it says so"
     )
+    p.add_argument("--per-task", action="store_true", help="serve each task in a fresh process")
+    p.add_argument("--one-task", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -366,15 +368,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per task poll
     logging.getLogger("flwr").propagate = False  # it prints through its own handler
-    executor = WarmExecutor(args.runtime_api, args.poll, args.supernode_log)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: executor.stopping.set())
-    started = time.perf_counter()
-    importlib.import_module(PRELOADED)
-    log.info("loaded %s in %.1f s", PRELOADED, time.perf_counter() - started)
-    log.info("serving %s as pid %d (poll %.3f s)", args.runtime_api, os.getpid(), args.poll)
+    executor = WarmExecutor(args.runtime_api, args.poll, args.supernode_log, args.per_task)
     try:
-        executor.serve(os.environ.pop(FIRST_TOKEN_ENV, None))
+        if args.one_task:  # a --per-task executor's child: one claimed task, then exit
+            executor.serve_one(os.environ.pop(FIRST_TOKEN_ENV))
+            return 0
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: executor.stopping.set())
+        if not args.per_task:
+            started = time.perf_counter()
+            importlib.import_module(PRELOADED)
+            log.info("loaded %s in %.1f s", PRELOADED, time.perf_counter() - started)
+        log.info("serving %s as pid %d (poll %.3f s)", args.runtime_api, os.getpid(), args.poll)
+        executor.serve()
     finally:
         executor.client.close()
     return 0

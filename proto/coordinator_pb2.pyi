@@ -132,10 +132,14 @@ class Member(_message.Message):
     def __init__(self, client_id: _Optional[int] = ..., flower_node_id: _Optional[int] = ..., peer_address: _Optional[str] = ..., num_samples: _Optional[int] = ..., registered_at: _Optional[float] = ..., updated_at: _Optional[float] = ...) -> None: ...
 
 class RegisterMembersRequest(_message.Message):
-    __slots__ = ("members",)
+    __slots__ = ("members", "run_id", "launch_token")
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
     members: _containers.RepeatedCompositeFieldContainer[Member]
-    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+    run_id: str
+    launch_token: str
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., run_id: _Optional[str] = ..., launch_token: _Optional[str] = ...) -> None: ...
 
 class ListMembersRequest(_message.Message):
     __slots__ = ()

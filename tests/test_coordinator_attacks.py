@@ -366,3 +366,29 @@ def test_the_server_app_dials_the_tls_coordinator_with_its_launch(
         assert server_app.get_run("r").status == "running"
         assert server_app.record_round("r", 0, [], {}).last_completed_round == 0
         assert server_app.finish_run("r").status == "finished"
+
+
+def test_register_members_needs_the_server_apps_launch_token(federation: Federation) -> None:
+    """As IssueGrants and RecordRound: the coordinator's certificate alone (an empty
+    request, a forged token) registers nothing; the run's ServerApp and the operator do."""
+    with federation.operator() as operator:
+        operator.create_run("r", "dpfl", valid_request())
+    newcomer = [Member(7, 1007, "127.0.0.1:9407", 50)]
+    with federation.client(federation.ca.coordinator()) as tokenless:
+        _refused(lambda: tokenless.register_members([]), grpc.StatusCode.NOT_FOUND, "no run ''")
+        _refused(
+            lambda: tokenless.register_members(newcomer, "r"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "needs the run's launch token",
+        )
+    with federation.client(federation.ca.coordinator(), "forged-token") as forged:
+        _refused(
+            lambda: forged.register_members(newcomer, "r"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "launch token is not the latest launch's",
+        )
+    assert 7 not in {m.client_id for m in federation.state.members()}
+    with federation.server_app("r") as server_app:
+        assert 7 in {m.client_id for m in server_app.register_members(newcomer, "r")}
+    with federation.operator() as operator:
+        assert operator.register_members([Member(8, 1008, "127.0.0.1:9408", 50)])

@@ -81,18 +81,17 @@ def test_client_daemon_stops_cleanly_on_sigterm(tmp_path):
     assert not _alive(supernode), "the SuperNode outlived its daemon"
 
 
-def _is_superexec(pid: int) -> bool:
-    return "flower-superexec" in command_line(pid)
+def _is_executor(pid: int) -> bool:
+    return "collabfl.flower.warm_executor" in command_line(pid)
 
 
 def test_a_restarted_client_daemon_kills_what_its_killed_predecessor_left(tmp_path):
-    """In the subprocess runtime the SuperNode starts a SuperExec that watches it with
-    ``kill(pid, 0)``, which a zombie passes: SIGKILL the daemon (the SuperNode follows by its
-    death signal) and the SuperExec stays. The restarted daemon kills it before it starts
-    its own SuperNode."""
+    """SIGKILL the daemon (the SuperNode follows by its death signal): whatever of its
+    process tree is left, its executor included, the restarted daemon kills before it
+    starts its own SuperNode."""
     args = [*_client_args(tmp_path, _data_file(tmp_path)), "--runtime", "subprocess"]
     first = subprocess.Popen(args, start_new_session=True)
-    _wait(lambda: any(map(_is_superexec, process_tree(first.pid))), "the SuperExec's start")
+    _wait(lambda: any(map(_is_executor, process_tree(first.pid))), "the executor's start")
     killed = running_processes(process_tree(first.pid))
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=30)

@@ -3,7 +3,7 @@
 ``collabfl federation up`` starts every party on loopback; its client daemons allow the code
 the config names (``--allow-import``), train the user's model with the user's optimiser,
 and give exactly the in-process runtime's results on the same seed and config. They run the
-``subprocess`` runtime (Flower starts a ClientApp process per message), the one federation
+``subprocess`` runtime (a fresh ClientApp process per message), the one federation
 of the suite that does: each of those processes must import the user's code anew and resume
 the node from its saved state, and still match. (test_federation_e2e.py runs the warm one.)
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -56,4 +57,8 @@ def test_user_code_over_a_federation_equals_in_process(tmp_path, importable_test
     resolved = json.loads((real / "dpfl" / "config.json").read_text())["resolved"]
     assert resolved["model_bytes"] == (40 * 10 + 10) * 4  # the user's model, not the zoo's
     clients = sorted((real / "federation").glob("client-*"))
-    assert len(clients) == CLIENTS and not any((c / "executor.log").exists() for c in clients)
+    assert len(clients) == CLIENTS
+    for client in clients:  # every message served by a process of its own
+        served = re.findall(r"task (\w+) by pid (\d+)", (client / "executor.log").read_text())
+        assert len(served) > 2 and {status for status, _ in served} == {"completed"}, served
+        assert len({pid for _, pid in served}) == len(served), served

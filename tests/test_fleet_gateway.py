@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import sys
@@ -20,13 +21,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from federation_faults import wait_logged
 from typer.testing import CliRunner
 
 from collabfl.coordinator.cli import app as cli_app
 from collabfl.coordinator.daemon import flower_home
 from collabfl.coordinator.federation import free_ports
 from collabfl.coordinator.state import CoordinatorState
-from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.flower.processes import SUPERNODE_CONNECTED, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group
 from tests.support.pki import TestCA
@@ -169,6 +171,48 @@ def test_only_a_registered_supernode_key_joins(coordinator, tmp_path):
         nodes = coordinator.flwr("supernode", "list").get("nodes", [])
         assert [int(n["node-id"]) for n in nodes if n.get("status") == "online"] == online
         assert "Failed to activate SuperNode" in (rogue / "supernode.log").read_text()
+        refused = _wait_for_impostor_event(coordinator, "a SuperNode key no operator registered")
+        assert refused.client_id is None
+    finally:
+        for process in processes:
+            stop_group(process, grace_s=5.0)
+
+
+def _wait_for_impostor_event(coordinator: Coordinator, text: str, limit_s: float = 60.0):
+    """The federation-wide ``impostor`` event whose message holds ``text``, once recorded."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with CoordinatorState(coordinator.state_dir / "coordinator.db") as state:
+            found = [e for e in state.events() if e.kind == "impostor" and text in e.message]
+        if found:
+            assert found[0].run_id == "" and found[0].level == "warning"
+            return found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no impostor event saying {text!r} in {limit_s} s")
+
+
+def test_a_stolen_member_key_is_refused_and_recorded_naming_the_member(coordinator, tmp_path):
+    """A copy of member 5's SuperNode key, shown while member 5 is online: Flower refuses the
+    activation before any ServerApp could see the node; the gateway records it."""
+    member, thief = tmp_path / "member", tmp_path / "thief"
+    thief.mkdir()
+    private_key, public_key = ensure_supernode_key(member)
+    for path in (private_key, public_key):
+        shutil.copy2(path, thief / path.name)
+    register = [
+        "admin", "register-supernode", "--client-id", "5", "--key", str(public_key),
+        "--state-dir", str(coordinator.state_dir),
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli_app, register)
+    assert result.exit_code == 0, result.output
+    ports = free_ports(2)
+    processes = [_supernode(coordinator, member, ports[0])]
+    try:
+        wait_logged(member / "supernode.log", SUPERNODE_CONNECTED)
+        processes.append(_supernode(coordinator, thief, ports[1]))
+        event = _wait_for_impostor_event(coordinator, "client 5's registered key")
+        assert event.client_id == 5
+        assert SUPERNODE_CONNECTED not in (thief / "supernode.log").read_text()
     finally:
         for process in processes:
             stop_group(process, grace_s=5.0)

@@ -219,6 +219,16 @@ def test_the_operator_sees_members_by_client_id_and_host(bed):
     assert isinstance(enrolled, list)
     members = {e["subject"]: e["host"] for e in enrolled if e["role"] == "member"}
     assert members == {str(k): f"{lab}.example.org" for k, lab in enumerate(LABS)}
+    wanted = {k: (f"{lab}.example.org", "online", True) for k, lab in enumerate(LABS)}
+
+    def members() -> dict:  # from the laptop, through the service
+        status = bed.admin_json("laptop", "status")
+        assert isinstance(status, dict)
+        return {m["client_id"]: (m["host"], m["presence"], m["supernode_registered"])
+                for m in status["members"]}  # fmt: skip
+
+    # Presence comes from the SuperLink's node list, read in the background: poll for it.
+    _wait(lambda: members() == wanted, f"admin status to show {wanted}", 60, 2.0)
 
 
 def test_restart_takes_the_state_dir_alone(bed):
