@@ -166,6 +166,11 @@ def restart_policy(args: argparse.Namespace) -> RestartPolicy:
     later, and the daemon should then join without being restarted by hand."""
     if args.max_restarts < 0:
         raise ValueError(f"--max-restarts must be >= 0 (0: for ever), got {args.max_restarts}")
+    if not 0 < args.restart_backoff_max < float("inf"):
+        raise ValueError(
+            f"--restart-backoff-max must be a positive number of seconds, got "
+            f"{args.restart_backoff_max}"
+        )
     return RestartPolicy(args.max_restarts or None, args.restart_backoff_max)
 
 
