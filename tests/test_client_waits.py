@@ -7,7 +7,8 @@ restarts in a row, about 67 s), logging each refusal as one clean line with the 
 joins by itself once the operator registers the key. A client that cannot reach its
 SuperLink, or dials the coordinator by a name its certificate lacks, says so the same way.
 A SuperNode killed with SIGKILL is restarted and rejoins within 10 s (Flower refused it for
-about 60 s while it still counted the killed one as online: flower/stale_node.py).
+about 60 s while it still counted the killed one as online: flower/stale_node.py); only
+the node's own key can mark it offline.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from collabfl.coordinator.federation import free_ports
+from collabfl.flower.stale_node import deactivate, last_node_id
 from collabfl.flower.supernode_key import ensure_supernode_key
 from tests.support.tls_federation import (
     ClientDaemon,
@@ -100,6 +102,15 @@ def test_a_supernode_killed_with_sigkill_rejoins_within_10_s(coordinator):
         _wait(lambda: client.joins() == 2, "the rejoin", client, limit_s=180)
         took = time.monotonic() - killed
         assert took < REJOIN_S, f"rejoined {took:.1f} s after SIGKILL: {client.log()[-3000:]}"
+        # The deactivation is the node's own: another member's registered key cannot use it
+        # to knock this node offline.
+        node = last_node_id(client.supernode_log)
+        assert node is not None
+        _wait(lambda: node in coordinator.online_nodes(), "the node online", client, 60)
+        other, other_public = ensure_supernode_key(coordinator.client_state(2))
+        coordinator.register(2, other_public)
+        assert not deactivate(coordinator.superlink, coordinator.tls.ca, other, node)
+        assert node in coordinator.online_nodes()
     finally:
         client.stop()
 
