@@ -4,7 +4,8 @@ The logs in tests/data/supernode_logs are what Flower 1.41's SuperNode wrote (co
 and all) when refused by a real TLS coordinator (SuperNode auth on) for each reason: a key
 nobody registered, a key whose killed predecessor still counted as online, the
 coordinator's certificate dialled by a name it does not hold (an IP, a host name), a CA
-that did not sign it, a closed port, a name that does not resolve. The network facts a
+that did not sign it, a closed port, a name that does not resolve; and, from stand-in
+servers, an expired certificate and a port that does not speak TLS. The network facts a
 message adds (certificate names, why a connect fails) come from a stand-in probe here; the
 integration tests (tests/test_client_waits.py) use the real one.
 """
@@ -84,6 +85,17 @@ def test_a_certificate_of_another_ca_says_which_ca_was_used():
     assert "is not signed by the CA in /etc/collabfl/ca.pem" in said
     assert "certificate verify failed: certificate signature failure" in said
     assert "give --root-certificates the federation's CA" in said
+
+
+def test_an_expired_certificate_and_a_port_without_tls_say_so():
+    expired = _exited("expired.log")
+    _one_clean_line(expired)
+    assert expired.startswith("the coordinator's certificate at 10.77.3.1:9093 has expired: ")
+    assert "certificate verify failed: certificate has expired" in expired
+    plain = _exited("not_tls.log")
+    _one_clean_line(plain)
+    assert plain.startswith("10.77.3.1:9093 did not answer as the coordinator's TLS Fleet")
+    assert "[SSL: WRONG_VERSION_NUMBER]" in plain and "not its service port" in plain
 
 
 @pytest.mark.parametrize(
