@@ -367,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     log.info("client %s: shutting down", args.client_id)
     for child in children:
+        child.stop_restarting()
+    for child in children:
         child.stop()
     server.stop(grace=2.0)
     if given_up:

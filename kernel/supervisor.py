@@ -212,6 +212,11 @@ class Supervisor:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def stop_restarting(self) -> None:
+        """Restart the child no more (a daemon stopping several children calls this on all
+        first, so that none is restarted while another is being stopped)."""
+        self._stopping.set()
+
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, then SIGKILL after ``grace_s``."""
         self._stopping.set()

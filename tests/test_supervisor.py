@@ -113,3 +113,24 @@ def test_what_a_running_child_reports_is_logged_as_it_happens(
             child.stop(grace_s=5)
     assert "supernode: cannot reach it" in caplog.text
     assert child.restarts == 0
+
+
+def test_a_child_told_to_stop_restarting_is_not_restarted_when_it_exits(tmp_path: Path) -> None:
+    """A daemon stops its children one after the other (the executor may take seconds);
+    one that exits meanwhile must not be started again."""
+    go = tmp_path / "exit-now"
+    script = f"import os, sys, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    script += "sys.exit(1)"
+    child = Supervisor(
+        "supernode", [sys.executable, "-c", script], tmp_path / "supernode.log",
+        policy=RestartPolicy(max_restarts=None, backoff_max_s=0.05),
+    )  # fmt: skip
+    child.start()
+    try:
+        child.stop_restarting()
+        go.touch()
+        assert child._thread is not None
+        _wait(lambda: not child._thread.is_alive(), "the watcher's end")
+        assert child.restarts == 0 and not child.alive
+    finally:
+        child.stop(grace_s=5)
