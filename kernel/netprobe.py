@@ -8,7 +8,6 @@ verifying it, so that a wrong name or CA can be reported; verifying is the calle
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import ssl
 
@@ -75,11 +74,3 @@ def certificate_names(certificate: x509.Certificate) -> list[str]:
     dns = names.get_values_for_type(x509.DNSName)
     ips = [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
     return [*dns, *ips]
-
-
-def is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
