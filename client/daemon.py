@@ -44,7 +44,7 @@ from collabfl.flower.processes import (
     wait_for_join,
     warm_executor_command,
 )
-from collabfl.flower.stale_node import clear_stale_node
+from collabfl.flower.stale_node import clear_stale_node, preload
 from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where, join_address
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
@@ -296,6 +296,7 @@ def start_flower(
         key, _ = ensure_supernode_key(args.state_dir)
         ca = args.root_certificates
         before_start = partial(clear_stale_node, log_path, args.superlink, ca, key)
+        threading.Thread(target=preload, name="preload-flower", daemon=True).start()
     supernode = Supervisor(
         "supernode", supernode_command(args), log_path, env, policy, on_give_up=give_up,
         reasons=supernode_reasons(args), before_start=before_start,
