@@ -12,6 +12,10 @@ collabfl's installed ClientApp, for ticketed collabfl runs. With ``--runtime war
 default) it serves every message from one process with the node kept in memory; with
 ``--runtime subprocess``, each message from a fresh process.
 Everything that must outlive one message lives here or in the state directory.
+A SuperNode that exits or is refused is restarted for ever by default (capped back-off,
+``--max-restarts``/``--restart-backoff-max``), each time with one log line saying why and
+what fixes it (flower/supernode_diagnosis.py); before each start the daemon marks the node
+a killed SuperNode left online as offline (flower/stale_node.py), so the restart gets in.
 SIGTERM/SIGINT stop both cleanly; a restarted daemon first kills what a killed predecessor's
 SuperNode left running (kernel/leftovers.py), then serves what was published before, and
 the node resumes from its saved state.
@@ -25,6 +29,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from collabfl import __version__
@@ -42,13 +47,16 @@ from collabfl.flower.processes import (
     wait_for_join,
     warm_executor_command,
 )
+from collabfl.flower.stale_node import clear_stale_node, preload
+from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
+from collabfl.kernel.netprobe import split_address
 from collabfl.kernel.saved_args import save as save_args
 from collabfl.kernel.saved_args import with_saved
-from collabfl.kernel.supervisor import Supervisor
+from collabfl.kernel.supervisor import RestartPolicy, Supervisor
 from collabfl.kernel.tls import ServerTLS
 from collabfl.kernel.user_code import parse_allowed
 
@@ -139,8 +147,48 @@ def parser() -> argparse.ArgumentParser:
         help="this member's certificate (collabfl://member/<client id>): serves and fetches",
     )
     tls.add_argument("--peer-key", type=Path, help="its private key")
+    restarts = p.add_argument_group("restarts of the SuperNode (and executor)")
+    restarts.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="give up (and exit 1) after this many failed restarts in a row; 0 (default): "
+        "never, the daemon waits for its SuperLink and registration for as long as it takes",
+    )
+    restarts.add_argument(
+        "--restart-backoff-max",
+        type=float,
+        default=RestartPolicy.backoff_max_s,
+        help="seconds between restarts grow 1, 2, 4, ... up to this",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
+
+
+def restart_policy(args: argparse.Namespace) -> RestartPolicy:
+    """The client's children are restarted for ever by default: what keeps its SuperNode
+    out (a key not registered yet, an unreachable coordinator) is fixed by someone else,
+    later, and the daemon should then join without being restarted by hand."""
+    if args.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be >= 0 (0: for ever), got {args.max_restarts}")
+    if not 0 < args.restart_backoff_max < float("inf"):
+        raise ValueError(
+            f"--restart-backoff-max must be a positive number of seconds, got "
+            f"{args.restart_backoff_max}"
+        )
+    return RestartPolicy(args.max_restarts or None, args.restart_backoff_max)
+
+
+def supernode_reasons(args: argparse.Namespace) -> SupernodeReasons:
+    """Why the SuperNode exits or is refused, worded with this daemon's own flags."""
+    where = Where(
+        superlink=args.superlink,
+        client_id=args.client_id,
+        host=split_address(args.peer_address)[0],
+        coordinator=args.superlink,  # joins dial the coordinator's public (Fleet) port
+        root_certificates=args.root_certificates,
+    )
+    return SupernodeReasons(where)
 
 
 def supernode_command(args: argparse.Namespace) -> list[str]:
@@ -206,6 +254,12 @@ def check_args(args: argparse.Namespace) -> None:
             "--token TOKEN --data FILE --state-dir DIR`, or give every flag"
         )
     load_client_file(args.data)  # raises with the file name when malformed
+    for flag, address in (("--superlink", args.superlink), ("--peer-address", args.peer_address)):
+        try:
+            split_address(address)
+        except ValueError as error:
+            raise ValueError(f"{flag}: {error}") from None
+    restart_policy(args)
     parse_allowed(args.allow_import)  # a malformed --allow-import fails now, by name
     if not args.coordinator_key.is_file():
         raise SystemExit(f"--coordinator-key {args.coordinator_key} does not exist")
@@ -250,9 +304,17 @@ def start_flower(
     Returned in the order to stop them: the executor before the SuperNode it serves.
     """
     env = {**flower_env(args.state_dir / "flwr"), **owner_env(args.state_dir)}
+    policy = restart_policy(args)
+    log_path = args.state_dir / "supernode.log"
+    before_start = None
+    if not args.insecure:  # the same key, so the same node: clear what a killed one left
+        key, _ = ensure_supernode_key(args.state_dir)
+        ca = args.root_certificates
+        before_start = partial(clear_stale_node, log_path, args.superlink, ca, key)
+        threading.Thread(target=preload, name="preload-flower", daemon=True).start()
     supernode = Supervisor(
-        "supernode", supernode_command(args), args.state_dir / "supernode.log", env,
-        on_give_up=give_up,
+        "supernode", supernode_command(args), log_path, env, policy, on_give_up=give_up,
+        reasons=supernode_reasons(args), before_start=before_start,
     )  # fmt: skip
     supernode.start()
     wait_for_join(supernode.log_path, JOIN_FIRST_S, stop)
@@ -267,6 +329,7 @@ def start_flower(
         ),
         args.state_dir / "executor.log",
         env,
+        policy,
         on_give_up=give_up,
     )
     executor.start()
@@ -288,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per Fleet call we make
     try:
         check_args(args)
         limits = stream_limits(args)
@@ -326,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     children = start_flower(args, give_up, stop)
     stop.wait()
     log.info("client %s: shutting down", args.client_id)
+    for child in children:
+        child.stop_restarting()
     for child in children:
         child.stop()
     if revocations is not None:

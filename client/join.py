@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from collabfl.client.data.client_file import load_client_file
 from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supernode_key
 from collabfl.kernel.atomic import write_bytes
-from collabfl.kernel.join_client import JoinFailed, join, split_address
+from collabfl.kernel.join_client import JoinFailed, coordinator_address, join
 from collabfl.kernel.pki import write_private_key
 from collabfl.kernel.saved_args import save
 
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     args, daemon_flags = parser().parse_known_args(argv)
     try:
         load_client_file(args.data)  # a wrong file fails before the token is spent
-        split_address(args.coordinator)
+        coordinator_address(args.coordinator)
         daemon_argv = enrol(args)
     except (JoinFailed, ValueError, FileNotFoundError) as error:
         print(f"collabfl-client join: {error}", file=sys.stderr)

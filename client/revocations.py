@@ -15,7 +15,7 @@ import ssl
 import threading
 from pathlib import Path
 
-from collabfl.kernel.join_client import split_address
+from collabfl.kernel.netprobe import split_address
 from collabfl.kernel.revocation import DENIED
 
 log = logging.getLogger(__name__)

@@ -232,6 +232,43 @@ def methods() -> None:
         console.print(name, highlight=False)
 
 
+@app.command()
+def doctor(
+    coordinator: Annotated[
+        str | None,
+        typer.Option("--coordinator", help="the coordinator's Fleet gateway, HOST:PORT (9093)"),
+    ] = None,
+    service: Annotated[
+        str | None,
+        typer.Option("--service", help="the coordinator service, HOST:PORT (9300)"),
+    ] = None,
+    ca: Annotated[Path | None, typer.Option("--ca", help="the federation CA (PEM)")] = None,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="this participant's data file")
+    ] = None,
+    peers: Annotated[
+        list[str] | None,
+        typer.Option("--peer", help="another member's peer port, HOST:PORT; repeat for each"),
+    ] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option("--state-dir", help="a daemon's state folder")
+    ] = None,
+) -> None:
+    """Check this machine against the federation: one line per check, ✓ or ✗ with the fix
+    (! passed, act soon). Exit status 1 when any check fails."""
+    from collabfl.coordinator.doctor import Inputs, checks, run
+
+    try:
+        inputs = Inputs(coordinator, service, ca, data, tuple(peers or ()), state_dir)
+    except ValueError as error:
+        _fail(error)
+    found = checks(inputs)
+    if not found:
+        _fail(ValueError("nothing to check: give --coordinator, --service, --data or --peer"))
+    if not run(found, lambda line: console.print(line, highlight=False, soft_wrap=True)):
+        raise typer.Exit(code=1)
+
+
 app.add_typer(admin_app, name="admin")
 
 federation_app = typer.Typer(help="A real federation of processes on this machine.")

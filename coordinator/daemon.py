@@ -94,7 +94,7 @@ from collabfl.kernel.leftovers import owner_env, reap_leftovers
 from collabfl.kernel.pki import issue, private_key_pem
 from collabfl.kernel.saved_args import save as save_args
 from collabfl.kernel.saved_args import with_saved
-from collabfl.kernel.supervisor import Supervisor, stop_group
+from collabfl.kernel.supervisor import RestartPolicy, Supervisor, stop_group
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ServerTLS
 
@@ -107,6 +107,14 @@ MAX_LAUNCHES = 4
 CHECK_RUNS_S = 1.0
 """How often the launcher looks for runs to launch when nothing tells it: a new run rings
 the ``runs`` doorbell and is launched at once; a ServerApp that died is noticed on this clock."""
+SUPERLINK_RESTARTS = RestartPolicy(max_restarts=5, backoff_max_s=30.0)
+"""The SuperLink is restarted 5 times in a row at most (about a minute), then the daemon
+exits 1. Unlike a client's SuperNode, which waits on things other people fix (its key's
+registration, the coordinator's address), the SuperLink runs on this machine, on loopback,
+from our own files: one that fails six times in a row fails for a local reason waiting will
+not cure (its port taken, its database corrupt, the disk full). Exiting says so to what
+runs the daemon (systemd, compose), which restarts or alerts, and to the operator, with the
+reason in the log's last line."""
 PRIVATE_KEY_FILE = "grant_key.pem"
 """The coordinator's Ed25519 key: it signs peer-fetch grants and run tickets."""
 PUBLIC_KEY_FILE = "grant_key.pub.pem"
@@ -621,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     # daemon reach it through the gateway, which holds their calls until it answers.
     superlink = Supervisor(
         "superlink", superlink_command(args), args.state_dir / "superlink.log", env,
-        on_give_up=give_up,
+        SUPERLINK_RESTARTS, on_give_up=give_up,
     )  # fmt: skip
     superlink.start()
     activity = FleetActivity()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from collabfl.kernel.join_token import TokenParts
+from collabfl.kernel.netprobe import split_address
 from collabfl.kernel.pki import ca_pin, make_csr
 
 CA_PATH, JOIN_PATH = "/collabfl/v1/ca", "/collabfl/v1/join"
@@ -54,16 +55,17 @@ class Joined:
     hosts: list[str]
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise JoinFailed(f"{address!r} is not HOST:PORT (the coordinator's Fleet port, 9093)")
-    return host.strip("[]"), int(port)
+def coordinator_address(address: str) -> tuple[str, int]:
+    """The coordinator's public ``HOST:PORT`` as (host, port); JoinFailed if malformed."""
+    try:
+        return split_address(address)
+    except ValueError as error:
+        raise JoinFailed(f"{error}: give the coordinator's Fleet port, e.g. HOST:9093") from None
 
 
 def fetch_ca(address: str, pin: str) -> bytes:
     """The federation CA the coordinator at ``address`` presents, if it matches ``pin``."""
-    host, port = split_address(address)
+    host, port = coordinator_address(address)
     unverified = ssl.create_default_context()
     unverified.check_hostname = False
     unverified.verify_mode = ssl.CERT_NONE  # nothing is trusted yet: the pin decides
@@ -115,7 +117,7 @@ def _join_once(
     except ValueError as error:
         raise JoinFailed(str(error)) from None
     ca = fetch_ca(address, parts.pin)
-    host, port = split_address(address)
+    host, port = coordinator_address(address)
     verified = ssl.create_default_context(cadata=ca.decode())
     request = {"token": token.strip(), "csr": make_csr(key, host).decode(),
                "supernode_key": supernode_key}  # fmt: skip

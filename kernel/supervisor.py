@@ -1,7 +1,11 @@
 """Keep a child process (SuperNode, SuperLink) running, and stop it cleanly.
 
 Both daemons own one Flower process each. If it exits unexpectedly the supervisor restarts
-it after a growing delay (at most ``max_restarts`` times in a row); on shutdown it sends
+it after a growing delay, capped (``RestartPolicy``: for ever, or at most ``max_restarts``
+times in a row), and logs why in one line: what ``Reasons`` makes of the child's output
+since it started, by default its last lines without colour codes or INFO chatter. A
+problem the running child reports and retries by itself (a SuperNode that cannot reach
+its SuperLink) is logged as it happens, if ``Reasons`` recognises it. On shutdown it sends
 SIGTERM to the child's process group, waits, then SIGKILLs whatever is left, so Flower's
 own helper processes (flower-superexec, ClientApp processes) go with it. What a daemon
 killed outright leaves behind, its next start reaps (kernel/leftovers.py).
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,9 +24,72 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+HEALTHY_S = 60.0
+"""A child that ran this long before it exited is counted as healthy: its restarts in a row
+start again from the first, with the shortest delay."""
+CHECK_S = 1.0
+"""How often the output of a running child is read for problems it reports."""
+OUTPUT_LIMIT = 64 * 1024
+"""At most this much of a child's latest output is read to explain it."""
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+INFO_LINE = re.compile(r"^INFO\s*:")
+
+
+def plain_lines(text: str, keep_info: bool = True) -> list[str]:
+    """``text``'s non-blank lines without terminal colour codes (Flower colours its levels);
+    ``keep_info=False`` also drops INFO lines (uvicorn's start and shutdown chatter)."""
+    lines = (ANSI_ESCAPE.sub("", line).strip() for line in text.splitlines())
+    return [line for line in lines if line and (keep_info or not INFO_LINE.match(line))]
+
+
+class Reasons(Protocol):
+    """What a child's output means, as one line for the daemon's log."""
+
+    def exited(self, output: str) -> str:
+        """Why the child exited, from all it wrote since it started."""
+        ...
+
+    def refused(self, output: str) -> str | None:
+        """A problem the running child reports in ``output`` (what it wrote since the last
+        look) and retries by itself; None when there is nothing (new) to say."""
+        ...
+
+
+class LastWords:
+    """The default ``Reasons``: a child's last three lines that are not INFO chatter."""
+
+    def exited(self, output: str) -> str:
+        return " | ".join(plain_lines(output, keep_info=False)[-3:]) or "nothing"
+
+    def refused(self, output: str) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How a child that keeps exiting is restarted: after 1, 2, 4, ... s up to
+    ``backoff_max_s``; ``max_restarts`` in a row at most (None: for ever)."""
+
+    max_restarts: int | None = 5
+    backoff_max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_restarts is not None and self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0 or None, got {self.max_restarts}")
+        if not 0 < self.backoff_max_s < float("inf"):
+            raise ValueError(f"backoff_max_s must be positive, got {self.backoff_max_s}")
+
+    def delay_s(self, in_a_row: int) -> float:
+        return min(2.0 ** max(in_a_row - 1, 0), self.backoff_max_s)
+
+    def gives_up(self, in_a_row: int) -> bool:
+        return self.max_restarts is not None and in_a_row > self.max_restarts
 
 
 class Supervisor:
@@ -33,19 +101,27 @@ class Supervisor:
         command: Sequence[str],
         log_path: Path,
         env: Mapping[str, str] | None = None,
-        max_restarts: int = 5,
+        policy: RestartPolicy | None = None,
         on_give_up: Callable[[str], None] = lambda name: None,
+        reasons: Reasons | None = None,
+        before_start: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.on_give_up = on_give_up
         """Called with the child's name once it is given up: a daemon that cannot do its job
         without the child exits, so that what runs the daemon (systemd, compose) sees it."""
+        self.reasons = reasons or LastWords()
+        self.before_start = before_start
+        """Called before every start of the child (the first too), e.g. to clear what a
+        killed predecessor left registered elsewhere; failures are logged, not raised."""
         self.command = with_parent_death_signal(list(command))
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
-        self.max_restarts = max_restarts
+        self.policy = policy or RestartPolicy()
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self._started_at = 0  # the log's size when the child started: its output follows
+        self._read_to = 0  # how far the running child's output has been looked at
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -59,8 +135,14 @@ class Supervisor:
         return self.log_path.with_suffix(".pid")
 
     def _spawn(self) -> None:
+        if self.before_start is not None:
+            try:
+                self.before_start()
+            except Exception:
+                log.exception("%s: preparing its start failed; starting it anyway", self.name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log_file:
+            self._started_at = self._read_to = log_file.tell()
             self.process = subprocess.Popen(
                 self.command,
                 stdout=log_file,
@@ -72,49 +154,68 @@ class Supervisor:
         log.info("%s started (pid %s)", self.name, self.process.pid)
 
     def _watch(self) -> None:
-        consecutive = 0
+        in_a_row = 0
         while not self._stopping.is_set():
             assert self.process is not None
             started = time.monotonic()
-            code = self.process.wait()
+            code = self._wait_reporting(self.process)
             if self._stopping.is_set():
                 return
-            consecutive = 0 if time.monotonic() - started > 60 else consecutive + 1
-            said = self.last_output()
-            if consecutive > self.max_restarts:
+            in_a_row = 1 if time.monotonic() - started > HEALTHY_S else in_a_row + 1
+            why = self.reasons.exited(self.output())
+            if self.policy.gives_up(in_a_row):
                 log.error(
-                    "%s exited with %s %s times in a row; giving up. Its last words: %s (see %s)",
-                    self.name,
-                    code,
-                    consecutive,
-                    said,
-                    self.log_path,
-                )
+                    "%s %s %s times in a row; giving up: %s (see %s)",
+                    self.name, ended(code), in_a_row, why, self.log_path,
+                )  # fmt: skip
                 self.on_give_up(self.name)
                 return
-            delay = min(2.0**consecutive, 30.0)
+            delay = self.policy.delay_s(in_a_row)
             log.warning(
-                "%s exited with %s (%s); restarting in %.0f s", self.name, code, said, delay
-            )
+                "%s %s: %s; restarting in %.3g s (restart %s)",
+                self.name, ended(code), why, delay, self.restarts + 1,
+            )  # fmt: skip
             if self._stopping.wait(delay):
                 return
             self.restarts += 1
             self._spawn()
 
-    def last_output(self, lines: int = 3) -> str:
-        """The end of the child's log, on one line: why it exited, usually."""
+    def _wait_reporting(self, process: subprocess.Popen[bytes]) -> int:
+        """Wait for the child's exit code, logging what it reports as it runs."""
+        while True:
+            try:
+                return process.wait(timeout=CHECK_S)
+            except subprocess.TimeoutExpired:
+                pass
+            if self._stopping.is_set():
+                return process.wait()
+            new, self._read_to = self._tail(self._read_to)
+            said = self.reasons.refused(new) if new else None
+            if said:
+                log.warning("%s: %s", self.name, said)
+
+    def output(self) -> str:
+        """What the child wrote since it started (its last ``OUTPUT_LIMIT`` bytes at most)."""
+        return self._tail(self._started_at)[0]
+
+    def _tail(self, start: int) -> tuple[str, int]:
+        """The log from byte ``start`` (its last ``OUTPUT_LIMIT`` bytes at most), and its end."""
         try:
             with open(self.log_path, "rb") as log_file:
-                log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - 4096))
-                tail = log_file.read().decode("utf-8", "replace").splitlines()
+                end = log_file.seek(0, os.SEEK_END)
+                log_file.seek(max(start, end - OUTPUT_LIMIT))
+                return log_file.read(end - log_file.tell()).decode("utf-8", "replace"), end
         except OSError:
-            return "no log"
-        said = [line.strip() for line in tail if line.strip()][-lines:]
-        return " | ".join(said) or "nothing"
+            return "", start
 
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def stop_restarting(self) -> None:
+        """Restart the child no more (a daemon stopping several children calls this on all
+        first, so that none is restarted while another is being stopped)."""
+        self._stopping.set()
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, then SIGKILL after ``grace_s``."""
@@ -124,6 +225,16 @@ class Supervisor:
         stop_group(self.process, grace_s)
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+
+
+def ended(code: int) -> str:
+    """How a child ended, from its exit status: "exited with 1", "was killed by SIGKILL"."""
+    if code >= 0:
+        return f"exited with {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
 
 
 def with_parent_death_signal(command: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ SLOWEST_FIRST = (
     "test_federation_restart.py",
     "test_federation_client_faults.py",
     "test_federation_e2e.py",
+    "test_client_waits.py",
     "test_flower_floor.py",
     "test_multihost.py",
     "test_federation_user_code.py",

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from federation_faults import command_line, process_tree, running_processes, still_running
 
 from collabfl.client.data import ArrayDataset, ClientData
@@ -47,6 +48,22 @@ def test_client_daemon_refuses_a_bad_data_file(tmp_path):
     result = subprocess.run(_client_args(tmp_path, bad), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "not a collabfl client data file" in result.stderr
+    assert not (tmp_path / "state" / "supernode.log").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--max-restarts", "-1"], "--max-restarts must be >= 0 (0: for ever), got -1"),
+        (["--restart-backoff-max", "0"], "--restart-backoff-max must be a positive number"),
+        (["--superlink", "coord.example.org"], "--superlink: 'coord.example.org' is not HOST:PORT"),
+    ],
+)
+def test_client_daemon_refuses_bad_restart_and_address_flags(tmp_path, flags, said):
+    args = [*_client_args(tmp_path, _data_file(tmp_path)), *flags]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert said in result.stderr
     assert not (tmp_path / "state" / "supernode.log").exists()
 
 
