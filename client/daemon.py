@@ -80,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
         help="HOST:PORT where this node reaches the coordinator service's sub-step relay "
         "(default: the address the coordinator's ServerApp uses, its --advertise)",
     )
-    p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
+    p.add_argument("--device", default="", help="cpu, cuda, cuda:N or auto (default: the run's)")
     p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept per run")
     p.add_argument(
         "--max-peer-weight",
@@ -190,6 +190,10 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
 
 def check_args(args: argparse.Namespace) -> None:
     """Fail before starting anything when the inputs are wrong."""
+    if args.device:  # torch is imported (seconds) only to check a device that is named
+        from collabfl.kernel.devices import resolve_device
+
+        resolve_device(args.device)  # ValueError naming the value and what exists
     load_client_file(args.data)  # raises with the file name when malformed
     parse_allowed(args.allow_import)  # a malformed --allow-import fails now, by name
     if not args.coordinator_key.is_file():

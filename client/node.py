@@ -10,8 +10,8 @@ runtime and, wrapped by a Flower ClientApp, a real federation.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from collabfl.client.discriminator import ClientDiscriminators
 from collabfl.client.gradient import GradientOracle
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.randomness import batch_generator
+from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
@@ -112,6 +113,11 @@ class ClientNode:
     def num_samples(self) -> int:
         return len(self.data.train)
 
+    @property
+    def device(self) -> torch.device:
+        """Where this node's math runs: every tensor that enters it is placed here."""
+        return self.workspace.vector.device
+
     def handle(self, instruction: Instruction) -> Reply:
         """Run one instruction and return the reply for the coordinator."""
         round_index, model = instruction.round, instruction.model
@@ -146,7 +152,7 @@ class ClientNode:
 
     def _receive(self, model: FlatVector | None, into: str) -> None:
         if model is not None:
-            self.slots[into] = model.to(self.workspace.vector.device)
+            self.slots[into] = place(model, self.device)
 
     def _train(self, round_index: int, task: Train, model: FlatVector | None) -> Reply:
         slot = task.slot
@@ -198,8 +204,12 @@ class ClientNode:
         weights = dict(zip(candidates, task.weights, strict=True))
         rng = np.random.default_rng([self.seed, self.client_id, round_index, 1])
 
-        def load(ids: Sequence[int]) -> AbstractContextManager[dict[int, torch.Tensor]]:
-            return self.fetcher.hold(ids, round_index, limit=budget)
+        @contextmanager
+        def load(ids: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+            """The peers' models, fetched under the budget, on this node's device (a model
+            read from the network arrives on the CPU)."""
+            with self.fetcher.hold(ids, round_index, limit=budget) as models:
+                yield {j: place(model, self.device) for j, model in models.items()}
 
         own, own_weight = self.slot(slot), float(self.num_samples)
         evaluations = 0
