@@ -30,9 +30,9 @@ from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
 from collabfl.strategies.greedy import bggc
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph import Attack, poison
-from collabfl.strategies.protocol import FlatVector, Instruction, Reply
+from collabfl.strategies.protocol import FlatVector, Instruction, Reply, StepFailed
 from collabfl.strategies.streaming import streaming_average
-from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Gradient, Train
+from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Gradient, Task, Train
 
 
 @dataclass(frozen=True)
@@ -124,25 +124,37 @@ class ClientNode:
         fetch_before = self.fetcher.stats.fetch_seconds
         started = time.perf_counter()
         task = instruction.task
-        match task:
-            case Train():
-                reply = self._train(round_index, task, model)
-            case Collaborate():
-                reply = self._collaborate(round_index, task)
-            case Evaluate():
-                reply = self._evaluate(round_index, task, model)
-            case Discriminate():
-                batch = self.training.eval_batch_size
-                reply = self.discriminators.step(round_index, task, model, batch)
-            case Gradient():
-                assert model is not None  # an Instruction refuses a GRADIENT without one
-                batch = self.training.eval_batch_size
-                reply = self.gradients.answer(round_index, task, model, batch)
+        reply = self._run(round_index, task, model)
         # The seconds fields are named after the verb: train_s, collaborate_s, ...
         timing: dict[str, Any] = {f"{task.verb.value}_s": time.perf_counter() - started}
         if isinstance(task, Collaborate):
             timing["fetch_s"] = self.fetcher.stats.fetch_seconds - fetch_before
         return Reply(replace(reply.metrics, **timing), reply.model)
+
+    def answer(self, instruction: Instruction) -> Reply:
+        """``handle``, for a runtime: an error becomes ``StepFailed``, whose text names the
+        step, so the coordinator can say which step did not happen."""
+        try:
+            return self.handle(instruction)
+        except Exception as error:
+            raise StepFailed(instruction.verb, error) from error
+
+    def _run(self, round_index: int, task: Task, model: FlatVector | None) -> Reply:
+        match task:
+            case Train():
+                return self._train(round_index, task, model)
+            case Collaborate():
+                return self._collaborate(round_index, task)
+            case Evaluate():
+                return self._evaluate(round_index, task, model)
+            case Discriminate():
+                batch = self.training.eval_batch_size
+                return self.discriminators.step(round_index, task, model, batch)
+            case Gradient():
+                assert model is not None  # an Instruction refuses a GRADIENT without one
+                batch = self.training.eval_batch_size
+                return self.gradients.answer(round_index, task, model, batch)
+        raise ValueError(f"no client step for {type(task).__name__}")
 
     def slot(self, name: str) -> torch.Tensor:
         """The model in slot ``name``; a slot starts as the shared initial model."""
