@@ -172,7 +172,7 @@ def results_markdown(summaries: list[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     said = failure_notes(summaries)
     if said:
-        lines += ["", "Failed steps (no result of theirs is in the table):", ""]
+        lines += ["", "Failed steps (the rounds and clients they name lack those steps):", ""]
         lines += [f"- {note}" for note in said]
     return "\n".join(lines) + "\n"
 
