@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flwr.app import Error, Message
+from test_flower_pool import ScriptedGrid, _pool, _round
+from test_flower_pool import flower_task as flower_task  # autouse: Flower's task identity
 from typer.testing import CliRunner
 
 from collabfl.client.node import ClientNode
@@ -126,3 +129,33 @@ def test_a_federation_whose_clients_cannot_open_the_run_fails_and_exits_non_zero
     assert "device 'cuda:63'" in said
     summary = json.loads((out / "summary.json").read_text())[0]
     assert summary["status"] == "failed" and summary["clients_reported"] == "0/2"
+
+
+class FailingGrid(ScriptedGrid):
+    """Node 12's ClientApp fails every program with a collaboration error."""
+
+    def push_messages(self, messages: list[Message]) -> list[str]:
+        ids = super().push_messages(messages)
+        error = StepFailed(Verb.COLLABORATE, ValueError("peer on cuda:0, own model on cpu"))
+        for message in messages:
+            if message.metadata.dst_node_id == 12:
+                reason = f"{type(error).__name__}: {error}"  # as the warm executor says it
+                failed = Message(Error(code=0, reason=reason), reply_to=message)
+                self.replies[message.metadata.message_id] = failed
+        return ids
+
+
+def test_a_federated_client_error_is_a_failed_step_of_the_round():
+    grid, events, timings = FailingGrid(), [], []
+    pool = _pool(grid, events, timings)
+    answered = pool.send_programs(_round(3))
+    assert sorted(answered) == [0, 1]
+    assert (3, "client_error", 2) in events
+    (failure,) = pool.step_ledger.take()
+    assert (failure.round, failure.client, failure.step, failure.clients_sent) == (
+        3,
+        2,
+        "collaborate",
+        3,
+    )
+    assert fatal("dpfl", [failure.record()]) is None
