@@ -26,6 +26,7 @@ from collabfl.coordinator.driver import AfterRound
 from collabfl.coordinator.experiment import resolve_device, run_on_splits
 from collabfl.coordinator.methods import parse_method_spec
 from collabfl.coordinator.report.run_dir import claim_output_dir, read_run
+from collabfl.coordinator.step_failures import RunFailed
 from collabfl.kernel.models import ModelFactory, build_model, seeded_module
 from collabfl.kernel.objective import LossFn, Objective, OptimizerFactory, objective_from_names
 
@@ -63,7 +64,8 @@ def run(
     (default: the config's SGD); a string is an import path. ``overrides``: dotted config
     keys, e.g. ``{"rounds": 10, "dpfl.budget": 2}``. ``out``: write the run directory there
     (refused if it holds a run, unless ``overwrite``). Raises ValueError (ConfigError,
-    UserCodeError) with one message on bad input, before any training.
+    UserCodeError) with one message on bad input, before any training, and RunFailed when a
+    step failed on every client (user code that raises when it runs, say).
     """
     raw = _raw_config(config)
     for key, value in (overrides or {}).items():
@@ -104,6 +106,8 @@ def run(
             spec, splits, module, objective, device, run_dir, model_label, hook, given
         )
         records = read_run(run_dir)
+    if summary["status"] == "failed":
+        raise RunFailed(f"the run failed: {summary['message']}")
     return RunResult.from_records(summary, records, None if out is None else Path(out))
 
 

@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
         help="HOST:PORT where this node reaches the coordinator service's sub-step relay "
         "(default: the address the coordinator's ServerApp uses, its --advertise)",
     )
-    p.add_argument("--device", default="", help="cpu, cuda, cuda:1 (default: the run's)")
+    p.add_argument("--device", default="", help="cpu, cuda, cuda:N or auto (default: the run's)")
     p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept per run")
     p.add_argument(
         "--max-peer-weight",
@@ -253,6 +253,10 @@ def check_args(args: argparse.Namespace) -> None:
             "were not given: enrol this machine with `collabfl-client join COORDINATOR "
             "--token TOKEN --data FILE --state-dir DIR`, or give every flag"
         )
+    if args.device:  # torch is imported (seconds) only to check a device that is named
+        from collabfl.kernel.devices import resolve_device
+
+        resolve_device(args.device)  # ValueError naming the value and what exists
     load_client_file(args.data)  # raises with the file name when malformed
     for flag, address in (("--superlink", args.superlink), ("--peer-address", args.peer_address)):
         try:

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional
 
 from collabfl.client.randomness import batch_generator
+from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.training import TensorData
 from collabfl.strategies.metrics import ClientMetrics
@@ -182,7 +183,7 @@ class ClientDiscriminators:
         peers = task.peers
         if model is None:
             fresh = [self._fresh_discriminator(j, in_dim, task.hidden) for j in peers]
-            weights = torch.stack(fresh).to(device)
+            weights = place(torch.stack(fresh), device)
         else:
             expected = len(peers) * discriminator_numel(in_dim, task.hidden)
             if model.numel() != expected:
@@ -190,7 +191,7 @@ class ClientDiscriminators:
                     f"expected {len(peers)} discriminators of {in_dim} inputs "
                     f"({expected} values), got shape {tuple(model.shape)}"
                 )
-            weights = model.view(len(peers), -1).to(device)
+            weights = place(model.view(len(peers), -1), device)
         held_out = accuracies(weights, data.held_out, targets, task.hidden)
         label = f"discriminate:{task.step}"
         generator = batch_generator(self.seed, self.client_id, round_index, label)

@@ -10,8 +10,8 @@ runtime and, wrapped by a Flower ClientApp, a real federation.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,15 +23,16 @@ from collabfl.client.discriminator import ClientDiscriminators
 from collabfl.client.gradient import GradientOracle
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.randomness import batch_generator
+from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
 from collabfl.strategies.greedy import bggc
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph import Attack, poison
-from collabfl.strategies.protocol import FlatVector, Instruction, Reply
+from collabfl.strategies.protocol import FlatVector, Instruction, Reply, StepFailed
 from collabfl.strategies.streaming import streaming_average
-from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Gradient, Train
+from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Gradient, Task, Train
 
 
 @dataclass(frozen=True)
@@ -112,31 +113,48 @@ class ClientNode:
     def num_samples(self) -> int:
         return len(self.data.train)
 
+    @property
+    def device(self) -> torch.device:
+        """Where this node's math runs: every tensor that enters it is placed here."""
+        return self.workspace.vector.device
+
     def handle(self, instruction: Instruction) -> Reply:
         """Run one instruction and return the reply for the coordinator."""
         round_index, model = instruction.round, instruction.model
         fetch_before = self.fetcher.stats.fetch_seconds
         started = time.perf_counter()
         task = instruction.task
-        match task:
-            case Train():
-                reply = self._train(round_index, task, model)
-            case Collaborate():
-                reply = self._collaborate(round_index, task)
-            case Evaluate():
-                reply = self._evaluate(round_index, task, model)
-            case Discriminate():
-                batch = self.training.eval_batch_size
-                reply = self.discriminators.step(round_index, task, model, batch)
-            case Gradient():
-                assert model is not None  # an Instruction refuses a GRADIENT without one
-                batch = self.training.eval_batch_size
-                reply = self.gradients.answer(round_index, task, model, batch)
+        reply = self._run(round_index, task, model)
         # The seconds fields are named after the verb: train_s, collaborate_s, ...
         timing: dict[str, Any] = {f"{task.verb.value}_s": time.perf_counter() - started}
         if isinstance(task, Collaborate):
             timing["fetch_s"] = self.fetcher.stats.fetch_seconds - fetch_before
         return Reply(replace(reply.metrics, **timing), reply.model)
+
+    def answer(self, instruction: Instruction) -> Reply:
+        """``handle``, for a runtime: an error becomes ``StepFailed``, whose text names the
+        step, so the coordinator can say which step did not happen."""
+        try:
+            return self.handle(instruction)
+        except Exception as error:
+            raise StepFailed(instruction.verb, error) from error
+
+    def _run(self, round_index: int, task: Task, model: FlatVector | None) -> Reply:
+        match task:
+            case Train():
+                return self._train(round_index, task, model)
+            case Collaborate():
+                return self._collaborate(round_index, task)
+            case Evaluate():
+                return self._evaluate(round_index, task, model)
+            case Discriminate():
+                batch = self.training.eval_batch_size
+                return self.discriminators.step(round_index, task, model, batch)
+            case Gradient():
+                assert model is not None  # an Instruction refuses a GRADIENT without one
+                batch = self.training.eval_batch_size
+                return self.gradients.answer(round_index, task, model, batch)
+        raise ValueError(f"no client step for {type(task).__name__}")
 
     def slot(self, name: str) -> torch.Tensor:
         """The model in slot ``name``; a slot starts as the shared initial model."""
@@ -146,7 +164,7 @@ class ClientNode:
 
     def _receive(self, model: FlatVector | None, into: str) -> None:
         if model is not None:
-            self.slots[into] = model.to(self.workspace.vector.device)
+            self.slots[into] = place(model, self.device)
 
     def _train(self, round_index: int, task: Train, model: FlatVector | None) -> Reply:
         slot = task.slot
@@ -198,8 +216,12 @@ class ClientNode:
         weights = dict(zip(candidates, task.weights, strict=True))
         rng = np.random.default_rng([self.seed, self.client_id, round_index, 1])
 
-        def load(ids: Sequence[int]) -> AbstractContextManager[dict[int, torch.Tensor]]:
-            return self.fetcher.hold(ids, round_index, limit=budget)
+        @contextmanager
+        def load(ids: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+            """The peers' models, fetched under the budget, on this node's device (a model
+            read from the network arrives on the CPU)."""
+            with self.fetcher.hold(ids, round_index, limit=budget) as models:
+                yield {j: place(model, self.device) for j, model in models.items()}
 
         own, own_weight = self.slot(slot), float(self.num_samples)
         evaluations = 0

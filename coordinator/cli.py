@@ -156,9 +156,9 @@ def _run(
     try:
         with sigterm_interrupts():
             if seeds is None:
-                run_comparison(runs[0][1], runs[0][2], out_dir, console)
+                summaries = run_comparison(runs[0][1], runs[0][2], out_dir, console)
             else:
-                run_seeds(runs, out_dir, console)
+                summaries = run_seeds(runs, out_dir, console)
     except KeyboardInterrupt:
         what = "each method's summary.json" if seeds is None else "the seed's summaries"
         err_console.print(
@@ -168,6 +168,12 @@ def _run(
             soft_wrap=True,
         )
         raise typer.Exit(code=130) from None
+    failed = [s for s in summaries if s.get("status") == "failed"]
+    for summary in failed:
+        why = summary.get("message", "a seed's run failed; see its summary.json")
+        err_console.print(f"{summary['method']} failed: {why}", highlight=False, markup=False)
+    if failed:
+        raise typer.Exit(code=1)
 
 
 def _fail(error: Exception) -> None:

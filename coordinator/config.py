@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from collabfl.coordinator.registry import REGISTRY
+from collabfl.kernel.devices import DEVICE_FORMS, check_spec
 from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
 from collabfl.kernel.user_code import check_import_path, is_import_path
@@ -132,6 +133,16 @@ def _coalition_base(name: str) -> str:
             {"choices": REGISTRY.choices(coalition_base=True)},
         )
     return name
+
+
+def _device_spec(spec: str) -> str:
+    """The spelling only: the coordinator may have no GPU where its clients have one."""
+    try:
+        return check_spec(spec)
+    except ValueError:
+        raise PydanticCustomError(
+            "device_spec", "not a device; give {forms}", {"forms": DEVICE_FORMS}
+        ) from None
 
 
 MethodName = Annotated[str, AfterValidator(_registered_method)]
@@ -328,7 +339,10 @@ class ExperimentConfig(_Section):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     rounds: int = Field(20, ge=1, le=100_000)
     epochs: float = Field(1.0, gt=0, le=1000, description="local epochs per round (τ_train)")
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    device: Annotated[str, AfterValidator(_device_spec)] = Field(
+        "cpu",
+        description=f"where tensors live: {DEVICE_FORMS} (a client daemon's --device wins)",
+    )
     threads: int = Field(1, ge=0, le=1024, description="torch CPU threads; 0 = torch default")
     jobs: int = Field(
         0, ge=0, le=1024, description="methods run in parallel by compare; 0 = one per core"

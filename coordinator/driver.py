@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from collabfl.coordinator.recording import MethodRecorder
+from collabfl.coordinator.step_failures import KeepsStepLedger, StepLedger, fatal
 from collabfl.strategies.protocol import (
     ClientPool,
     FlatVector,
@@ -88,15 +89,24 @@ def drive(
 ) -> dict[str, Any]:
     """Run ``method`` to the end (or from ``resume``), recording every round; return the
     run's summary. A hook raising ``RunStopped`` ends the run early with a summary marked
-    "stopped"; any other exception marks it "interrupted" and propagates."""
+    "stopped"; any other exception marks it "interrupted" and propagates. A round in which
+    a step failed on every client it was sent to is the run's last: its summary is marked
+    "failed" with the sentence saying which step did not happen (coordinator/step_failures)."""
     metered = MeteredPool(pool)
+    ledger = pool.step_ledger if isinstance(pool, KeepsStepLedger) else StepLedger()
     started = time.perf_counter()
     recorded = False
     try:
         for outcome in method.rounds(metered, rounds, resume):
             rows = recorder.record(outcome, metered.take_coordinator_bytes())
             recorded = True
+            failures = [failure.record() for failure in ledger.take()]
+            if failures:
+                recorder.record_failures(failures)
             after_round(outcome, rows)
+            failed = fatal(recorder.spec.label, failures) if failures else None
+            if failed is not None:
+                return recorder.finish(time.perf_counter() - started, "failed", failed)
     except RunStopped:
         return recorder.finish(time.perf_counter() - started, "stopped")
     except BaseException:

@@ -38,6 +38,7 @@ from collabfl.coordinator.report.run_dir import SEEDS_FILE
 from collabfl.coordinator.report.seeds import aggregate_seeds
 from collabfl.coordinator.report.table import print_results
 from collabfl.coordinator.tracking import require_tracking, tensorboard_hook
+from collabfl.kernel import devices
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
@@ -92,11 +93,11 @@ def prepare_data(config: ExperimentConfig) -> FederationData:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: 'cuda' was requested but no CUDA device is available")
-    return torch.device(name)
+    """The config's device on this machine; ConfigError when it is not here."""
+    try:
+        return devices.resolve_device(name)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def run_comparison(

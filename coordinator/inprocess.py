@@ -8,14 +8,18 @@ experiments: no sockets, paper-scale federations on a laptop.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
+from collabfl.coordinator.step_failures import StepLedger
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import TrainingConfig
-from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.protocol import Instruction, Reply, StepFailed
+
+log = logging.getLogger(__name__)
 
 
 class InProcessFederation:
@@ -24,17 +28,25 @@ class InProcessFederation:
     def __init__(self, nodes: Mapping[int, ClientNode]) -> None:
         self.nodes = dict(nodes)
         self._sample_counts = {k: node.num_samples for k, node in self.nodes.items()}
+        self.step_ledger = StepLedger()
+        """Which steps failed (a real federation's client errors), for the round driver."""
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
         return self._sample_counts
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
-        return {
-            k: self.nodes[k].handle(instruction)
-            for k, instruction in instructions.items()
-            if k in self.nodes
-        }
+        """Each client's reply; a client whose step raised is absent, as in a federation."""
+        present = {k: ins for k, ins in instructions.items() if k in self.nodes}
+        self.step_ledger.sent({k: [ins] for k, ins in present.items()})
+        replies = {}
+        for k, instruction in present.items():
+            try:
+                replies[k] = self.nodes[k].answer(instruction)
+            except StepFailed as error:
+                log.warning("round %s client %s: %s", instruction.round, k, error)
+                self.step_ledger.failed(instruction.round, k, str(error))
+        return replies
 
 
 def build_federation(

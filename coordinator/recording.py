@@ -68,8 +68,15 @@ class MethodRecorder:
             self.writer.log_coalitions(outcome.round, outcome.coalitions)
         return rows
 
-    def finish(self, wall_time_s: float, status: str = "finished") -> dict[str, Any]:
-        """Write the summary (``status``: how the run ended) and the graph heatmaps."""
+    def record_failures(self, failures: list[dict[str, Any]]) -> None:
+        """Append the steps that failed on clients since the last round (their rounds)."""
+        self.writer.log_failures(failures)
+
+    def finish(
+        self, wall_time_s: float, status: str = "finished", message: str | None = None
+    ) -> dict[str, Any]:
+        """Write the summary (``status``: how the run ended; ``message``: why, for a failed
+        run) and the graph heatmaps."""
         records = read_run(self.run_dir)
         summary = summarize(
             records,
@@ -78,6 +85,8 @@ class MethodRecorder:
             num_clients=self.num_clients,
             status=status,
         )
+        if message is not None:
+            summary["message"] = message
         summary["model_bytes"] = self.model_bytes
         summary["budget"] = records.config["resolved"]["budget"]
         self.writer.write_summary(summary)

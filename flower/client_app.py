@@ -224,7 +224,7 @@ def run_steps(steps: Sequence[Instruction], context: Context) -> list[Reply]:
                     step.task, node.workspace.numel, settings, run, str(context.run_id)
                 )
             try:
-                replies.append(node.handle(step))
+                replies.append(node.answer(step))
             finally:
                 close = getattr(node.fetcher.source, "close", None)
                 if close is not None:
@@ -266,7 +266,7 @@ def take_seat(message: Message, context: Context) -> Message:
         address, run_id, seat.session, settings.client_id, seat.token, _tls(settings)
     )
     with opened_node(settings, seat.round, [f"substeps:{seat.session}"]) as (node, _), poller:
-        served = serve_seat(poller, node.handle, seat.idle_s)
+        served = serve_seat(poller, node.answer, seat.idle_s)
     return Message(encode_served(served), reply_to=message)
 
 

@@ -19,6 +19,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from collabfl.coordinator.state import Member
+from collabfl.coordinator.step_failures import StepLedger
 from collabfl.flower.codec import (
     PROGRAM_MESSAGE,
     decode_replies,
@@ -88,6 +89,8 @@ class FlowerClientPool:
         """Where each answered message's timing goes (the run's messages.jsonl)."""
         self.relay = relay
         """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
+        self.step_ledger = StepLedger()
+        """Which steps failed on clients, for the round driver."""
         self._online: tuple[float, set[int]] = (float("-inf"), set())
         """When ``refresh`` last read the online nodes (monotonic seconds), and what it read."""
         self.silent: set[int] = set()
@@ -118,6 +121,7 @@ class FlowerClientPool:
             program = [self._with_peer_access(client_id, s, online) for s in programs[client_id]]
             steps[node] = len(program)
             messages.append(_message(program, node))
+            self.step_ledger.sent({client_id: program})
         replies: dict[int, list[Reply]] = {}
         for node, answer in exchange(self.grid, messages, self.timeout_s, self.signals).items():
             sender = self.by_node.get(node)
@@ -125,6 +129,7 @@ class FlowerClientPool:
                 continue
             if isinstance(answer.content, str):
                 self.on_event(round_index, "client_error", sender, answer.content)
+                self.step_ledger.failed(round_index, sender, answer.content)
                 continue
             try:
                 replies[sender] = _decode(answer.content, steps[node])
@@ -152,6 +157,7 @@ class FlowerClientPool:
         ended = self.relay.close()
         for client, error in ended.failed.items():
             self.on_event(round_index, "client_error", client, f"relay seat: {error}")
+            self.step_ledger.failed(round_index, client, f"relay seat: {error}")
         for timing in ended.timings:
             self.on_timing(timing)
 
@@ -165,6 +171,7 @@ class FlowerClientPool:
             online = self.refresh()
         nodes = self._reachable(instructions, online, round_index)
         reachable = {k: ins for k, ins in instructions.items() if k in nodes}
+        self.step_ledger.sent({k: [ins] for k, ins in reachable.items()})
         outcomes = self.relay.send(reachable, nodes) if reachable else {}
         replies: dict[int, Reply] = {}
         for client_id in sorted(reachable):
@@ -174,8 +181,11 @@ class FlowerClientPool:
                 self.silent.discard(client_id)
                 continue
             self.silent.add(client_id)
-            reason = "no valid reply in time" if outcome is None else outcome
-            self.on_event(round_index, "no_reply", client_id, reason)
+            if outcome is None:
+                self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
+            else:  # the step raised on the client
+                self.on_event(round_index, "client_error", client_id, outcome)
+                self.step_ledger.failed(round_index, client_id, outcome)
         return replies
 
     def _reachable(

@@ -83,7 +83,7 @@ def main(grid: Grid, context: Context) -> None:
             with contextlib.closing(launch.feeder()) as feeder:
                 signals = CoordinatorSignals(coordinator, run_id)
                 relay = RelayedSteps(grid, feeder, options.message_timeout_s, signals)
-                status = run_federated(
+                status, message = run_federated(
                     grid, coordinator, run_id, spec, options, binder, relay, signals
                 )
         except ConfigError as error:  # e.g. a client reported an invalid market profile
@@ -100,6 +100,8 @@ def main(grid: Grid, context: Context) -> None:
         else:
             if status == "stopped":
                 coordinator.finish_run(run_id, "stopped", "stopped by an operator")
+            elif status == "failed":  # a step failed on every client: no result to show
+                coordinator.finish_run(run_id, "failed", message)
             else:
                 coordinator.finish_run(run_id, "finished")
 
@@ -113,10 +115,10 @@ def run_federated(
     binder: NodeBinder,
     relay: RelayedSteps,
     signals: FleetSignals,
-) -> str:
+) -> tuple[str, str]:
     """Join the clients, run every round, record it, and write the run directory; return how
-    the run ended ("finished" or "stopped"). ``relay`` carries sub-round steps; ``signals``
-    say when to pull replies."""
+    the run ended ("finished", "stopped" or "failed") and why (a failed run's sentence).
+    ``relay`` carries sub-round steps; ``signals`` say when to pull replies."""
     if spec.config.threads:
         # As the in-process runtime does: the ServerApp's own tensor work (SPO trains its
         # hypernetwork here) on the run's threads. Torch's default, a thread per core,
@@ -212,7 +214,7 @@ def run_federated(
     finally:
         pool.close_relay()
     write_comparison(out_dir, [summary], {spec.label: run_dir})
-    return str(summary["status"])
+    return str(summary["status"]), str(summary.get("message", ""))
 
 
 def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:

@@ -29,6 +29,7 @@ from collabfl.client.node import BestModel, ClientNode, ClientSplits
 from collabfl.client.peers import FetchStats, ModelPublisher, PeerFetcher, PeerModelSource
 from collabfl.flower.run_setup import Description, RunSettings
 from collabfl.kernel.atomic import replacing, write_bytes
+from collabfl.kernel.devices import place, resolve_device
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.objective import objective_from_names
@@ -62,11 +63,11 @@ class NodeState:
     def restore(self, node: ClientNode) -> None:
         """Load slots, best trackers and fetch counters saved by the previous message."""
         slots_file, best_file, node_file = self._files()
+        device = node.device
         if slots_file.exists():
-            node.slots = {
-                k: v.to(node.workspace.vector.device) for k, v in load_file(slots_file).items()
-            }
-        best_vectors = load_file(best_file) if best_file.exists() else {}
+            node.slots = {k: place(v, device) for k, v in load_file(slots_file).items()}
+        best_file_vectors = load_file(best_file) if best_file.exists() else {}
+        best_vectors = {k: place(v, device) for k, v in best_file_vectors.items()}
         if node_file.exists():
             saved = json.loads(node_file.read_text())
             for slot, values in saved["best"].items():
@@ -145,7 +146,7 @@ def open_node(
     objective = objective_from_names(training.loss, training.optimizer, allowed)
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    device = torch.device(settings.device)
+    device = resolve_device(settings.device)
     data, meta = load_client_file(data_path)
     module = build_model(settings.model, meta["num_classes"], settings.seed, allowed)
     workspace = FlatModel(module, device)

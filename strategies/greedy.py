@@ -18,6 +18,7 @@ from typing import Generic, Literal
 
 import numpy as np
 
+from collabfl.kernel.devices import require_same_device
 from collabfl.strategies.streaming import BatchLoader, V, add_models, batches
 
 TieRule = Literal["add", "larger"]
@@ -178,6 +179,7 @@ class _SearchState(Generic[V]):
             if j not in models:  # the peer vanished or sent a bad model: skip it this round
                 continue
             w_j, p_j = models[j], weights[j]
+            require_same_device(self.sum_x, w_j, f"weighing peer {j}'s model")
             sum_x_add, total_x_add = self.sum_x + w_j * p_j, self.total_x + p_j
             sum_y_remove, total_y_remove = self.sum_y - w_j * p_j, self.total_y - p_j
             reward_x_add = -self.loss(sum_x_add / total_x_add)

@@ -11,6 +11,7 @@ sees indices, sizes and metrics.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -80,6 +81,24 @@ class Reply:
 
     def __post_init__(self) -> None:
         check_vector(self.model, "a reply's model")
+
+
+class StepFailed(Exception):
+    """A client's step raised: the error, prefixed with the step's verb, so that the
+    coordinator can say which step did not happen (a real federation sees only the text)."""
+
+    def __init__(self, verb: Verb, error: BaseException) -> None:
+        super().__init__(f"{verb.value} step failed: {type(error).__name__}: {error}")
+        self.verb = verb
+
+
+def failed_verb(text: str) -> Verb | None:
+    """The verb a ``StepFailed`` text names (None: the text is some other error)."""
+    found = _STEP_FAILED.search(text)
+    return None if found is None else Verb(found.group(1))
+
+
+_STEP_FAILED = re.compile(rf"\b({'|'.join(v.value for v in Verb)}) step failed: ")
 
 
 class ClientPool(Protocol):

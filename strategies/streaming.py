@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, Self, TypeVar
 
+from collabfl.kernel.devices import require_same_device
+
 
 class Vector(Protocol):
     """What averaging needs of a model: vector-space arithmetic (torch tensors, NumPy
@@ -37,8 +39,12 @@ def batches(ids: Sequence[int], size: int | None) -> Iterator[Sequence[int]]:
 def add_models(
     running_sum: V, total: float, models: Mapping[int, V], weights: Mapping[int, float]
 ) -> tuple[V, float]:
-    """Add the weighted models of one resident batch to a running sum and its weight."""
+    """Add the weighted models of one resident batch to a running sum and its weight.
+
+    ValueError naming both devices when a model is not on the running sum's device.
+    """
     for j, model in models.items():
+        require_same_device(running_sum, model, f"adding peer {j}'s model")
         running_sum = running_sum + model * weights[j]
         total += weights[j]
     return running_sum, total

@@ -3,7 +3,8 @@
 Layout: config.json, metrics.jsonl (one row per round and client), graphs/round_NNNN.json
 (one collaboration graph per round, graph methods only), coalitions.jsonl (one line per round,
 coalition methods only), messages.jsonl (a real federation's message timings, one line per
-answered message) and summary.json. Whole files are written through a temporary file and
+answered message), failures.jsonl (steps that failed on clients, one line each; only when
+one did) and summary.json. Whole files are written through a temporary file and
 os.replace, so a crash never leaves half a config, graph or summary behind; the .jsonl files
 are append-only and flushed after every round.
 """
@@ -23,6 +24,7 @@ CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 COALITIONS_FILE = "coalitions.jsonl"
 MESSAGES_FILE = "messages.jsonl"
+FAILURES_FILE = "failures.jsonl"
 SUMMARY_FILE = "summary.json"
 GRAPHS_DIR = "graphs"
 SEEDS_FILE = "seeds.json"
@@ -91,7 +93,7 @@ class RunWriter:
         (self.path / METRICS_FILE).touch()
 
     def _truncate_after(self, last_round: int) -> None:
-        for name in (METRICS_FILE, COALITIONS_FILE, MESSAGES_FILE):
+        for name in (METRICS_FILE, COALITIONS_FILE, MESSAGES_FILE, FAILURES_FILE):
             _truncate_jsonl(self.path / name, last_round)
         graphs = self.path / GRAPHS_DIR
         if graphs.exists():
@@ -125,6 +127,10 @@ class RunWriter:
     def log_message(self, record: dict[str, Any]) -> None:
         """Append one message's timing (it names its round; a resumed run rewrites later ones)."""
         _append(self.path / MESSAGES_FILE, _dumps(record) + "\n")
+
+    def log_failures(self, failures: list[dict[str, Any]]) -> None:
+        """Append steps that failed on clients (each names its round, client and step)."""
+        _append(self.path / FAILURES_FILE, "".join(_dumps(f) + "\n" for f in failures))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Record the final summary; written last, so its presence marks a finished run."""
@@ -163,6 +169,9 @@ class RunRecords:
     graphs: dict[int, np.ndarray]
     summary: dict[str, Any] | None
     coalitions: dict[int, list[list[int]]] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    """Steps that failed on clients (failures.jsonl): round, client, step, clients_sent,
+    message."""
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
@@ -243,4 +252,5 @@ def read_run(path: Path | str) -> RunRecords:
         graphs=graphs,
         summary=_read_json_object(summary_path) if summary_path.exists() else None,
         coalitions=_read_coalitions(path / COALITIONS_FILE),
+        failures=_read_jsonl(failures) if (failures := path / FAILURES_FILE).exists() else [],
     )

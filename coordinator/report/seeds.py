@@ -36,9 +36,11 @@ def aggregate_method(label: str, runs: dict[int, dict], planned: list[int]) -> d
     """One method's aggregate over the finished runs among ``runs`` (seed → its summary)."""
     finished = {s: r for s, r in sorted(runs.items()) if r.get("status") == "finished"}
     summaries = list(finished.values())
+    failed = any(r.get("status") == "failed" for r in runs.values())
+    status = "failed" if failed else RUN_STATUSES[2]
     aggregate: dict = {
         "method": label,
-        "status": "finished" if len(finished) == len(planned) else RUN_STATUSES[2],
+        "status": "finished" if len(finished) == len(planned) else status,
         "seeds": list(finished),
         "seeds_finished": f"{len(finished)}/{len(planned)}",
         "test_acc_by_seed": {str(s): r.get("mean_test_acc") for s, r in finished.items()},

@@ -6,6 +6,7 @@ import numpy as np
 
 from collabfl.coordinator.report.graph_stats import edges_to_group, sparsity, symmetry
 from collabfl.coordinator.report.run_dir import RunRecords
+from collabfl.coordinator.step_failures import summary_of
 
 
 def malicious_clients(rows: list[dict[str, Any]]) -> set[int]:
@@ -25,8 +26,9 @@ def _spread(values: list[float | None], suffix: str) -> dict[str, Any]:
     return {f"{name}{suffix}": value for name, value in stats.items()}
 
 
-RUN_STATUSES = ("finished", "stopped", "interrupted")
-"""How a run ended: all its rounds, stopped by an operator, or cut short (Ctrl-C, a crash)."""
+RUN_STATUSES = ("finished", "stopped", "interrupted", "failed")
+"""How a run ended: all its rounds, stopped by an operator, cut short (Ctrl-C, a crash), or
+failed (a step failed on every client it was sent to)."""
 
 
 def latest_rows(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -57,12 +59,16 @@ def summarize(
     how many benign clients ended with their post-training ("local") or post-collaboration
     ("aggregate") model. Graph statistics use the first and last rounds that have a
     graph; coalition methods add the last recorded coalitions and their count.
+    ``step_failures`` (only when a step failed on a client) counts them per round and per
+    client and says in words which steps did not happen.
     """
     rows = records.rows
-    if not rows:
-        raise ValueError("cannot summarise a run without metrics rows")
     if status not in RUN_STATUSES:
         raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+    if not rows and status == "failed" and records.failures:
+        return _failed_before_any_row(records, method, wall_time_s, num_clients)
+    if not rows:
+        raise ValueError("cannot summarise a run without metrics rows")
     last_round = max(int(r["round"]) for r in rows)
     latest = latest_rows(rows)
     malicious = malicious_clients(rows)
@@ -102,8 +108,28 @@ def summarize(
         final = records.coalitions[max(records.coalitions)]
         summary["coalitions_last"] = final
         summary["num_coalitions_last"] = len(final)
+    if records.failures:
+        summary["step_failures"] = summary_of(method, records.failures)
     summary["wall_time_s"] = float(wall_time_s)
     return summary
+
+
+def _failed_before_any_row(
+    records: RunRecords, method: str, wall_time_s: float, num_clients: int | None
+) -> dict[str, Any]:
+    """A run whose every client failed before reporting anything: no number to show."""
+    clients = num_clients or len({int(f["client"]) for f in records.failures})
+    return {
+        "method": method,
+        "status": "failed",
+        "num_clients": clients,
+        "clients_reported": f"0/{clients}",
+        "rounds": 1 + max(int(f["round"]) for f in records.failures),
+        "rounds_planned": records.config.get("rounds"),
+        **_spread([], "_test_acc"),
+        "step_failures": summary_of(method, records.failures),
+        "wall_time_s": float(wall_time_s),
+    }
 
 
 def _graph_summary(graphs: dict[int, np.ndarray], malicious: set[int]) -> dict[str, Any]:

@@ -53,6 +53,10 @@ def method_label(summary: dict[str, Any]) -> str:
         finished, planned = (int(n) for n in str(seeds).split("/"))
         if finished < planned:
             notes.append(f"{seeds} seeds")
+    failures = summary.get("step_failures")
+    if failures and status != "failed":
+        count = int(failures["count"])
+        notes.append(f"{count} failed client step{'s' if count > 1 else ''}")
     reported = summary.get("clients_reported")
     if reported is not None:
         got, expected = (int(n) for n in str(reported).split("/"))
@@ -146,13 +150,15 @@ def print_results(summaries: list[dict[str, Any]], console: Console | None = Non
     natural = Measurement.get(console, console.options.update(max_width=10**6), wide)
     if natural.maximum <= console.width:
         console.print(wide)
-        return
-    for group in NARROW_GROUPS:
-        table = results_table(summaries, group)
-        if 3 in group:
-            table.title = "Traffic and collaboration graphs (last round)"
-            table.caption = NARROW_CAPTION
-        console.print(table)
+    else:
+        for group in NARROW_GROUPS:
+            table = results_table(summaries, group)
+            if 3 in group:
+                table.title = "Traffic and collaboration graphs (last round)"
+                table.caption = NARROW_CAPTION
+            console.print(table)
+    for note in failure_notes(summaries):
+        console.print(f"failed: {note}", highlight=False, markup=False, soft_wrap=True)
 
 
 def results_markdown(summaries: list[dict[str, Any]]) -> str:
@@ -164,4 +170,17 @@ def results_markdown(summaries: list[dict[str, Any]]) -> str:
     for summary in summaries:
         cells = [cell.replace("|", r"\|") for cell in _row(summary)]
         lines.append("| " + " | ".join(cells) + " |")
+    said = failure_notes(summaries)
+    if said:
+        lines += ["", "Failed steps (the rounds and clients they name lack those steps):", ""]
+        lines += [f"- {note}" for note in said]
     return "\n".join(lines) + "\n"
+
+
+def failure_notes(summaries: list[dict[str, Any]]) -> list[str]:
+    """Every method's sentences on the steps that failed on clients, in table order."""
+    return [
+        str(note)
+        for summary in summaries
+        for note in (summary.get("step_failures") or {}).get("notes", [])
+    ]
