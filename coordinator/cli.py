@@ -257,20 +257,30 @@ def doctor(
         typer.Option("--peer", help="another member's peer port, HOST:PORT; repeat for each"),
     ] = None,
     state_dir: Annotated[
-        Path | None, typer.Option("--state-dir", help="a daemon's state folder")
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="a daemon's state folder; a client's saved settings fill in what is not given",
+        ),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", help="the device a client trains on (cuda:1, ...)")
     ] = None,
 ) -> None:
     """Check this machine against the federation: one line per check, ✓ or ✗ with the fix
     (! passed, act soon). Exit status 1 when any check fails."""
-    from collabfl.coordinator.doctor import Inputs, checks, run
+    from collabfl.coordinator.doctor import Inputs, checks, from_saved_client, run
 
     try:
-        inputs = Inputs(coordinator, service, ca, data, tuple(peers or ()), state_dir)
+        inputs = Inputs(coordinator, service, ca, data, tuple(peers or ()), state_dir, device)
+        if state_dir is not None:
+            inputs = from_saved_client(state_dir, inputs)
     except ValueError as error:
         _fail(error)
     found = checks(inputs)
     if not found:
-        _fail(ValueError("nothing to check: give --coordinator, --service, --data or --peer"))
+        options = "--state-dir, --coordinator, --service, --data, --peer or --device"
+        _fail(ValueError(f"nothing to check: give {options}"))
     if not run(found, lambda line: console.print(line, highlight=False, soft_wrap=True)):
         raise typer.Exit(code=1)
 

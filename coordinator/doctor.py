@@ -26,7 +26,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -65,7 +65,8 @@ class Inputs:
     """What the operator named: ``coordinator`` the Fleet gateway and ``service`` the
     coordinator service (HOST:PORT each), ``ca`` the federation CA, ``data`` this
     participant's data file, ``peers`` other members' peer ports, ``state_dir`` a daemon's
-    state folder."""
+    state folder, ``device`` the device a client trains on, ``member_cert`` this
+    participant's own certificate."""
 
     coordinator: str | None = None
     service: str | None = None
@@ -73,6 +74,8 @@ class Inputs:
     data: Path | None = None
     peers: Sequence[str] = field(default_factory=tuple)
     state_dir: Path | None = None
+    device: str | None = None
+    member_cert: Path | None = None
 
     def __post_init__(self) -> None:
         """Refuse malformed input before any check runs (ValueError naming the option)."""
@@ -165,14 +168,21 @@ def certificate_expiry(what: str, address: str, now: datetime.datetime | None = 
         return Result(
             False, f"{what} {address}: no certificate read ({error})", "see the lines above"
         )
-    now = now or datetime.datetime.now(datetime.UTC)
-    left = certificate.not_valid_after_utc - now
-    until = certificate.not_valid_after_utc.strftime("%Y-%m-%d %H:%M UTC")
     renew = "the operator renews the coordinator's certificate"
+    return _expiry_result(f"{what} {address}", certificate.not_valid_after_utc, now, renew)
+
+
+def _expiry_result(
+    what: str, not_after: datetime.datetime, now: datetime.datetime | None, renew: str
+) -> Result:
+    """Failed once expired; a warning under ``EXPIRY_WARN_DAYS``."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    left = not_after - now
+    until = not_after.strftime("%Y-%m-%d %H:%M UTC")
     if left.total_seconds() <= 0:
-        return Result(False, f"{what} {address}: certificate expired {until}", renew)
+        return Result(False, f"{what}: certificate expired {until}", renew)
     days = f"{left.days} day{'' if left.days == 1 else 's'}"
-    line = f"{what} {address}: certificate expires {until} (in {days})"
+    line = f"{what}: certificate expires {until} (in {days})"
     if left < datetime.timedelta(days=EXPIRY_WARN_DAYS):
         return Result(True, line, f"{renew} before then", warning=True)
     return Result(True, line)
@@ -253,6 +263,50 @@ def state_dir_writable(path: Path) -> Result:
     return Result(True, f"state dir {path} writable" + ("" if path.exists() else " (to be made)"))
 
 
+def from_saved_client(state_dir: Path, given: Inputs) -> Inputs:
+    """``given``, with what it leaves out taken from the client daemon's saved settings in
+    ``state_dir`` (kernel/saved_args.py), when there are any: the coordinator it dials,
+    the service, the CA, the data file, the device and its own certificate."""
+    from collabfl.client import daemon
+    from collabfl.kernel.saved_args import FILE_NAME, with_saved
+
+    if not (state_dir / FILE_NAME).exists():
+        return given
+    saved = daemon.parser().parse_args(with_saved(["--state-dir", str(state_dir)]))
+    return replace(
+        given,
+        coordinator=given.coordinator or saved.superlink,
+        service=given.service or saved.coordinator_service or None,
+        ca=given.ca or saved.root_certificates,
+        data=given.data or saved.data,
+        device=given.device or saved.device or None,
+        member_cert=given.member_cert or saved.peer_cert,
+    )
+
+
+def device(spec: str) -> Result:
+    """Whether the device a client trains on exists here (CUDA visible when asked for)."""
+    from collabfl.kernel.devices import device_report
+
+    ok, line = device_report(spec)
+    if ok:
+        return Result(True, f"device {line}")
+    return Result(
+        False,
+        f"device: {line}",
+        "install a CUDA build of torch and check `nvidia-smi`, or choose --device cpu",
+    )
+
+
+def own_certificate(path: Path, now: datetime.datetime | None = None) -> Result:
+    """When this participant's own certificate expires (its peers refuse it after)."""
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    renew = "ask the operator for a new invitation (`collabfl admin invite`) and join again"
+    return _expiry_result(f"this member's certificate {path}", cert.not_valid_after_utc, now, renew)
+
+
 def checks(inputs: Inputs) -> list[Check]:
     """The checks ``inputs`` allow, in the order an operator would fix things. The TLS
     checks of an address run only when it is reachable: one cause, one line."""
@@ -291,6 +345,10 @@ def checks(inputs: Inputs) -> list[Check]:
         found.append(partial(reachable, "peer", peer, fix))
     if inputs.data is not None:
         found.append(partial(data_file, inputs.data))
+    if inputs.member_cert is not None:
+        found.append(partial(own_certificate, inputs.member_cert))
+    if inputs.device is not None:
+        found.append(partial(device, inputs.device))
     if inputs.state_dir is not None:
         found.append(partial(state_dir_writable, inputs.state_dir))
     return found

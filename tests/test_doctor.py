@@ -133,3 +133,33 @@ def test_malformed_input_is_refused_before_any_check():
     code, lines = _doctor("--coordinator", "coord.example.org")
     assert code == 2
     assert "--coordinator: 'coord.example.org' is not HOST:PORT" in " ".join(lines)
+
+
+def test_a_client_state_dir_supplies_the_saved_settings(coordinator, tmp_path):
+    """`doctor --state-dir` of an enrolled client checks what that client uses: the
+    coordinator it dials, the CA, its data, its own certificate and its device."""
+    from collabfl.client import daemon
+    from collabfl.kernel.saved_args import save
+
+    cert, key = TestCA().member(0).write(tmp_path, "member")
+    data = write_client_data(tmp_path / "data.npz")
+    state = tmp_path / "state"
+    flags = daemon.parser()
+    args = flags.parse_args([
+        "--client-id", "0", "--data", str(data), "--state-dir", str(state),
+        "--superlink", coordinator.superlink, "--peer-address", "127.0.0.1:9200",
+        "--coordinator-key", str(cert), "--root-certificates", str(coordinator.tls.ca),
+        "--peer-cert", str(cert), "--peer-key", str(key), "--device", "cpu",
+    ])  # fmt: skip
+    save(flags, args, state)
+    code, lines = _doctor("--state-dir", str(state))
+    assert code == 0, lines
+    assert _line(lines, "Fleet gateway .* reachable").startswith("✓")
+    assert _line(lines, "Fleet gateway .* certificate valid").startswith("✓")
+    assert _line(lines, "data file").startswith("✓")
+    assert _line(lines, "this member's certificate").startswith("!")  # a 2-day test cert
+    assert _line(lines, "device cpu").startswith("✓")
+    code, lines = _doctor("--state-dir", str(state), "--device", "cuda:7")
+    assert code == 1
+    device = _line(lines, "device")
+    assert device.startswith("✗") and "cuda:7" in device and "fix:" in device
