@@ -7,6 +7,7 @@ experiment machinery (config, methods, runtimes) in its own body.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -266,13 +267,24 @@ def doctor(
     device: Annotated[
         str | None, typer.Option("--device", help="the device a client trains on (cuda:1, ...)")
     ] = None,
+    members: Annotated[
+        bool,
+        typer.Option(
+            "--members",
+            help="also every member's peer port, as your operator credential lists them (run "
+            "on the coordinator: is each participant reachable from it)",
+        ),
+    ] = False,
 ) -> None:
     """Check this machine against the federation: one line per check, ✓ or ✗ with the fix
     (! passed, act soon). Exit status 1 when any check fails."""
     from collabfl.coordinator.doctor import Inputs, checks, from_saved_client, run
 
+    peers = list(peers or ())
+    if members:
+        peers += _member_peer_addresses()
     try:
-        inputs = Inputs(coordinator, service, ca, data, tuple(peers or ()), state_dir, device)
+        inputs = Inputs(coordinator, service, ca, data, tuple(peers), state_dir, device)
         if state_dir is not None:
             inputs = from_saved_client(state_dir, inputs)
     except ValueError as error:
@@ -283,6 +295,31 @@ def doctor(
         _fail(ValueError(f"nothing to check: give {options}"))
     if not run(found, lambda line: console.print(line, highlight=False, soft_wrap=True)):
         raise typer.Exit(code=1)
+
+
+def _member_peer_addresses() -> list[str]:
+    """Every member's peer address, from the coordinator the saved operator credential
+    names (exit 2 without one, 3 when the coordinator does not answer)."""
+    from collabfl.coordinator.operator_credential import OperatorCredential, default_path
+    from collabfl.coordinator.service_client import (
+        CoordinatorClient,
+        CoordinatorError,
+        CoordinatorUnreachable,
+    )
+    from collabfl.kernel.tls import ClientTLS
+
+    path = Path(os.environ.get("COLLABFL_CREDENTIAL") or default_path())
+    if not path.exists():
+        _fail(ValueError(f"--members needs an operator credential ({path}): collabfl admin login"))
+    saved = OperatorCredential.load(path)
+    tls = ClientTLS(saved.ca, saved.cert, saved.key)
+    try:
+        with CoordinatorClient(saved.coordinator, 10.0, tls) as client:
+            found = client.status().members
+    except (CoordinatorError, CoordinatorUnreachable) as error:
+        err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
+        raise typer.Exit(3) from None
+    return [m.peer_address for m in found if m.peer_address]
 
 
 app.add_typer(admin_app, name="admin")

@@ -231,6 +231,23 @@ def test_the_operator_sees_members_by_client_id_and_host(bed):
     _wait(lambda: members() == wanted, f"admin status to show {wanted}", 60, 2.0)
 
 
+def test_doctor_passes_on_the_coordinator_and_on_a_lab(bed):
+    """On the coordinator, `doctor --members` finds every participant's peer port; on a lab,
+    `doctor --state-dir` checks what its saved settings name: each check ✓ (or ! for a
+    certificate that expires within 14 days: none here)."""
+    done = bed.run("coordinator", ["collabfl", "doctor", "--members"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    peers = [line for line in done.stdout.splitlines() if line.startswith("✓ peer ")]
+    assert len(peers) == CLIENTS, done.stdout
+    done = bed.run("lab-0", ["collabfl", "doctor", "--state-dir",
+                             str(bed.folder("lab-0") / "state")])  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert all(line.startswith("✓") for line in lines), lines
+    assert any(f"Fleet gateway {COORDINATOR}:{FLEET}: certificate valid" in x for x in lines)
+    assert any("this member's certificate" in line for line in lines)
+
+
 def test_restart_takes_the_state_dir_alone(bed):
     saved = json.loads((bed.folder("lab-0") / "state" / "daemon-args.json").read_text())
     assert "--client-id" in saved and "--superlink" in saved
