@@ -35,7 +35,8 @@ def node_config(tmp_path: Path) -> dict[str, str]:
 
 
 def _ticketed(run: str = "r1") -> dict[str, str]:
-    return {"run-id": run, "run-ticket": TicketSigner(KEY).issue(run, ttl_s=60)}
+    # Built at collection (parametrize): valid long enough to outlive a slow suite.
+    return {"run-id": run, "run-ticket": TicketSigner(KEY).issue(run, ttl_s=24 * 3600)}
 
 
 def test_the_coordinators_app_is_what_the_gate_lets_through(tmp_path, node_config):

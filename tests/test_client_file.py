@@ -57,6 +57,6 @@ def test_daemon_exits_2_with_one_line_on_a_bad_data_file(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
-    assert len(errors) == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("collabfl-client:")]
+    assert len(errors) == 1, result.stderr
     assert f"{path}: num_classes must be an int >= 2, got '10'" in errors[0]

@@ -8,7 +8,6 @@ anything is imported or written. The ClientApp is driven as Flower drives it.
 
 from __future__ import annotations
 
-import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -134,7 +133,7 @@ def test_the_daemon_hands_its_allow_list_to_the_client_app(tmp_path):
     assert "allow-import" not in _node_config(plain)
 
 
-def test_the_daemon_refuses_a_malformed_allow_import(tmp_path, caplog):
-    caplog.set_level(logging.ERROR)
+def test_the_daemon_refuses_a_malformed_allow_import(tmp_path, capsys):
     assert daemon.main(_daemon_args(tmp_path, "--allow-import", "mylab.models.make_net")) == 2
-    assert "'mylab.models.make_net' is not an import path" in caplog.text
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and "'mylab.models.make_net' is not an import path" in said[0]
