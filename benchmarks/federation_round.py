@@ -2,7 +2,10 @@
 
 Starts a coordinator and N client daemons as real processes (SuperLink behind the Fleet
 gateway, SuperNodes, warm executors or Flower's process per message, peer gRPC servers),
-runs DPFL, and splits each round's wall time into the slowest client's training, peer
+runs DPFL in a setting where every steady round fetches peer models (IID data: the greedy
+search keeps its Bc peers; under Dirichlet(0.1) the 4-client graph empties after round 0 and
+a "DPFL round" would fetch nothing, so the benchmark fails if a steady round fetched
+nothing), and splits each round's wall time into the slowest client's training, peer
 fetch, selection (GGC without its fetches) and evaluation, and the rest: the overhead
 (Flower messaging, the coordinator's own work between rounds). Each answered message's
 timing (the run's messages.jsonl) splits the messaging further: getting the message to the
@@ -16,7 +19,7 @@ clients online, launch → first round done, and each client daemon's resident m
 warm executor loads torch and the ClientApp only once its SuperNode has joined, so before
 the run it may not have loaded yet).
 
-    python benchmarks/federation_round.py [--clients 4,16] [--rounds 5] [--runtime warm]
+    python benchmarks/federation_round.py [--clients 4,16] [--rounds 5] [--partition iid]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from collabfl.coordinator.run_options import RunOptions
 from collabfl.flower.processes import CLIENT_RUNTIMES
 
 SPLIT = ("wall_s", "train_s", "peer_fetch_s", "selection_s", "evaluate_s", "overhead_s")
+FETCHED = ("fetched_mb", "fetched_min_client_mb")
 MESSAGE_SPLIT = ("messages", "to_client_s", "work_s", "to_coordinator_s")
 
 
@@ -173,6 +177,25 @@ def round_split(rows: list[dict[str, Any]], round_index: int) -> dict[str, float
     }
 
 
+def fetched(rows: list[dict[str, Any]], round_index: int) -> dict[str, float]:
+    """Peer model bytes the round fetched (MB): all clients together, and its least-fetching
+    client (0: a client that collaborated with nobody)."""
+    these = [r["bytes_fetched"] for r in rows if r["round"] == round_index]
+    return {"fetched_mb": sum(these) / 1e6, "fetched_min_client_mb": min(these) / 1e6}
+
+
+def check_steady_rounds_fetch(per_round: list[dict[str, Any]], clients: int) -> None:
+    """Fail loudly when a steady round fetched no peer model: its figures would be a Local
+    round's, not DPFL's."""
+    empty = [r["round"] for r in per_round[1:] if r["fetched_mb"] == 0]
+    if empty:
+        raise SystemExit(
+            f"federation_round: {clients} clients, steady round(s) {empty} fetched no peer "
+            "model, so they do not measure a DPFL round; choose a partition or budget where "
+            "the greedy search keeps peers (--partition iid)"
+        )
+
+
 def message_split(messages: list[dict[str, Any]], round_index: int) -> dict[str, float]:
     """The round's messages: how many, and the slowest round trip's parts."""
     these = [m for m in messages if m["round"] == round_index]
@@ -184,7 +207,12 @@ def measure(config: ExperimentConfig, clients: int, rounds: int, runtime: str) -
     """Run one runtime, print its table, and return its figures."""
     run = run_federation(config, clients, runtime)
     per_round = [
-        {"round": t, **round_split(run["rows"], t), **message_split(run["messages"], t)}
+        {
+            "round": t,
+            **round_split(run["rows"], t),
+            **fetched(run["rows"], t),
+            **message_split(run["messages"], t),
+        }
         for t in range(rounds)
     ]
     steady = per_round[1:]
@@ -192,14 +220,16 @@ def measure(config: ExperimentConfig, clients: int, rounds: int, runtime: str) -
         "launch_to_online_s": run["launch_to_online_s"],
         "launch_to_first_round_s": run["launch_to_first_round_s"],
         "rounds": per_round,
-        "steady_median": {k: median([r[k] for r in steady]) for k in (*SPLIT, *MESSAGE_SPLIT)},
+        "steady_median": {
+            k: median([r[k] for r in steady]) for k in (*SPLIT, *FETCHED, *MESSAGE_SPLIT)
+        },
         "memory_per_client_mb": {
             "idle_median": median(list(run["memory"]["idle_bytes"].values())) / 2**20,
             "round_peak_median": median(list(run["memory"]["peak_bytes"].values())) / 2**20,
         },
     }
     headers = ["round", "wall", "train", "fetch", "select", "eval", "overhead", "msgs"]
-    headers += ["to", "work"]
+    headers += ["to", "work", "MB fetched", "min/client"]
     table = [
         [
             r["round"],
@@ -207,6 +237,8 @@ def measure(config: ExperimentConfig, clients: int, rounds: int, runtime: str) -
             r["messages"],
             f"{r['to_client_s'] + r['to_coordinator_s']:.2f}",
             f"{r['work_s']:.2f}",
+            f"{r['fetched_mb']:.2f}",
+            f"{r['fetched_min_client_mb']:.2f}",
         ]
         for r in per_round
     ]
@@ -218,6 +250,12 @@ def measure(config: ExperimentConfig, clients: int, rounds: int, runtime: str) -
     print("steady-state medians (rounds ≥ 1):", json.dumps(figures["steady_median"], indent=1))
     print("memory per client daemon (MiB):", json.dumps(figures["memory_per_client_mb"]))
     return figures
+
+
+def check_fetches(result: dict[str, Any], clients: int, runtimes: list[str]) -> None:
+    """Every runtime's steady rounds fetched peer models (after the figures are written)."""
+    for runtime in runtimes:
+        check_steady_rounds_fetch(result[runtime]["rounds"], clients)
 
 
 def train_samples(config: ExperimentConfig, clients: int) -> int:
@@ -232,6 +270,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--budget", type=int, default=2)
     parser.add_argument(
+        "--partition",
+        default="iid",
+        help="data.partition (iid: every steady round fetches Bc peers at 4 and 16 clients)",
+    )
+    parser.add_argument(
         "--runtime", type=lambda t: names(t, CLIENT_RUNTIMES), default=["warm"], help="a,b"
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the plain-Flower floor")
@@ -244,6 +287,7 @@ def main() -> None:
             f"data.num_clients={clients}",
             f"rounds={args.rounds}",
             f"dpfl.budget={args.budget}",
+            f"data.partition={args.partition}",
             "data.num_train=4000",
             "data.num_test=2000",
             "epochs=1",
@@ -258,7 +302,8 @@ def main() -> None:
         figures[f"{clients}_clients"] = result
         # Written after every size: a later failure keeps what was measured.
         path = write_results("federation_round", figures, vars(args))
-    print(f"wrote {path}")
+        print(f"wrote {path}")
+        check_fetches(result, clients, args.runtime)
 
 
 def floor_figures(

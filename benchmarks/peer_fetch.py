@@ -64,8 +64,9 @@ BARE_CHUNK_BYTES = 1 << 20
 BARE_OPTIONS = [("grpc.max_receive_message_length", 2 * BARE_CHUNK_BYTES)]
 
 
-def bare_server(chunks: list[bytes]) -> tuple[grpc.Server, int]:
-    """Raw-bytes RPCs: ``Stream`` sends ``chunks`` as they are, ``Ping`` answers at once."""
+def bare_server(chunks: list[bytes], host: str = "127.0.0.1") -> tuple[grpc.Server, int]:
+    """Raw-bytes RPCs on ``host``: ``Stream`` sends ``chunks`` as they are, ``Ping`` answers
+    at once."""
 
     def stream(request: bytes, context: grpc.ServicerContext):
         yield from chunks
@@ -79,7 +80,7 @@ def bare_server(chunks: list[bytes]) -> tuple[grpc.Server, int]:
     )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"{host}:0")
     server.start()
     return server, port
 
@@ -141,9 +142,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         return peak_extra(warm_up, lambda: source.fetch(OWNER, ROUND))
 
 
-def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+def run_child(
+    spec: dict[str, Any], wrap: Callable[[list[str]], list[str]] = lambda argv: argv
+) -> dict[str, Any]:
+    """``child(spec)`` in a fresh process; ``wrap`` may place it elsewhere (a namespace)."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(wrap(command), capture_output=True, text=True, check=False)
     lines = [x for x in done.stdout.splitlines() if x.startswith(RESULT_PREFIX)]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"memory child failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

@@ -133,6 +133,40 @@ def test_a_large_batch_runs_at_most_the_parallel_cap_at_once(store):
     assert source.most_in_flight == MAX_PARALLEL_FETCHES
 
 
+def test_batches_reuse_the_fetchers_threads(store):
+    """A greedy search holds one small batch after another (at Bc = 2 and N = 20 about 14
+    per search); starting new threads for each cost more than the fetches themselves."""
+    threads: set[threading.Thread] = set()
+
+    class Source:
+        def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+            threads.add(threading.current_thread())
+            return store.fetch(owner, round_index)
+
+    fetcher = PeerFetcher(Source(), expected_numel=4)
+    for _ in range(20):
+        with fetcher.hold([1, 2], 0, limit=2) as models:
+            assert list(models) == [1, 2]
+    assert len(threads) <= MAX_PARALLEL_FETCHES
+
+
+def test_the_in_memory_store_is_read_in_the_callers_thread():
+    """The in-process runtime's store is a lookup: a fetch thread would only add cost."""
+    threads: set[threading.Thread] = set()
+
+    class Store(MemoryModelStore):
+        def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+            threads.add(threading.current_thread())
+            return super().fetch(owner, round_index)
+
+    store = Store()
+    for owner in range(3):
+        store.publish(owner, 0, torch.full((4,), float(owner)))
+    with PeerFetcher(store, expected_numel=4).hold([0, 1, 2], 0, limit=3) as models:
+        assert list(models) == [0, 1, 2]
+    assert threads == {threading.current_thread()}
+
+
 def test_results_and_accounting_follow_the_batch_not_the_arrival_order(store, caplog):
     store.publish(9, 0, torch.tensor([1.0, float("nan"), 0.0, 0.0]))
     owners = [1, 42, 2, 9, 3]  # 42 never published, 9 sends NaN
