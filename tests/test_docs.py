@@ -1,8 +1,9 @@
 """The documentation points only at things that exist.
 
 Every relative link in README.md, CONTRIBUTING.md and docs/*.md must lead to a file or
-folder of the repository, and every repository path the docs name in backticks (inline or in
-a fenced block: `client/data/client_file.py`, `python benchmarks/peer_fetch.py`) must exist.
+folder of the repository (and its ``#anchor`` to a heading there), and every repository
+path the docs name in backticks (inline or in a fenced block: `client/data/client_file.py`,
+`python benchmarks/peer_fetch.py`) must exist.
 A moved or deleted file then fails here instead of leaving a dead pointer for a reader.
 """
 
@@ -21,15 +22,32 @@ FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 INLINE = re.compile(r"`((?:[^`\n]|\n(?!\s*\n))+)`")  # may wrap, not across a blank line
 EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)  # http:, https:, mailto:, ...
 PLACEHOLDER = re.compile(r"[<>…{}$]|\.\.\.|NNNN")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$", re.M)
 TOP_FILES = {"README.md", "CONTRIBUTING.md", "LICENSE", "pyproject.toml"}
 
 
+def link_targets(text: str) -> list[tuple[str, str]]:
+    """(file, anchor) of every ``[text](target)`` outside code, external URLs left out."""
+    prose = INLINE.sub("", FENCE.sub("", text))
+    targets = [m.group(1).partition("#")[::2] for m in LINK.finditer(prose)]
+    return [(f, a) for f, a in targets if not EXTERNAL.match(f)]
+
+
 def relative_links(text: str) -> list[str]:
-    """Link targets of ``[text](target)`` outside code, anchors and external URLs left out."""
-    prose = FENCE.sub("", text)
-    prose = INLINE.sub("", prose)
-    targets = [m.group(1).split("#", 1)[0] for m in LINK.finditer(prose)]
-    return [t for t in targets if t and not EXTERNAL.match(t)]
+    return [f for f, _ in link_targets(text) if f]
+
+
+def anchors(text: str) -> set[str]:
+    """The ids GitHub gives the headings of a markdown text."""
+    ids = set()
+    for heading in HEADING.findall(FENCE.sub("", text)):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n, unique = 0, slug
+        while unique in ids:
+            n += 1
+            unique = f"{slug}-{n}"
+        ids.add(unique)
+    return ids
 
 
 def code_spans(text: str) -> list[str]:
@@ -70,6 +88,17 @@ def test_every_relative_link_leads_to_a_file(doc: Path) -> None:
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_anchor_leads_to_a_heading(doc: Path) -> None:
+    broken = []
+    for file, anchor in link_targets(doc.read_text()):
+        target = doc.parent / file if file else doc
+        is_doc = target.suffix == ".md" and target.is_file()
+        if anchor and is_doc and anchor not in anchors(target.read_text()):
+            broken.append(f"{file}#{anchor}")
+    assert not broken, f"{doc.relative_to(ROOT)} links to missing headings: {broken}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_named_repository_path_exists(doc: Path) -> None:
     named = repository_paths(doc.read_text(), top_level_entries())
     missing = sorted(p for p in named if not exists(p))
@@ -85,6 +114,10 @@ def test_the_checks_see_what_they_check() -> None:
         "```bash\ncollabfl compare examples/quickstart.toml\n```\n"
     )
     assert relative_links(sample) == ["deployment.md", "missing.md"]
+    assert ("deployment.md", "ports") in link_targets(sample)
+    assert {"ports", "step-by-step", "identities-and-what-each-may-do"} <= anchors(
+        (ROOT / "docs" / "deployment.md").read_text()
+    )
     named = repository_paths(sample, top_level_entries())
     assert named == {"benchmarks/peer_fetch.py", "client/nowhere.py", "examples/quickstart.toml"}
     assert [p for p in sorted(named) if not exists(p)] == ["client/nowhere.py"]
