@@ -28,6 +28,7 @@ from collabfl.coordinator import daemon as coordinator_daemon
 from collabfl.coordinator.cli import app as collabfl_cli
 from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
 from collabfl.kernel import saved_args
+from collabfl.kernel.devices import check_spec
 from tests.support.pki import TestCA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,15 +251,15 @@ def test_the_gpu_profile_gives_each_client_its_own_gpu(compose):
     services = compose["services"]
     gpu = {name: s for name, s in _clients(compose).items() if name.startswith("gpu-")}
     assert len(gpu) == 2
-    devices = []
+    invited = _invited(compose)
     for name, service in gpu.items():
         assert service["profiles"] == ["gpu"], name
         reserved = service["deploy"]["resources"]["reservations"]["devices"]
         assert reserved == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
-        devices.append(Client(service).daemon.device)
+        device = check_spec(Client(service).daemon.device)
+        assert device == f"cuda:{invited[name][1]}", name  # one GPU each, by client id
         for dependency in service["depends_on"]:
             assert services[dependency].get("profiles") in (None, ["gpu"]), dependency
-    assert sorted(devices) == ["cuda:0", "cuda:1"]
     for name, service in _clients(compose).items():
         if name not in gpu:
             assert "profiles" not in service and not Client(service).daemon.device, name
