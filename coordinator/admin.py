@@ -160,7 +160,7 @@ def connect(
         if cert is None or key is None:
             raise typer.BadParameter(
                 "--ca needs --cert and --key: the coordinator admits only callers with a "
-                "certificate naming their role (an operator's, from deploy/make_tls.py)"
+                "certificate naming their role (an operator's: `collabfl admin login` makes one)"
             )
         from collabfl.kernel.tls import ClientTLS  # loads gRPC: only when TLS is asked for
 

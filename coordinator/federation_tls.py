@@ -3,10 +3,9 @@
 ``federation up --tls`` plays every party of a real deployment on one machine, so it
 issues what each would hold (``collabfl.kernel.pki``): the coordinator's certificate for
 its address, one operator's (the launcher's own service calls) and one member certificate
-per client for that client's address. File names follow ``deploy/make_tls.py``:
-``ca.pem``, ``coordinator.pem/.key``, ``operator-<name>.pem/.key``,
-``member-<id>.pem/.key``. The CA key stays in the folder; nothing here is reused between
-runs.
+per client for that client's address, in files named ``ca.pem``,
+``coordinator.pem/.key``, ``operator-<name>.pem/.key`` and ``member-<id>.pem/.key``. The CA
+key stays in the folder; nothing here is reused between runs.
 """
 
 from __future__ import annotations

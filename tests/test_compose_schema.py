@@ -30,3 +30,18 @@ def test_the_schema_catches_a_misspelt_key():
     schema = json.loads(SCHEMA.read_text())
     broken = {"services": {"coordinator": {"image": "collabfl:latest", "restrat": "always"}}}
     assert not jsonschema.Draft7Validator(schema).is_valid(broken)
+
+
+def test_the_schema_checks_the_long_volume_syntax_the_clients_use():
+    """Each client mounts only its own token folder (a volume's ``subpath``): the schema
+    knows that key, so a misspelt one is caught rather than silently mounting the whole
+    volume."""
+    schema = json.loads(SCHEMA.read_text())
+
+    def service(volume_options: dict) -> dict:
+        mount = {"type": "volume", "source": "tokens", "target": "/token", "read_only": True}
+        return {"services": {"c": {"image": "x", "volumes": [{**mount, "volume": volume_options}]}}}
+
+    validator = jsonschema.Draft7Validator(schema)
+    assert validator.is_valid(service({"subpath": "client-0"}))
+    assert not validator.is_valid(service({"subpth": "client-0"}))

@@ -9,12 +9,10 @@ arrive on the CPU, is the same situation without a GPU.
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 from test_daemons import _client_args, _data_file
 
 from collabfl.client import daemon
@@ -36,7 +34,6 @@ from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.streaming import add_models, streaming_average
 from collabfl.strategies.verbs import Collaborate, Evaluate
 
-ROOT = Path(__file__).resolve().parents[1]
 META = torch.device("meta")
 NO_CUDA = not torch.cuda.is_available()
 
@@ -210,17 +207,3 @@ def test_the_client_daemon_refuses_cuda_where_there_is_none(tmp_path):
     assert len(lines) == 1, result.stderr
     assert "device 'cuda': torch sees no CUDA device" in lines[0]
     assert not (tmp_path / "state" / "supernode.log").exists()
-
-
-def test_the_compose_gpu_clients_each_take_their_own_gpu():
-    compose = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())
-    gpu = {k: v for k, v in compose["services"].items() if k.startswith("gpu-client-")}
-    assert len(gpu) >= 2
-    devices_named = []
-    for name, service in gpu.items():
-        args = daemon.parser().parse_args(service["command"][1:])
-        assert name == f"gpu-client-{args.client_id}"
-        assert check_spec(args.device) == f"cuda:{args.client_id}"
-        assert service["profiles"] == ["gpu"]
-        devices_named.append(args.device)
-    assert len(set(devices_named)) == len(gpu)

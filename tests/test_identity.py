@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import datetime
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
 from collabfl.kernel.identity import Identity, Role, UnknownIdentity, identity_of_pem
-from collabfl.kernel.pki import fingerprint, issue, make_ca
+from collabfl.kernel.pki import issue, make_ca
 from tests.support.pki import TestCA
-
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
 
 def test_each_role_round_trips_through_a_certificate():
@@ -72,32 +67,3 @@ def test_a_certificate_naming_two_identities_is_refused():
     )
     with pytest.raises(UnknownIdentity, match="2 collabfl identities"):
         identity_of_pem(double.public_bytes(serialization.Encoding.PEM))
-
-
-def test_make_tls_issues_every_role_and_reuses_its_ca(tmp_path):
-    def make(*args: str) -> None:
-        subprocess.run(
-            [sys.executable, str(DEPLOY / "make_tls.py"), "--out", str(tmp_path), *args],
-            check=True, capture_output=True,
-        )  # fmt: skip
-
-    make("--coordinator", "coord.lab", "--operator", "alice", "--member", "0=lab-a")
-    ca = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
-    for stem in ("coordinator", "operator-alice", "member-0"):
-        x509.load_pem_x509_certificate(
-            (tmp_path / f"{stem}.pem").read_bytes()
-        ).verify_directly_issued_by(ca)
-        assert (tmp_path / f"{stem}.key").stat().st_mode & 0o777 == 0o600
-    assert identity_of_pem((tmp_path / "member-0.pem").read_bytes()) == Identity.member(0)
-    first = fingerprint((tmp_path / "member-0.pem").read_bytes())
-    make("--member", "0=lab-a")  # a fresh certificate for a compromised member, same CA
-    assert x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes()) == ca
-    assert fingerprint((tmp_path / "member-0.pem").read_bytes()) != first
-
-
-def test_make_tls_rejects_a_malformed_member(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(DEPLOY / "make_tls.py"), "--out", str(tmp_path), "--member", "lab-a"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert result.returncode == 2 and "ID=HOST" in result.stderr
