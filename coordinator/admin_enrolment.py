@@ -39,6 +39,13 @@ def parse_duration(text: str) -> float:
     return float(number) * _UNITS[unit]
 
 
+def _identity(client_id: int | None, operator: str | None) -> tuple[str, str]:
+    """(role, subject) of the one identity named by ``--client-id`` or ``--operator``."""
+    if (client_id is None) == (operator is None):
+        raise typer.BadParameter("give --client-id (a participant) or --operator, not both")
+    return ("member", str(client_id)) if operator is None else ("operator", str(operator))
+
+
 @admin_app.command()
 def invite(
     ctx: typer.Context,
@@ -60,9 +67,7 @@ def invite(
     as_json: AsJson = False,
 ) -> None:
     """Mint a one-time join token and print the command that spends it."""
-    if (client_id is None) == (operator is None):
-        raise typer.BadParameter("give --client-id (a participant) or --operator, not both")
-    role, subject = ("member", str(client_id)) if operator is None else ("operator", operator)
+    role, subject = _identity(client_id, operator)
     with _client(ctx) as client:
         made = client.invite(role, subject, host or [], parse_duration(ttl))
     if role == "member":
@@ -119,9 +124,7 @@ def revoke(
 ) -> None:
     """Take a participant (or operator) out: its certificate is refused by the coordinator
     and every peer, its SuperNode unregistered. A fresh invite enrols it again."""
-    if (client_id is None) == (operator is None):
-        raise typer.BadParameter("give --client-id or --operator, not both")
-    role, subject = ("member", str(client_id)) if operator is None else ("operator", operator)
+    role, subject = _identity(client_id, operator)
     with _client(ctx) as client:
         revoked = client.revoke(role, subject)
     console.print(f"{role} {subject}: revoked (certificate serial {revoked.cert_serial})")
