@@ -1,6 +1,14 @@
 """Shared test setup."""
 
+import os
+import tempfile
+
 import torch
+
+# A config folder of the suite's own: an operator credential saved by `collabfl admin login`
+# (or by a coordinator started here) must neither steer the tests' admin commands nor land in
+# the real home. Daemons and commands the tests start inherit it.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="collabfl-tests-config-")
 
 # The models under test are tiny: one thread is fastest and avoids oversubscribing a shared
 # two-core machine when other processes (benchmarks, a second test run) are busy.
@@ -14,6 +22,8 @@ SLOWEST_FIRST = (
     "test_client_waits.py",
     "test_flower_floor.py",
     "test_multihost.py",
+    "test_federation_foreign_app.py",
+    "test_federation_short_start.py",
     "test_federation_user_code.py",
     "test_federation_stop.py",
     "test_warm_runtime.py",
