@@ -21,6 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from collabfl.kernel.identity import Identity, Role, identity_of_certificate
+from collabfl.kernel.netprobe import certificate_names
 from collabfl.kernel.pki import issue, load_ca_files, make_ca, write_certificate, write_private_key
 
 LOCAL_OPERATOR = "local"
@@ -78,17 +79,4 @@ def ensure_pki(folder: Path, names: list[str]) -> CoordinatorTLSFiles:
 def _names(cert_path: Path) -> set[str]:
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     identity_of_certificate(cert)  # a file that is not ours is issued again
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    return {str(n) for n in names.get_values_for_type(x509.DNSName)} | {
-        str(ip) for ip in names.get_values_for_type(x509.IPAddress)
-    }
-
-
-def certificate_names(cert_pem: bytes) -> list[str]:
-    """The DNS names and IP addresses a certificate is valid for, in its order."""
-    cert = x509.load_pem_x509_certificate(cert_pem)
-    try:
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return []
-    return [str(n.value) for n in names if isinstance(n, x509.DNSName | x509.IPAddress)]
+    return set(certificate_names(cert))

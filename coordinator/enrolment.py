@@ -156,13 +156,13 @@ class JoinThrottle:
         return recent
 
 
+@dataclass(frozen=True)
 class SuperNodeRegistry:
-    """The SuperLink's registered SuperNode keys, through ``flwr supernode`` (register
-    returns the Flower node id)."""
+    """The SuperLink's registered SuperNode keys: ``register`` an OpenSSH public key (the
+    Flower node id comes back), ``unregister`` a node id."""
 
-    def __init__(self, register: Callable[[str], int], unregister: Callable[[int], None]) -> None:
-        self.register = register
-        self.unregister = unregister
+    register: Callable[[str], int]
+    unregister: Callable[[int], None]
 
 
 class Enroller:
