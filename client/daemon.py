@@ -50,6 +50,7 @@ from collabfl.flower.processes import (
 from collabfl.flower.stale_node import clear_stale_node, preload
 from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where
 from collabfl.flower.supernode_key import ensure_supernode_key
+from collabfl.kernel.atomic import keep_private
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
@@ -362,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"collabfl-client: {error}", file=sys.stderr)
         return 2
+    keep_private(args.state_dir)
     save_args(p, args, args.state_dir)
     reap_leftovers(args.state_dir)  # a killed predecessor's ClientApp processes
     # Before any child starts: a stop that arrives while they start still stops them.

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from collabfl.client.data.client_file import load_client_file
 from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supernode_key
-from collabfl.kernel.atomic import write_bytes
+from collabfl.kernel.atomic import keep_private, write_bytes
 from collabfl.kernel.join_client import JoinFailed, coordinator_address, join
 from collabfl.kernel.pki import write_private_key
 from collabfl.kernel.saved_args import save
@@ -58,6 +58,7 @@ def main(argv: list[str]) -> int:
     try:
         load_client_file(args.data)  # a wrong file fails before the token is spent
         coordinator_address(args.coordinator)
+        keep_private(args.state_dir)
         daemon_argv = enrol(args)
     except (JoinFailed, ValueError, FileNotFoundError) as error:
         print(f"collabfl-client join: {error}", file=sys.stderr)

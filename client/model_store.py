@@ -189,7 +189,8 @@ class DiskModelStore:
                 file.write(payload)
                 file.flush()
                 os.fsync(file.fileno())
-            os.chmod(temp, 0o644)  # mkstemp makes 0600; peers read through the server anyway
+            # mkstemp makes it 0600: the weights derive from private data, and peers read
+            # them through the server (under grants), never from the file.
             os.replace(temp, target)
         except BaseException:
             temp.unlink(missing_ok=True)
@@ -299,8 +300,7 @@ class PublishedModels:
         fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=folder)
         with os.fdopen(fd, "w") as file:
             file.write(launch)
-        os.chmod(temp_name, 0o644)
-        os.replace(temp_name, folder / _LAUNCH_FILE)
+        os.replace(temp_name, folder / _LAUNCH_FILE)  # 0600, as mkstemp made it
 
     def _folder(self, run: str) -> Path:
         if not RUN_FOLDER.fullmatch(run):

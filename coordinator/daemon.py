@@ -81,7 +81,7 @@ from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
-from collabfl.kernel.atomic import write_text
+from collabfl.kernel.atomic import keep_private, write_text
 from collabfl.kernel.grants import (
     GrantSigner,
     generate_private_key,
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"collabfl-coordinator: {error}", file=sys.stderr)
         return 2
-    args.state_dir.mkdir(parents=True, exist_ok=True)
+    keep_private(args.state_dir)
     save_args(p, args, args.state_dir)
     try:
         files = tls_files(args)

@@ -56,3 +56,16 @@ def write_bytes(path: Path, payload: bytes, private: bool = False) -> None:
 
 def write_text(path: Path, text: str, private: bool = False) -> None:
     write_bytes(path, text.encode("utf-8"), private)
+
+
+def keep_private(state_dir: Path) -> None:
+    """Make everything this process and its children create from now on readable by its
+    user only (umask 077), and ``state_dir`` a 0700 folder.
+
+    A daemon's state derives from private data or grants access (published models, node
+    state, data copies, databases holding run tickets, keys), and Flower's processes it starts
+    write their files with the umask they inherit: one setting covers them all.
+    """
+    os.umask(0o077)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)

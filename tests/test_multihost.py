@@ -248,6 +248,18 @@ def test_doctor_passes_on_the_coordinator_and_on_a_lab(bed):
     assert any("this member's certificate" in line for line in lines)
 
 
+def test_no_other_local_user_can_read_a_daemons_state(bed):
+    """Everything under the coordinator's and each lab's state folder (published models,
+    databases with run tickets, keys, logs, Flower's own files) is for the daemon's user
+    only, whatever the umask the daemon was started with."""
+    folders = [bed.folder("coordinator") / "state", *(bed.folder(lab) / "state" for lab in LABS)]
+    found = [p for folder in folders for p in (folder, *folder.rglob("*")) if not p.is_symlink()]
+    assert any("published" in p.parts for p in found)  # the models the peer server guards
+    open_to_others = [f"{oct(p.stat().st_mode & 0o777)} {p}" for p in found
+                      if p.stat().st_mode & 0o077]  # fmt: skip
+    assert open_to_others == []
+
+
 def test_restart_takes_the_state_dir_alone(bed):
     saved = json.loads((bed.folder("lab-0") / "state" / "daemon-args.json").read_text())
     assert "--client-id" in saved and "--superlink" in saved
