@@ -270,7 +270,7 @@ class Enroller:
     def _register_supernode(self, client_id: int, public_key: str) -> int:
         """Register the member's SuperNode key; a re-enrolled member's old key goes."""
         _check_supernode_key(public_key)
-        old = {c: n for n, c in self.state.supernode_bindings().items()}.get(client_id)
+        old = self._node_of(client_id)
         try:
             if old is not None:
                 self.supernodes.unregister(old)
@@ -289,12 +289,17 @@ class Enroller:
         DENIED.replace(self.store.revoked_serials())
         if role is Role.MEMBER:
             client_id = int(subject)
-            node = {c: n for n, c in self.state.supernode_bindings().items()}.get(client_id)
+            node = self._node_of(client_id)
             if node is not None:
                 self.supernodes.unregister(node)
                 self.state.unbind_supernode(client_id)
         self._event("revoked", f"{role.value} {subject} revoked (serial {revoked.cert_serial})")
         return revoked
+
+    def _node_of(self, client_id: int) -> int | None:
+        """The Flower node id of the client's registered SuperNode key, if any."""
+        bound = (n for n, c in self.state.supernode_bindings().items() if c == client_id)
+        return next(bound, None)
 
     def revoked_serials(self) -> list[str]:
         return sorted(self.store.revoked_serials())

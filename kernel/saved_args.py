@@ -20,24 +20,15 @@ FILE_NAME = "daemon-args.json"
 _NOT_SAVED = frozenset({"help", "version", "state_dir", "log_level"})
 
 
-def state_dir_of(argv: Sequence[str]) -> Path | None:
-    probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--state-dir", type=Path)
-    known, _ = probe.parse_known_args(list(argv))
-    return known.state_dir
-
-
 def with_saved(argv: Sequence[str]) -> list[str]:
     """``argv``, preceded by the saved flags when it gives nothing but the state dir."""
     argv = list(argv)
-    state_dir = state_dir_of(argv)
-    if state_dir is None or not (state_dir / FILE_NAME).exists():
-        return argv
     probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--state-dir")
+    probe.add_argument("--state-dir", type=Path)
     probe.add_argument("--log-level")
-    _, rest = probe.parse_known_args(argv)
-    if rest:
+    known, rest = probe.parse_known_args(argv)
+    state_dir = known.state_dir
+    if rest or state_dir is None or not (state_dir / FILE_NAME).exists():
         return argv
     saved = json.loads((state_dir / FILE_NAME).read_text())
     if not isinstance(saved, list) or not all(isinstance(a, str) for a in saved):
