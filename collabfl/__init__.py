@@ -1,9 +1,8 @@
 """collabfl: personalized federated learning with learned collaboration.
 
-The source folders stay at the repository's top level (client/, coordinator/, strategies/,
-...); this package links them under one import namespace, ``collabfl.<folder>``, so that the
-installed names never collide (``import client``) and editors and type checkers resolve
-``collabfl.`` imports straight from the source tree.
+Each room is a package here (``collabfl.client``, ``collabfl.coordinator``, ...), one import
+namespace whose names never collide once installed (``import client`` would); the repository's
+top-level client/, coordinator/, ... are links to these folders.
 """
 
 

@@ -358,7 +358,7 @@ def test_the_image_installs_the_cpu_torch_wheel_before_the_source():
     assert '--index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"' in dockerfile
     version = re.search(r"ARG TORCH_VERSION=(\S+)", dockerfile)[1]
     assert f"torch=={version}" in (ROOT / "requirements.txt").read_text().split()
-    assert dockerfile.index("pip install -r") < dockerfile.index("COPY client client")
+    assert dockerfile.index("pip install -r") < dockerfile.index("COPY collabfl collabfl")
     assert "COPY examples examples" in dockerfile
 
 
