@@ -25,7 +25,7 @@ from _common import REPO_ROOT, format_table, median, write_results
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState
 
-ENTRY = "import sys; sys.argv[0] = 'collabfl'; from collabfl.coordinator.cli import main; main()"
+ENTRY = "import sys; sys.argv[0] = 'collabfl'; from collabfl.cli.main import main; main()"
 
 
 class NoGrants:

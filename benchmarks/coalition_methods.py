@@ -26,12 +26,12 @@ from _common import RESULTS_DIR, write_results
 from rich.console import Console
 
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.builtin_methods import distance_settings
-from collabfl.coordinator.config import load_config, model_name
-from collabfl.coordinator.experiment import prepare_data, run_comparison
-from collabfl.coordinator.inprocess import build_federation
-from collabfl.coordinator.methods import parse_method_spec
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.engine.builtin_methods import distance_settings
+from collabfl.engine.config import load_config, model_name
+from collabfl.engine.experiment import prepare_data, run_comparison
+from collabfl.engine.inprocess import build_federation
+from collabfl.engine.methods import parse_method_spec
+from collabfl.engine.report.run_dir import read_run
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.strategies.distances import all_pairs, estimate_distances

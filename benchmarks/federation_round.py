@@ -37,12 +37,12 @@ from typing import Any
 from _common import exit_on_sigterm, format_table, median, write_results
 from flower_floor import measure_flower_floor
 
-from collabfl.coordinator.config import ExperimentConfig, load_config
-from collabfl.coordinator.federation import LocalFederation, write_client_files
-from collabfl.coordinator.methods import parse_method_spec, run_request
-from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.engine.config import ExperimentConfig, load_config
+from collabfl.engine.methods import parse_method_spec, run_request
+from collabfl.engine.report.run_dir import MESSAGES_FILE, read_run
+from collabfl.engine.run_options import RunOptions
 from collabfl.flower.processes import CLIENT_RUNTIMES
+from collabfl.launcher.federation import LocalFederation, write_client_files
 
 SPLIT = ("wall_s", "train_s", "peer_fetch_s", "selection_s", "evaluate_s", "overhead_s")
 FETCHED = ("fetched_mb", "fetched_min_client_mb")

@@ -31,15 +31,15 @@ from typing import Any
 from _common import exit_on_sigterm, format_table, write_results
 
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.config import ExperimentConfig, load_config
-from collabfl.coordinator.experiment import prepare_data, resolve_device, run_method
-from collabfl.coordinator.federation import LocalFederation, write_client_files
-from collabfl.coordinator.inprocess import InProcessFederation
-from collabfl.coordinator.methods import MethodSpec, parse_method_spec, run_request
-from collabfl.coordinator.recording import safe_name
-from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.engine.config import ExperimentConfig, load_config
+from collabfl.engine.experiment import prepare_data, resolve_device, run_method
+from collabfl.engine.inprocess import InProcessFederation
+from collabfl.engine.methods import MethodSpec, parse_method_spec, run_request
+from collabfl.engine.recording import safe_name
+from collabfl.engine.report.run_dir import MESSAGES_FILE, read_run
+from collabfl.engine.run_options import RunOptions
 from collabfl.flower.substeps import is_substep
+from collabfl.launcher.federation import LocalFederation, write_client_files
 from collabfl.strategies.protocol import Instruction, Reply
 
 

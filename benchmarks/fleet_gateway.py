@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 from _common import format_table, median, write_results
 
-from collabfl.coordinator.federation import free_ports
 from collabfl.coordinator.fleet_gateway import FleetGateway, GatewayTLS, LoopbackTLS
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.supervisor import stop_group
+from collabfl.launcher.federation import free_ports
 from tests.support.pki import TestCA
 
 CALL = "/v1/fleet/pull-messages"

@@ -33,9 +33,9 @@ from typing import IO, Any
 
 from _common import format_table, median, write_results
 
-from collabfl.coordinator.federation import HOST, free_ports
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
+from collabfl.launcher.federation import HOST, free_ports
 
 APP_DIR = Path(__file__).resolve().parent / "flower_floor"
 CONNECTION = "floor"

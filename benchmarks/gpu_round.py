@@ -31,11 +31,11 @@ import torch
 from _common import exit_on_sigterm, format_table, median, write_results
 from rich.console import Console
 
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.experiment import run_comparison
-from collabfl.coordinator.federation import federation_up
-from collabfl.coordinator.methods import parse_method_spec
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.engine.config import load_config
+from collabfl.engine.experiment import run_comparison
+from collabfl.engine.methods import parse_method_spec
+from collabfl.engine.report.run_dir import read_run
+from collabfl.launcher.federation import federation_up
 
 TEST_SHARE = 5
 """Training samples per test sample, as CIFAR-10's 50 000 / 10 000."""

@@ -19,10 +19,10 @@ from _common import RESULTS_DIR, write_results
 from rich.console import Console
 
 from collabfl.client.data import Partition
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.experiment import run_comparison
-from collabfl.coordinator.methods import parse_method_spec
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.engine.config import load_config
+from collabfl.engine.experiment import run_comparison
+from collabfl.engine.methods import parse_method_spec
+from collabfl.engine.report.run_dir import read_run
 from collabfl.strategies.ipfl import ClientProfile, utilities
 
 TABLE_METHODS = ["local", "fedavg", "dpfl", "pfedgraph", "ipfl"]

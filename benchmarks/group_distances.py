@@ -23,10 +23,10 @@ import torch
 from _common import Stopwatch, format_table, write_results
 
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.builtin_methods import distance_settings
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.experiment import model_name, prepare_data, resolve_device
-from collabfl.coordinator.inprocess import build_federation
+from collabfl.engine.builtin_methods import distance_settings
+from collabfl.engine.config import load_config
+from collabfl.engine.experiment import model_name, prepare_data, resolve_device
+from collabfl.engine.inprocess import build_federation
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.strategies.distances import all_pairs, estimate_distances

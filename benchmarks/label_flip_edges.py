@@ -71,11 +71,11 @@ def label_overlap(
 def run(variant: str, seed: int, clients: int, rounds: int, folder: Path) -> dict[str, Any]:
     from rich.console import Console
 
-    from collabfl.coordinator.config import load_config
-    from collabfl.coordinator.experiment import prepare_data, run_comparison
-    from collabfl.coordinator.methods import parse_method_spec
-    from collabfl.coordinator.recording import safe_name
-    from collabfl.coordinator.report.run_dir import read_run
+    from collabfl.engine.config import load_config
+    from collabfl.engine.experiment import prepare_data, run_comparison
+    from collabfl.engine.methods import parse_method_spec
+    from collabfl.engine.recording import safe_name
+    from collabfl.engine.report.run_dir import read_run
 
     overrides = [
         f"data.num_clients={clients}",

@@ -59,9 +59,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one configuration in this (fresh) process and report its memory and peaks."""
     import torch  # noqa: F401  (imported for the "import" reference even when nothing runs)
 
-    from collabfl.coordinator.config import load_config
-    from collabfl.coordinator.experiment import run_comparison
-    from collabfl.coordinator.methods import parse_method_spec
+    from collabfl.engine.config import load_config
+    from collabfl.engine.experiment import run_comparison
+    from collabfl.engine.methods import parse_method_spec
 
     if spec["method"] == "import":
         return {**memory_record(), "wall_s": 0.0}

@@ -40,9 +40,9 @@ from torch import nn
 
 from collabfl.client.node import ClientSplits
 from collabfl.client.randomness import batch_generator
-from collabfl.coordinator.config import ExperimentConfig, load_config, model_name
-from collabfl.coordinator.experiment import prepare_data
-from collabfl.coordinator.inprocess import InProcessFederation, build_federation
+from collabfl.engine.config import ExperimentConfig, load_config, model_name
+from collabfl.engine.experiment import prepare_data
+from collabfl.engine.inprocess import InProcessFederation, build_federation
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.training import TrainingConfig, evaluate, steps_for

@@ -3,7 +3,7 @@
 Each function takes what the report stores (its cells, or finished units' records) and writes
 one figure; it returns None when the units hold nothing to draw, so the report can say which
 figure is missing and why instead of drawing an empty one. Figures use matplotlib's Agg canvas
-directly, like coordinator/report/plots.py, so nothing needs a screen.
+directly, like engine/report/plots.py, so nothing needs a screen.
 """
 
 from __future__ import annotations

@@ -141,11 +141,11 @@ def run_unit(unit: Unit) -> dict[str, Any]:
     import torch
     from rich.console import Console
 
-    from collabfl.coordinator.config import load_config
-    from collabfl.coordinator.experiment import run_comparison
-    from collabfl.coordinator.methods import parse_method_spec
-    from collabfl.coordinator.recording import safe_name
-    from collabfl.coordinator.report.run_dir import read_run
+    from collabfl.engine.config import load_config
+    from collabfl.engine.experiment import run_comparison
+    from collabfl.engine.methods import parse_method_spec
+    from collabfl.engine.recording import safe_name
+    from collabfl.engine.report.run_dir import read_run
 
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -188,7 +188,7 @@ def benign_curve(rows: list[dict[str, Any]], malicious: set[int]) -> list[float 
 def graph_record(graphs: dict[int, Any], malicious: list[int]) -> dict[str, Any]:
     """The last collaboration graph (weights to 4 decimals) and, with attackers, the benign
     weight share on them in every round's graph; nothing for a method without graphs."""
-    from collabfl.coordinator.report.graph_stats import edges_to_group
+    from collabfl.engine.report.graph_stats import edges_to_group
 
     if not graphs:
         return {}

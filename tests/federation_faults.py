@@ -8,12 +8,12 @@ import os
 import time
 from pathlib import Path
 
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.federation import LocalFederation, write_client_files
-from collabfl.coordinator.methods import parse_method_spec, run_request
-from collabfl.coordinator.report.run_dir import read_run
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.engine.config import load_config
+from collabfl.engine.methods import parse_method_spec, run_request
+from collabfl.engine.report.run_dir import read_run
+from collabfl.engine.run_options import RunOptions
 from collabfl.kernel.leftovers import start_ticks
+from collabfl.launcher.federation import LocalFederation, write_client_files
 
 BASE = [
     "data.num_train=1500",

@@ -11,12 +11,12 @@ from rich.console import Console
 from support.coordinator import served, valid_request
 from typer.testing import CliRunner, Result
 
-from collabfl.coordinator import admin
-from collabfl.coordinator.admin import admin_app
-from collabfl.coordinator.recording import ROW_KEYS
+from collabfl.cli import admin
+from collabfl.cli.admin import admin_app
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.engine.recording import ROW_KEYS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROUNDS = {

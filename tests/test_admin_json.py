@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.admin import admin_app
+from collabfl.cli.admin import admin_app
 from collabfl.coordinator.daemon import write_flower_home
-from collabfl.coordinator.federation import free_ports
 from collabfl.coordinator.launch import flower_run_file
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.launcher.federation import free_ports
 
 METRICS = {0: {"test_acc": 0.5, "utility": 1.0, "gain": 2.0}, 1: {"test_acc": 0.75}}
 LEDGER = {"gain": 2.0, "sharing_cost": 0.5, "payment": 1.0, "utility": 0.5, "importers": 1}

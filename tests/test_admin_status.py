@@ -23,8 +23,8 @@ from rich.console import Console
 from support.coordinator import served
 from typer.testing import CliRunner, Result
 
-from collabfl.coordinator import admin
-from collabfl.coordinator.admin import admin_app
+from collabfl.cli import admin
+from collabfl.cli.admin import admin_app
 from collabfl.coordinator.enrolment_store import Enrolment, EnrolmentStore
 from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.state import CoordinatorState, Member

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from collabfl.client.data.atomic import save_npz_atomic
-from collabfl.coordinator.report.run_dir import RunWriter
+from collabfl.engine.report.run_dir import RunWriter
 from collabfl.kernel.atomic import current_umask, replacing, write_text
 
 

@@ -19,7 +19,7 @@ HEAVY = ("torch", "matplotlib", "networkx", "cvxpy")
     [
         # gRPC, protobuf and SQLite load in the admin command that talks to a coordinator
         # or opens its state, not for --help (about 70 ms of a 0.25 s start on an idle core).
-        ("collabfl.coordinator.cli", (*HEAVY, "grpc", "google.protobuf", "sqlite3")),
+        ("collabfl.cli.main", (*HEAVY, "grpc", "google.protobuf", "sqlite3")),
         # The client daemon serves files and supervises Flower: the warm executor beside it
         # is the one process of a participant that loads torch (and flwr, for the SuperNode).
         ("collabfl.client.daemon", (*HEAVY, "flwr", "safetensors")),
@@ -35,7 +35,7 @@ def test_the_module_imports_no_torch(module: str, heavy: tuple[str, ...]):
 @pytest.mark.parametrize(
     ("module", "name"),
     [
-        ("collabfl.coordinator.cli", "collabfl"),
+        ("collabfl.cli.main", "collabfl"),
         ("collabfl.coordinator.daemon", "collabfl-coordinator"),
         ("collabfl.client.daemon", "collabfl-client"),
     ],

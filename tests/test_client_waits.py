@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from collabfl.coordinator.federation import free_ports
 from collabfl.flower.stale_node import deactivate, last_node_id
 from collabfl.flower.supernode_key import ensure_supernode_key
+from collabfl.launcher.federation import free_ports
 from tests.support.tls_federation import (
     ClientDaemon,
     TlsCoordinator,

@@ -25,7 +25,7 @@ from collabfl.client.discriminator import (
 )
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
-from collabfl.coordinator.inprocess import InProcessFederation, build_federation
+from collabfl.engine.inprocess import InProcessFederation, build_federation
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.training import TensorData, TrainingConfig

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from collabfl.coordinator.config import (
+from collabfl.engine.config import (
     ConfigError,
     ExperimentConfig,
     load_config,
     parse_override,
     resolve_budget,
 )
-from collabfl.coordinator.methods import build_method, parse_method_spec
+from collabfl.engine.methods import build_method, parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.strategies.dpfl import DPFL

@@ -17,8 +17,8 @@ from federation_faults import command_line, process_tree, running_processes, sti
 
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
-from collabfl.coordinator.federation import free_ports
 from collabfl.kernel.grants import generate_private_key, save_public_key
+from collabfl.launcher.federation import free_ports
 
 
 def _client_args(tmp_path: Path, data: Path) -> list[str]:

@@ -21,7 +21,7 @@ from collabfl.client.data import (
 )
 from collabfl.client.data.client_file import load_client_file, save_client_file
 from collabfl.client.data.clients import rotate
-from collabfl.coordinator.config import ConfigError, load_config
+from collabfl.engine.config import ConfigError, load_config
 
 GROUP_SCHEMES = ("label_groups", "feature_groups", "concept_groups")
 GROUPS_OF_20 = [0] * 5 + [1] * 5 + [2] * 5 + [3] * 5

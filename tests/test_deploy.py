@@ -22,10 +22,10 @@ import pytest
 import typer
 import yaml
 
+from collabfl.cli.main import app as collabfl_cli
 from collabfl.client import daemon as client_daemon
 from collabfl.client import join as client_join
 from collabfl.coordinator import daemon as coordinator_daemon
-from collabfl.coordinator.cli import app as collabfl_cli
 from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
 from collabfl.kernel import saved_args
 from collabfl.kernel.devices import check_spec

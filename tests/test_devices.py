@@ -20,8 +20,8 @@ from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
-from collabfl.coordinator.config import ConfigError, validate_config
-from collabfl.coordinator.experiment import resolve_device as config_device
+from collabfl.engine.config import ConfigError, validate_config
+from collabfl.engine.experiment import resolve_device as config_device
 from collabfl.flower.run_setup import RunSettings
 from collabfl.flower.session import NodeState, open_node
 from collabfl.kernel import devices

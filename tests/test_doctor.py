@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.federation import free_ports
+from collabfl.cli.main import app
+from collabfl.launcher.federation import free_ports
 from tests.support.client_data import spoil, write_client_data
 from tests.support.pki import TestCA
 from tests.support.tls_federation import TlsCoordinator, TlsStub, credentials

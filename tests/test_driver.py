@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from collabfl.coordinator.driver import MeteredPool, RunStopped, drive
+from collabfl.engine.driver import MeteredPool, RunStopped, drive
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply, broadcast
 from collabfl.strategies.rounds import Resume, RoundOutcome, first_round

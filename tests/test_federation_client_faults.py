@@ -31,7 +31,7 @@ from federation_faults import (
     wait_for,
 )
 
-from collabfl.coordinator.federation import LocalFederation
+from collabfl.launcher.federation import LocalFederation
 
 CLIENTS = 4
 GONE = "client-3"

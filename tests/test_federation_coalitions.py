@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.recording import safe_name
-from collabfl.coordinator.report.run_dir import MESSAGES_FILE, read_run
+from collabfl.cli.main import app
 from collabfl.coordinator.state import CoordinatorState
+from collabfl.engine.recording import safe_name
+from collabfl.engine.report.run_dir import MESSAGES_FILE, read_run
 from tests.support.cli_runs import IN_THIS_PROCESS
 
 METHODS = ["fedcollab", "equilibrium", "equilibrium:ocs=spo"]

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.report.graph_stats import adjacency
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.cli.main import app
 from collabfl.coordinator.state import CoordinatorState
+from collabfl.engine.report.graph_stats import adjacency
+from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import IN_THIS_PROCESS
 from tests.support.runtime_equality import BUDGET, SETTINGS, assert_same_rows
 

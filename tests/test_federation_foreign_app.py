@@ -25,7 +25,7 @@ import pytest
 from federation_faults import fault_config, start_run, wait_for
 
 from collabfl.coordinator.daemon import flower_home
-from collabfl.coordinator.federation import LocalFederation, write_client_files
+from collabfl.launcher.federation import LocalFederation, write_client_files
 from tests.support.foreign_app import write_foreign_app
 
 CLIENTS, ROUNDS = 2, 3

@@ -18,8 +18,8 @@ from federation_faults import (
     wait_for,
 )
 
-from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.state import CoordinatorState
+from collabfl.engine.report.run_dir import read_run
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def uninterrupted(tmp_path_factory):
     """The same run in the in-process runtime, for comparison."""
     from typer.testing import CliRunner
 
-    from collabfl.coordinator.cli import app
+    from collabfl.cli.main import app
 
     root = tmp_path_factory.mktemp("reference")
     flags = [

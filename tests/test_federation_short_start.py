@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from federation_faults import fault_config, make_federation, wait_for
 
-from collabfl.coordinator.methods import parse_method_spec, run_request
-from collabfl.coordinator.report.run_dir import read_run
-from collabfl.coordinator.report.setting import partition_text, setting_title
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.engine.methods import parse_method_spec, run_request
+from collabfl.engine.report.run_dir import read_run
+from collabfl.engine.report.setting import partition_text, setting_title
+from collabfl.engine.run_options import RunOptions
 
 CLIENTS = 3
 ASKED = 4

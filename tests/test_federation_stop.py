@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from federation_faults import make_federation, start_run, wait_for, wait_logged
 
-from collabfl.coordinator.federation import client_command, free_ports
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.engine.report.run_dir import read_run
 from collabfl.flower.processes import SUPERNODE_CONNECTED
+from collabfl.launcher.federation import client_command, free_ports
 
 CLIENTS = 3
 ROUNDS = 200  # far more than it will run: it ends only when stopped

@@ -6,17 +6,17 @@ import stat
 
 from typer.testing import CliRunner
 
+from collabfl.cli.main import app
 from collabfl.client import daemon as client_daemon
 from collabfl.coordinator import daemon as coordinator_daemon
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.federation import client_command, coordinator_command
-from collabfl.coordinator.federation_tls import OPERATOR, FederationCredentials
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.kernel.grants import GrantSigner, generate_private_key
 from collabfl.kernel.identity import Identity, Role, identity_of_pem
 from collabfl.kernel.tls import ServerTLS
+from collabfl.launcher.federation import client_command, coordinator_command
+from collabfl.launcher.federation_tls import OPERATOR, FederationCredentials
 
 
 def _issue(tmp_path) -> FederationCredentials:

@@ -24,13 +24,13 @@ import pytest
 from federation_faults import wait_logged
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app as cli_app
+from collabfl.cli.main import app as cli_app
 from collabfl.coordinator.daemon import flower_home
-from collabfl.coordinator.federation import free_ports
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.flower.processes import SUPERNODE_CONNECTED, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group
+from collabfl.launcher.federation import free_ports
 from tests.support.pki import TestCA
 
 

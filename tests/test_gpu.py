@@ -26,10 +26,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.recording import safe_name
-from collabfl.coordinator.registry import REGISTRY
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.cli.main import app
+from collabfl.engine.recording import safe_name
+from collabfl.engine.registry import REGISTRY
+from collabfl.engine.report.run_dir import read_run
 from tests.support.runtime_equality import settings
 
 pytestmark = pytest.mark.skipif(

@@ -19,8 +19,8 @@ from rich.console import Console
 from support.coordinator import served
 from typer.testing import CliRunner
 
-from collabfl.coordinator import admin
-from collabfl.coordinator.admin import admin_app
+from collabfl.cli import admin
+from collabfl.cli.admin import admin_app
 from collabfl.coordinator.service import CoordinatorService
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
 from collabfl.coordinator.state import CoordinatorState

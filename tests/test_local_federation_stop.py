@@ -3,8 +3,8 @@
 import threading
 from pathlib import Path
 
-from collabfl.coordinator import federation as federation_module
-from collabfl.coordinator.federation import LocalFederation
+from collabfl.launcher import federation as federation_module
+from collabfl.launcher.federation import LocalFederation
 
 CLIENTS = 3
 

@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.federation import write_client_files
+from collabfl.cli.main import app
+from collabfl.engine.config import load_config
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import GrantSigner, load_private_key
 from collabfl.kernel.join_token import TokenParts
+from collabfl.launcher.federation import write_client_files
 from tests.support.netns import Link, NetworkBed, unavailable_reason
 from tests.support.runtime_equality import CLIENTS, ROUNDS, SETTINGS, assert_same_rows
 
@@ -209,7 +209,7 @@ def test_dpfl_across_hosts_equals_in_process_runtime(bed):
 
 
 def _rows(bed: Bed) -> list[dict]:
-    from collabfl.coordinator.report.run_dir import read_run
+    from collabfl.engine.report.run_dir import read_run
 
     return read_run(bed.real / "dpfl").rows
 

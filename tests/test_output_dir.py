@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import _output_dir, app
-from collabfl.coordinator.config import load_config
+from collabfl.cli.main import _output_dir, app
+from collabfl.engine.config import load_config
 from tests.support.cli_runs import invoke, set_args
 
 TINY = ["data.num_train=400", "data.num_test=200", "data.num_clients=3", "rounds=1", "jobs=1"]

@@ -17,8 +17,8 @@ from torch.utils.data import TensorDataset
 from typer.testing import CliRunner
 
 import collabfl.api as cf
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.config import ConfigError, load_config
+from collabfl.cli.main import app
+from collabfl.engine.config import ConfigError, load_config
 from tests.support.cli_runs import invoke, set_args
 from tests.support.user_code import make_net
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.config import ConfigError, ExperimentConfig, load_config
-from collabfl.coordinator.methods import MethodSpec, parse_method_spec
-from collabfl.coordinator.registry import REGISTRY, FederationContext
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.cli.main import app
+from collabfl.engine.config import ConfigError, ExperimentConfig, load_config
+from collabfl.engine.methods import MethodSpec, parse_method_spec
+from collabfl.engine.registry import REGISTRY, FederationContext
+from collabfl.engine.report.run_dir import read_run
 from collabfl.strategies.local import Local
 from tests.support.cli_runs import invoke, set_args, without_timings
 

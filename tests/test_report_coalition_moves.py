@@ -2,7 +2,7 @@
 
 import pytest
 
-from collabfl.coordinator.report.coalition_moves import (
+from collabfl.engine.report.coalition_moves import (
     CoalitionMove,
     coalition_moves,
     coalitions_document,

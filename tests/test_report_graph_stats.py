@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from collabfl.coordinator.report.graph_stats import (
+from collabfl.engine.report.graph_stats import (
     adjacency,
     edges_to_group,
     mean_out_degree,

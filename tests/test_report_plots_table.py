@@ -4,14 +4,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from collabfl.coordinator.report.graph_stats import adjacency
-from collabfl.coordinator.report.plots import (
+from collabfl.engine.report.graph_stats import adjacency
+from collabfl.engine.report.plots import (
     plot_accuracy_by_round,
     plot_accuracy_vs_variance,
     plot_adjacency_heatmaps,
 )
-from collabfl.coordinator.report.run_dir import RunRecords
-from collabfl.coordinator.report.table import (
+from collabfl.engine.report.run_dir import RunRecords
+from collabfl.engine.report.table import (
     human_bytes,
     print_results,
     results_markdown,

@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.methods import parse_method_spec
-from collabfl.coordinator.recording import MethodRecorder
-from collabfl.coordinator.report.run_dir import RunWriter, read_run
+from collabfl.engine.config import load_config
+from collabfl.engine.methods import parse_method_spec
+from collabfl.engine.recording import MethodRecorder
+from collabfl.engine.report.run_dir import RunWriter, read_run
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.rounds import RoundOutcome
 

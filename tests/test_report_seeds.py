@@ -6,14 +6,14 @@ import pytest
 from matplotlib.collections import PolyCollection
 from rich.console import Console
 
-from collabfl.coordinator.report.plots import (
+from collabfl.engine.report.plots import (
     accuracy_by_round_figure,
     accuracy_vs_variance_figure,
     setting_title,
 )
-from collabfl.coordinator.report.run_dir import RunRecords
-from collabfl.coordinator.report.seeds import aggregate_seeds
-from collabfl.coordinator.report.table import (
+from collabfl.engine.report.run_dir import RunRecords
+from collabfl.engine.report.seeds import aggregate_seeds
+from collabfl.engine.report.table import (
     COLUMNS,
     NARROW_HEADERS,
     method_label,

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from collabfl.coordinator.report.graph_stats import adjacency
-from collabfl.coordinator.report.run_dir import RunRecords
-from collabfl.coordinator.report.summary import summarize
+from collabfl.engine.report.graph_stats import adjacency
+from collabfl.engine.report.run_dir import RunRecords
+from collabfl.engine.report.summary import summarize
 
 
 def _row(round_: int, client: int, best_test: float | None, **extra: object) -> dict:

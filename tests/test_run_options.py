@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import tomllib
 
-from collabfl.coordinator.config import ExperimentConfig
 from collabfl.coordinator.daemon import write_app
 from collabfl.coordinator.launch import Launch
-from collabfl.coordinator.methods import parse_method_spec, run_request
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.engine.config import ExperimentConfig
+from collabfl.engine.methods import parse_method_spec, run_request
+from collabfl.engine.run_options import RunOptions
 
 OPTIONS = RunOptions(
     expected_clients=3, join_timeout_s=5.0, message_timeout_s=7.5, grant_ttl_s=9.0, out_dir="/r"

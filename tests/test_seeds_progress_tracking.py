@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator import experiment, tracking
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.progress import ProgressBoard
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.cli.main import app
+from collabfl.engine import experiment, tracking
+from collabfl.engine.progress import ProgressBoard
+from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import invoke, small_args
 
 

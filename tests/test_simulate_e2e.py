@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app, split_methods
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.cli.main import app, split_methods
+from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import invoke, small_args, without_timings
 
 

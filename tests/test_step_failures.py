@@ -17,11 +17,11 @@ from test_flower_pool import ScriptedGrid, _pool, _round
 from test_flower_pool import flower_task as flower_task  # autouse: Flower's task identity
 from typer.testing import CliRunner
 
+from collabfl.cli.main import app
 from collabfl.client.node import ClientNode
 from collabfl.client.peers import MemoryModelStore
-from collabfl.coordinator.cli import app
-from collabfl.coordinator.report.run_dir import read_run
-from collabfl.coordinator.step_failures import StepLedger, fatal
+from collabfl.engine.report.run_dir import read_run
+from collabfl.engine.step_failures import StepLedger, fatal
 from collabfl.strategies.protocol import Instruction, StepFailed
 from collabfl.strategies.verbs import Collaborate, Evaluate, Train, Verb
 from tests.support.cli_runs import IN_THIS_PROCESS, SMALL

@@ -16,11 +16,11 @@ import pytest
 from collabfl.client.data.arrays import ArrayDataset
 from collabfl.client.data.client_file import save_client_file
 from collabfl.client.data.clients import ClientData
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.methods import parse_method_spec
-from collabfl.coordinator.recording import MethodRecorder
-from collabfl.coordinator.report.run_dir import read_run
-from collabfl.coordinator.report.setting import setting_title
+from collabfl.engine.config import load_config
+from collabfl.engine.methods import parse_method_spec
+from collabfl.engine.recording import MethodRecorder
+from collabfl.engine.report.run_dir import read_run
+from collabfl.engine.report.setting import setting_title
 from collabfl.flower.run_setup import Description
 from collabfl.flower.server_app import federation_data, requested_data, rewritten
 from collabfl.flower.session import describe

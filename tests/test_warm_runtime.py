@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from collabfl.coordinator.config import load_config
-from collabfl.coordinator.federation import LocalFederation, run_on_federation, write_client_files
-from collabfl.coordinator.methods import parse_method_spec
+from collabfl.engine.config import load_config
+from collabfl.engine.methods import parse_method_spec
+from collabfl.launcher.federation import LocalFederation, run_on_federation, write_client_files
 
 SETTINGS = [
     "data.num_train=600",

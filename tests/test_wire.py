@@ -11,7 +11,7 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, RecordDict
 
-from collabfl.coordinator.recording import ROW_KEYS
+from collabfl.engine.recording import ROW_KEYS
 from collabfl.flower.codec import (
     decode_instruction,
     decode_reply,

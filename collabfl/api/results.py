@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.report.run_dir import RunRecords
-from collabfl.coordinator.report.summary import latest_rows
+from collabfl.engine.report.run_dir import RunRecords
+from collabfl.engine.report.summary import latest_rows
 
 
 @dataclass(frozen=True)

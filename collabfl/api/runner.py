@@ -15,18 +15,18 @@ from torch import nn
 from collabfl.api.data import Split, client_splits
 from collabfl.api.results import RunResult
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.config import (
+from collabfl.engine.config import (
     ExperimentConfig,
     load_config,
     model_name,
     set_value,
     validate_config,
 )
-from collabfl.coordinator.driver import AfterRound
-from collabfl.coordinator.experiment import resolve_device, run_on_splits
-from collabfl.coordinator.methods import parse_method_spec
-from collabfl.coordinator.report.run_dir import claim_output_dir, read_run
-from collabfl.coordinator.step_failures import RunFailed
+from collabfl.engine.driver import AfterRound
+from collabfl.engine.experiment import resolve_device, run_on_splits
+from collabfl.engine.methods import parse_method_spec
+from collabfl.engine.report.run_dir import claim_output_dir, read_run
+from collabfl.engine.step_failures import RunFailed
 from collabfl.kernel.models import ModelFactory, build_model, seeded_module
 from collabfl.kernel.objective import LossFn, Objective, OptimizerFactory, objective_from_names
 

@@ -76,9 +76,9 @@ from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
 from collabfl.coordinator.operator_credential import OperatorCredential
 from collabfl.coordinator.operator_credential import default_path as default_operator_path
-from collabfl.coordinator.run_options import flower_app_config
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
+from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.atomic import keep_private, write_text
@@ -481,7 +481,7 @@ class RunLauncher:
         # Imported at the first launch, if the service's CreateRun has not done it yet (a run
         # resumed after a restart): it imports torch, whose CPU-second clients starting
         # beside the coordinator need to join.
-        from collabfl.coordinator.methods import read_run_request
+        from collabfl.engine.methods import read_run_request
 
         count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
         _, options = read_run_request(run.method, run.config)

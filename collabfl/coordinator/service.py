@@ -131,8 +131,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         # Imported at the first run, not at start: it imports torch (about a CPU-second),
         # which clients starting beside the coordinator on one machine need to join. The
         # client gives this call a longer deadline for it (service_client.CREATE_RUN_S).
-        from collabfl.coordinator.methods import read_run_request
-        from collabfl.coordinator.report.run_dir import claim_output_dir
+        from collabfl.engine.methods import read_run_request
+        from collabfl.engine.report.run_dir import claim_output_dir
 
         check_run_id(request.run_id)
         config = parse_json_object(request.config_json or "{}", "config_json")

@@ -19,7 +19,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from collabfl.coordinator.state import Member
-from collabfl.coordinator.step_failures import StepLedger
+from collabfl.engine.step_failures import StepLedger
 from collabfl.flower.codec import (
     PROGRAM_MESSAGE,
     decode_replies,

@@ -34,17 +34,17 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
-from collabfl.coordinator.config import ConfigError, model_name, validate_config
-from collabfl.coordinator.driver import RunStopped, drive
 from collabfl.coordinator.launch import Launch
-from collabfl.coordinator.methods import MethodSpec, build_method, parse_method_spec
-from collabfl.coordinator.recording import MethodRecorder, safe_name
-from collabfl.coordinator.report.coalition_moves import join_clients
-from collabfl.coordinator.report.comparison import write_comparison
-from collabfl.coordinator.report.setting import partition_text
-from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import Member
+from collabfl.engine.config import ConfigError, model_name, validate_config
+from collabfl.engine.driver import RunStopped, drive
+from collabfl.engine.methods import MethodSpec, build_method, parse_method_spec
+from collabfl.engine.recording import MethodRecorder, safe_name
+from collabfl.engine.report.coalition_moves import join_clients
+from collabfl.engine.report.comparison import write_comparison
+from collabfl.engine.report.setting import partition_text
+from collabfl.engine.run_options import RunOptions
 from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals

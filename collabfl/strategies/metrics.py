@@ -1,7 +1,7 @@
 """Everything a client or a method reports about one client in one round, as one dataclass.
 
 Its field names are the single source for the run outputs: the fields marked ``recorded``
-are the columns of metrics.jsonl, in field order (coordinator/recording.py), and the rest
+are the columns of metrics.jsonl, in field order (engine/recording.py), and the rest
 (what a method reads back, such as DPFL's ``chosen``) stay in memory. A field is ``None``
 until some reply or the method sets it; replies of one round merge field by field.
 """

@@ -9,7 +9,7 @@ from typing import Any
 from click.testing import Result
 from typer.testing import CliRunner
 
-from collabfl.coordinator.cli import app
+from collabfl.cli.main import app
 
 SMALL = [
     "data.num_train=1200",

@@ -9,13 +9,13 @@ from typing import Any
 
 import grpc
 
-from collabfl.coordinator.config import load_config
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.member_status import SupernodeList
-from collabfl.coordinator.methods import parse_method_spec, run_request
-from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import CoordinatorState
+from collabfl.engine.config import load_config
+from collabfl.engine.methods import parse_method_spec, run_request
+from collabfl.engine.run_options import RunOptions
 from collabfl.kernel.tls import ServerTLS
 
 

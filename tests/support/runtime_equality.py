@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collabfl.coordinator.report.run_dir import read_run
+from collabfl.engine.report.run_dir import read_run
 
 BUDGET = 1
 CLIENTS = 3

@@ -16,11 +16,11 @@ import urllib.request
 from pathlib import Path
 
 from collabfl.coordinator.daemon import PUBLIC_KEY_FILE, flower_home
-from collabfl.coordinator.federation import client_command, coordinator_command, free_ports
-from collabfl.coordinator.federation_tls import FederationCredentials, KeyPair
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import generate_private_key, save_public_key
 from collabfl.kernel.supervisor import stop_group
+from collabfl.launcher.federation import client_command, coordinator_command, free_ports
+from collabfl.launcher.federation_tls import FederationCredentials, KeyPair
 from tests.support.client_data import write_client_data
 from tests.support.pki import TestCA
 

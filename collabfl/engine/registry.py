@@ -5,7 +5,7 @@ a builder (the resolved spec and the federation → a ``strategies`` Method) and
 coalition method may run it inside a coalition. Config validation, spec parsing, the command
 line and both runtimes read the registry, so adding a method is one ``register`` call.
 
-The built-in methods register in ``coordinator/builtin_methods.py``. The registry imports
+The built-in methods register in ``engine/builtin_methods.py``. The registry imports
 that module the first time it is read, so ``config.py`` can validate method names without
 importing every strategy and without an import order to respect.
 """
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collabfl.coordinator.methods import MethodSpec
+    from collabfl.engine.methods import MethodSpec
     from collabfl.kernel.flat import FlatModel
     from collabfl.strategies.rounds import Method
 
-BUILTINS = "collabfl.coordinator.builtin_methods"
+BUILTINS = "collabfl.engine.builtin_methods"
 
 
 @dataclass(frozen=True)

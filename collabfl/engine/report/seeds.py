@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collabfl.coordinator.report.summary import RUN_STATUSES
+from collabfl.engine.report.summary import RUN_STATUSES
 
 MEAN_OVER_SEEDS = (
     "mean_test_acc",

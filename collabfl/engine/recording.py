@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from collabfl.coordinator.config import resolve_budget
-from collabfl.coordinator.methods import MethodSpec
-from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
-from collabfl.coordinator.report.run_dir import RunWriter, read_run
-from collabfl.coordinator.report.summary import summarize
+from collabfl.engine.config import resolve_budget
+from collabfl.engine.methods import MethodSpec
+from collabfl.engine.report.plots import plot_adjacency_heatmaps
+from collabfl.engine.report.run_dir import RunWriter, read_run
+from collabfl.engine.report.summary import summarize
 from collabfl.strategies.metrics import recorded_names
 from collabfl.strategies.rounds import RoundOutcome
 

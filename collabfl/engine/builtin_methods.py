@@ -12,9 +12,9 @@ from functools import partial
 
 import numpy as np
 
-from collabfl.coordinator.config import ConfigError, FedCollabConfig, resolve_budget, scores_local
-from collabfl.coordinator.methods import MethodSpec, build_method
-from collabfl.coordinator.registry import REGISTRY, FederationContext
+from collabfl.engine.config import ConfigError, FedCollabConfig, resolve_budget, scores_local
+from collabfl.engine.methods import MethodSpec, build_method
+from collabfl.engine.registry import REGISTRY, FederationContext
 from collabfl.kernel.models import head_parameters
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.distances import DistanceSettings

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from collabfl.coordinator.recording import MethodRecorder
-from collabfl.coordinator.step_failures import KeepsStepLedger, StepLedger, fatal
+from collabfl.engine.recording import MethodRecorder
+from collabfl.engine.step_failures import KeepsStepLedger, StepLedger, fatal
 from collabfl.strategies.protocol import (
     ClientPool,
     FlatVector,
@@ -91,7 +91,7 @@ def drive(
     run's summary. A hook raising ``RunStopped`` ends the run early with a summary marked
     "stopped"; any other exception marks it "interrupted" and propagates. A round in which
     a step failed on every client it was sent to is the run's last: its summary is marked
-    "failed" with the sentence saying which step did not happen (coordinator/step_failures)."""
+    "failed" with the sentence saying which step did not happen (engine/step_failures)."""
     metered = MeteredPool(pool)
     ledger = pool.step_ledger if isinstance(pool, KeepsStepLedger) else StepLedger()
     started = time.perf_counter()

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.report.plots import plot_accuracy_by_round, plot_accuracy_vs_variance
-from collabfl.coordinator.report.run_dir import read_run
-from collabfl.coordinator.report.table import results_markdown
+from collabfl.engine.report.plots import plot_accuracy_by_round, plot_accuracy_vs_variance
+from collabfl.engine.report.run_dir import read_run
+from collabfl.engine.report.table import results_markdown
 
 
 def write_comparison(

@@ -6,14 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collabfl.coordinator.config import (
+from collabfl.engine.config import (
     ConfigError,
     ExperimentConfig,
     apply_overrides,
     validate_config,
 )
-from collabfl.coordinator.registry import REGISTRY, FederationContext
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.engine.registry import REGISTRY, FederationContext
+from collabfl.engine.run_options import RunOptions
 from collabfl.kernel.flat import FlatModel
 from collabfl.strategies.rounds import Method
 

@@ -4,9 +4,9 @@ from typing import Any
 
 import numpy as np
 
-from collabfl.coordinator.report.graph_stats import edges_to_group, sparsity, symmetry
-from collabfl.coordinator.report.run_dir import RunRecords
-from collabfl.coordinator.step_failures import summary_of
+from collabfl.engine.report.graph_stats import edges_to_group, sparsity, symmetry
+from collabfl.engine.report.run_dir import RunRecords
+from collabfl.engine.step_failures import summary_of
 
 
 def malicious_clients(rows: list[dict[str, Any]]) -> set[int]:

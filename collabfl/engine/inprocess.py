@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
-from collabfl.coordinator.step_failures import StepLedger
+from collabfl.engine.step_failures import StepLedger
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import TrainingConfig

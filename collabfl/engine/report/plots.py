@@ -14,10 +14,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from collabfl.coordinator.report.graph_stats import sparsity, symmetry
-from collabfl.coordinator.report.run_dir import RunRecords
-from collabfl.coordinator.report.setting import setting_title
-from collabfl.coordinator.report.summary import malicious_clients
+from collabfl.engine.report.graph_stats import sparsity, symmetry
+from collabfl.engine.report.run_dir import RunRecords
+from collabfl.engine.report.setting import setting_title
+from collabfl.engine.report.summary import malicious_clients
 
 _DPI = 120
 

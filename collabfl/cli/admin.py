@@ -3,7 +3,7 @@
 Exit codes: 0 done, 2 the coordinator refused the request (unknown run, run already
 ended, ...), 3 no coordinator answered. Either failure is one line on stderr.
 
-The documents it prints or writes come from ``coordinator.report``: ``export`` from
+The documents it prints or writes come from ``engine.report``: ``export`` from
 ``graph_history`` (JSON, or GraphML as one multigraph with edges by round) and the coalition
 changes from ``coalition_moves``.
 
@@ -33,14 +33,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from collabfl.coordinator.report.coalition_moves import (
+from collabfl.engine.report.coalition_moves import (
     coalition_moves,
     coalitions_document,
     describe_moves,
     join_clients,
 )
-from collabfl.coordinator.report.table import human_bytes
-from collabfl.coordinator.run_options import RunOptions
+from collabfl.engine.report.table import human_bytes
+from collabfl.engine.run_options import RunOptions
 from collabfl.flower.processes import flower_env
 
 if TYPE_CHECKING:
@@ -409,9 +409,9 @@ def start(
     ] = False,
 ) -> None:
     """Start a run: the coordinator launches its ServerApp and the clients join."""
-    from collabfl.coordinator.config import ConfigError, load_config
-    from collabfl.coordinator.methods import parse_method_spec, run_request
-    from collabfl.coordinator.recording import safe_name
+    from collabfl.engine.config import ConfigError, load_config
+    from collabfl.engine.methods import parse_method_spec, run_request
+    from collabfl.engine.recording import safe_name
 
     try:
         settings = load_config(config, overrides)
@@ -489,7 +489,7 @@ def graph(
     as_json: AsJson = False,
 ) -> None:
     """One round's collaboration graph: row i lists the weights client i puts on peers."""
-    from collabfl.coordinator.report.graph_stats import (
+    from collabfl.engine.report.graph_stats import (
         adjacency,
         mean_out_degree,
         sparsity,
@@ -505,8 +505,8 @@ def graph(
     matrix = adjacency(record.num_clients, record.edges)
     heatmap = None
     if png is not None:
-        from collabfl.coordinator.report.plots import plot_adjacency_heatmaps
-        from collabfl.coordinator.report.run_dir import RunRecords
+        from collabfl.engine.report.plots import plot_adjacency_heatmaps
+        from collabfl.engine.report.run_dir import RunRecords
 
         records = RunRecords(config={}, rows=[], graphs={round_index: matrix}, summary=None)
         heatmap = plot_adjacency_heatmaps(records, png)
@@ -544,7 +544,7 @@ def export(
     ] = ExportFormat.json,
 ) -> None:
     """The run's whole graph history as JSON or GraphML (one multigraph, edges by round)."""
-    from collabfl.coordinator.report.graph_history import history_document, history_multigraph
+    from collabfl.cli.graph_history import history_document, history_multigraph
 
     with _client(ctx) as client:
         run = client.get_run(run_id)

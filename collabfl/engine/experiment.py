@@ -26,18 +26,18 @@ from collabfl.client.data import (
     make_partition,
 )
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.config import ConfigError, ExperimentConfig, model_name
-from collabfl.coordinator.driver import AfterRound, drive
-from collabfl.coordinator.inprocess import build_federation
-from collabfl.coordinator.interrupts import init_worker, worker_task
-from collabfl.coordinator.methods import MethodSpec, build_method
-from collabfl.coordinator.progress import ProgressBoard, RoundUpdate, round_update
-from collabfl.coordinator.recording import MethodRecorder, safe_name
-from collabfl.coordinator.report.comparison import write_comparison
-from collabfl.coordinator.report.run_dir import SEEDS_FILE
-from collabfl.coordinator.report.seeds import aggregate_seeds
-from collabfl.coordinator.report.table import print_results
-from collabfl.coordinator.tracking import require_tracking, tensorboard_hook
+from collabfl.engine.config import ConfigError, ExperimentConfig, model_name
+from collabfl.engine.driver import AfterRound, drive
+from collabfl.engine.inprocess import build_federation
+from collabfl.engine.interrupts import init_worker, worker_task
+from collabfl.engine.methods import MethodSpec, build_method
+from collabfl.engine.progress import ProgressBoard, RoundUpdate, round_update
+from collabfl.engine.recording import MethodRecorder, safe_name
+from collabfl.engine.report.comparison import write_comparison
+from collabfl.engine.report.run_dir import SEEDS_FILE
+from collabfl.engine.report.seeds import aggregate_seeds
+from collabfl.engine.report.table import print_results
+from collabfl.engine.tracking import require_tracking, tensorboard_hook
 from collabfl.kernel import devices
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.flat import FlatModel

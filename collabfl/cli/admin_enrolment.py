@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from collabfl.coordinator.admin import (
+from collabfl.cli.admin import (
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
     AsJson,

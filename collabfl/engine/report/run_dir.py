@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from collabfl.coordinator.report.graph_stats import adjacency
+from collabfl.engine.report.graph_stats import adjacency
 from collabfl.kernel.atomic import write_text
 
 CONFIG_FILE = "config.json"

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from collabfl.coordinator.registry import REGISTRY
+from collabfl.engine.registry import REGISTRY
 from collabfl.kernel.devices import DEVICE_FORMS, check_spec
 from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
@@ -146,7 +146,7 @@ def _device_spec(spec: str) -> str:
 
 
 MethodName = Annotated[str, AfterValidator(_registered_method)]
-"""The name of a registered method (coordinator/registry.py)."""
+"""The name of a registered method (engine/registry.py)."""
 
 BaseMethodName = Annotated[str, AfterValidator(_coalition_base)]
 """A registered method that FedCollab and the equilibrium may run inside a coalition."""

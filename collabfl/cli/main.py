@@ -19,12 +19,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from collabfl.coordinator import admin_enrolment  # noqa: F401 (registers invite, login, revoke, enrolments)
-from collabfl.coordinator.admin import admin_app
+from collabfl.cli import admin_enrolment  # noqa: F401 (registers invite, login, revoke, enrolments)
+from collabfl.cli.admin import admin_app
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 
 if TYPE_CHECKING:
-    from collabfl.coordinator.config import ExperimentConfig
+    from collabfl.engine.config import ExperimentConfig
 
 app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
@@ -97,7 +97,7 @@ def _setup(log_level: str) -> None:
 
 def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str) -> Path:
     """``--out`` checked before anything is written, or a new folder under runs/."""
-    from collabfl.coordinator.report.run_dir import claim_output_dir
+    from collabfl.engine.report.run_dir import claim_output_dir
 
     if out is not None:
         return claim_output_dir(out, overwrite)
@@ -138,11 +138,11 @@ def _run(
     """Load and check everything, claim the run directory, then run a comparison (once per
     seed with ``seeds``; a default run folder is named after ``kind``, else the config's
     method). Ctrl-C or ``kill`` stops it (workers too) and says what is left."""
-    from collabfl.coordinator.config import ConfigError, load_config
-    from collabfl.coordinator.experiment import run_comparison, run_seeds
-    from collabfl.coordinator.interrupts import sigterm_interrupts
-    from collabfl.coordinator.methods import parse_method_spec
-    from collabfl.coordinator.tracking import require_tracking
+    from collabfl.engine.config import ConfigError, load_config
+    from collabfl.engine.experiment import run_comparison, run_seeds
+    from collabfl.engine.interrupts import sigterm_interrupts
+    from collabfl.engine.methods import parse_method_spec
+    from collabfl.engine.tracking import require_tracking
 
     settings = load_config(config, overrides)
     runs = []
@@ -233,7 +233,7 @@ def compare(
 @app.command()
 def methods() -> None:
     """List the methods ``--methods`` and ``method`` accept."""
-    from collabfl.coordinator.registry import REGISTRY
+    from collabfl.engine.registry import REGISTRY
 
     for name in REGISTRY.names():
         console.print(name, highlight=False)
@@ -278,7 +278,7 @@ def doctor(
 ) -> None:
     """Check this machine against the federation: one line per check, ✓ or ✗ with the fix
     (! passed, act soon). Exit status 1 when any check fails."""
-    from collabfl.coordinator.doctor import Inputs, checks, from_saved_client, run
+    from collabfl.cli.doctor import Inputs, checks, from_saved_client, run
 
     peers = list(peers or ())
     if members:
@@ -363,9 +363,9 @@ def federation_up_command(
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
-    from collabfl.coordinator.config import ConfigError, load_config
-    from collabfl.coordinator.federation import federation_up
-    from collabfl.coordinator.methods import parse_method_spec
+    from collabfl.engine.config import ConfigError, load_config
+    from collabfl.engine.methods import parse_method_spec
+    from collabfl.launcher.federation import federation_up
 
     _setup(log_level)
     try:
@@ -396,8 +396,8 @@ def federation_prepare_command(
     overrides: SetOpt = None,
 ) -> None:
     """Write one data file per client (demo data for daemons on separate machines)."""
-    from collabfl.coordinator.config import load_config
-    from collabfl.coordinator.federation import write_client_files
+    from collabfl.engine.config import load_config
+    from collabfl.launcher.federation import write_client_files
 
     try:
         extra = [f"data.num_clients={clients}"] if clients is not None else []

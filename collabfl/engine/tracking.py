@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.config import ConfigError, ExperimentConfig
-from collabfl.coordinator.driver import AfterRound
-from collabfl.coordinator.recording import safe_name
+from collabfl.engine.config import ConfigError, ExperimentConfig
+from collabfl.engine.driver import AfterRound
+from collabfl.engine.recording import safe_name
 from collabfl.strategies.rounds import RoundOutcome
 
 SCALARS = {

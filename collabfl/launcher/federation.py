@@ -29,17 +29,16 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from collabfl.client.data.client_file import save_client_file
-from collabfl.coordinator.config import ExperimentConfig, user_code
 from collabfl.coordinator.daemon import CONNECTION, PUBLIC_KEY_FILE, grant_signer
-from collabfl.coordinator.experiment import check_user_code, prepare_data
-from collabfl.coordinator.federation_tls import FederationCredentials
-from collabfl.coordinator.methods import MethodSpec, run_request
-from collabfl.coordinator.recording import safe_name
-from collabfl.coordinator.report.comparison import write_comparison
-from collabfl.coordinator.report.setting import partition_text
-from collabfl.coordinator.report.table import print_results
-from collabfl.coordinator.run_options import RunOptions
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
+from collabfl.engine.config import ExperimentConfig, user_code
+from collabfl.engine.experiment import check_user_code, prepare_data
+from collabfl.engine.methods import MethodSpec, run_request
+from collabfl.engine.recording import safe_name
+from collabfl.engine.report.comparison import write_comparison
+from collabfl.engine.report.setting import partition_text
+from collabfl.engine.report.table import print_results
+from collabfl.engine.run_options import RunOptions
 from collabfl.flower.processes import (
     DEFAULT_RUNTIME,
     flower_binary,
@@ -48,6 +47,7 @@ from collabfl.flower.processes import (
 )
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
+from collabfl.launcher.federation_tls import FederationCredentials
 
 HOST = "127.0.0.1"
 COMMAND_HANG_S = 600.0
