@@ -121,3 +121,16 @@ def test_the_checks_see_what_they_check() -> None:
     named = repository_paths(sample, top_level_entries())
     assert named == {"benchmarks/peer_fetch.py", "client/nowhere.py", "examples/quickstart.toml"}
     assert [p for p in sorted(named) if not exists(p)] == ["client/nowhere.py"]
+
+
+def test_the_rooms_picture_is_what_the_code_imports():
+    """docs/architecture.md's room picture is drawn from the import graph, never by hand."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("draw_rooms", ROOT / "docs" / "draw_rooms.py")
+    draw_rooms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draw_rooms)
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    edges = draw_rooms.room_imports()
+    assert ("strategies", "kernel") in edges and ("cli", "engine") in edges
+    assert draw_rooms.drawn_document(text) == text, "stale: run python docs/draw_rooms.py"
