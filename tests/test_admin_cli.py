@@ -17,6 +17,7 @@ from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import CoordinatorState, Member
 from collabfl.engine.recording import ROW_KEYS
+from collabfl.kernel import exit_status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROUNDS = {
@@ -288,12 +289,12 @@ def test_coalitions_with_a_dead_coordinator_exit_3() -> None:
     assert result.stderr.startswith(f"error: cannot reach the coordinator at {dead}")
 
 
-def test_dead_coordinator_exits_3_with_one_line() -> None:
+def test_dead_coordinator_exits_1_with_one_line() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{sock.getsockname()[1]}"
     result = CliRunner().invoke(admin_app, ["--coordinator", dead, "--timeout", "2", "status"])
-    assert result.exit_code == admin.EXIT_UNREACHABLE == 3
+    assert result.exit_code == admin.EXIT_UNREACHABLE == exit_status.FAILURE
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: cannot reach the coordinator at {dead}")
     assert "Traceback" not in result.output

@@ -1,14 +1,14 @@
-"""``collabfl admin``: inspect and steer a running coordinator through its gRPC service.
+"""`collabfl admin`: inspect and steer a running coordinator through its gRPC service.
 
 Exit codes: 0 done, 2 the coordinator refused the request (unknown run, run already
 ended, ...), 3 no coordinator answered. Either failure is one line on stderr.
 
-The documents it prints or writes come from ``engine.report``: ``export`` from
-``graph_history`` (JSON, or GraphML as one multigraph with edges by round) and the coalition
-changes from ``coalition_moves``.
+The documents it prints or writes come from `engine.report`: `export` from
+`graph_history` (JSON, or GraphML as one multigraph with edges by round) and the coalition
+changes from `coalition_moves`.
 
 Start-up stays fast (no torch, matplotlib, networkx): a command imports what only it needs
-in its own body, and ``tests/test_cli_startup.py`` keeps it so.
+in its own body, and `tests/test_cli_startup.py` keeps it so.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from collabfl.engine.report.coalition_moves import (
 from collabfl.engine.report.table import human_bytes
 from collabfl.engine.run_options import RunOptions
 from collabfl.flower.processes import flower_env
+from collabfl.kernel import exit_status
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
     from collabfl.kernel.tls import ClientTLS
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
-EXIT_REFUSED = 2
-EXIT_UNREACHABLE = 3
+EXIT_REFUSED = exit_status.USAGE
+EXIT_UNREACHABLE = exit_status.FAILURE
 DENSE_LIMIT = 16
 """Up to this many clients a graph prints as a matrix; beyond, as an edge list."""
 
@@ -62,6 +63,7 @@ _MISSING = "—"
 
 admin_app = typer.Typer(
     help="Inspect and steer a running coordinator.",
+    rich_markup_mode="markdown",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -178,7 +180,7 @@ def connect(
 
 
 def _saved_credential(path: Path | None) -> OperatorCredential | None:
-    """The credential at ``path`` (it must be one), else the saved default, if any."""
+    """The credential at `path` (it must be one), else the saved default, if any."""
     from collabfl.coordinator.operator_credential import OperatorCredential, default_path
 
     if path is None and not default_path().exists():
@@ -444,7 +446,7 @@ def start(
 
 
 LAUNCH_GRACE_S = 120.0
-"""How long ``start --wait`` allows, beyond the join timeout, for the ServerApp to start."""
+"""How long `start --wait` allows, beyond the join timeout, for the ServerApp to start."""
 
 
 def _follow_join(client: CoordinatorClient, run_id: str, limit_s: float) -> None:
@@ -725,7 +727,7 @@ def events(
 
 
 def _runs_table(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> Table:
-    """The runs; with ``flower_runs`` (our run id -> Flower run id) a column for those too.
+    """The runs; with `flower_runs` (our run id -> Flower run id) a column for those too.
 
     Every command takes a run id, so ids are never cut short: their column does not wrap,
     and only when even that cannot fit does it fold onto a second line (no ellipsis).

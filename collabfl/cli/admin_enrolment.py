@@ -1,8 +1,8 @@
-"""``collabfl admin invite | login | revoke | enrolments``: who may join the federation.
+"""`collabfl admin invite | login | revoke | enrolments`: who may join the federation.
 
-``invite`` asks the coordinator for a single-use join token and prints the one command the
-participant runs; ``login`` spends an operator's token from any machine and saves the
-credential every other ``admin`` command then uses; ``revoke`` takes an identity out
+`invite` asks the coordinator for a single-use join token and prints the one command the
+participant runs; `login` spends an operator's token from any machine and saves the
+credential every other `admin` command then uses; `revoke` takes an identity out
 everywhere. coordinator/enrolment.py says what the coordinator checks.
 """
 
@@ -32,7 +32,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str) -> float:
-    """``90s``, ``30m``, ``24h``, ``7d`` as seconds."""
+    """`90s`, `30m`, `24h`, `7d` as seconds."""
     number, unit = text[:-1], text[-1:]
     if unit not in _UNITS or not number.replace(".", "", 1).isdigit():
         raise typer.BadParameter(f"{text!r}: a number with a unit, s, m, h or d (e.g. 24h)")
@@ -40,7 +40,7 @@ def parse_duration(text: str) -> float:
 
 
 def _identity(client_id: int | None, operator: str | None) -> tuple[str, str]:
-    """(role, subject) of the one identity named by ``--client-id`` or ``--operator``."""
+    """(role, subject) of the one identity named by `--client-id` or `--operator`."""
     if (client_id is None) == (operator is None):
         raise typer.BadParameter("give --client-id (a participant) or --operator, not both")
     return ("member", str(client_id)) if operator is None else ("operator", str(operator))
@@ -108,7 +108,10 @@ def login(
     except JoinFailed as error:
         _fail(error, EXIT_UNREACHABLE if isinstance(error, NotYet) else EXIT_REFUSED)
     if joined.role != "operator":
-        _fail(f"this token enrols {joined.role} {joined.subject}: use `collabfl-client join`", 2)
+        _fail(
+            f"this token enrols {joined.role} {joined.subject}: use `collabfl-client join`",
+            EXIT_REFUSED,
+        )
     path = credential or default_path()
     OperatorCredential(joined.service, joined.ca, joined.certificate, private_key_pem(key)).save(
         path

@@ -1,18 +1,18 @@
-"""``collabfl doctor``: what stands between this machine and a working federation.
+"""`collabfl doctor`: what stands between this machine and a working federation.
 
-Each check is a small function returning a ``Result``: one line that says what was found
-and, when it failed, the fix. ``checks`` lists the ones the given inputs allow; more (a
+Each check is a small function returning a `Result`: one line that says what was found
+and, when it failed, the fix. `checks` lists the ones the given inputs allow; more (a
 device check, a client's saved settings) are added by appending functions. Nothing here
 changes anything: the checks only connect, read and compare.
 
 The clock matters because of three validity windows, none with leeway for skew:
 - Flower's SuperLink accepts a SuperNode's signed request only if its timestamp is at most
-  ``FLOWER_AHEAD_S`` (5 s) ahead of the SuperLink's clock and ``FLOWER_BEHIND_S`` (305 s)
+  `FLOWER_AHEAD_S` (5 s) ahead of the SuperLink's clock and `FLOWER_BEHIND_S` (305 s)
   behind it: a participant whose clock runs more than 5 s fast cannot join at all.
-- A peer-fetch grant (kernel/grants.py) expires ``grant_ttl_s`` (600 s by default) after
+- A peer-fetch grant (kernel/grants.py) expires `grant_ttl_s` (600 s by default) after
   the coordinator issued it, by the serving participant's clock: a server whose clock is
   ahead by that much refuses every grant as expired.
-- A run ticket (kernel/tickets.py) expires ``--run-ticket-ttl`` (7 days by default) after
+- A run ticket (kernel/tickets.py) expires `--run-ticket-ttl` (7 days by default) after
   its launch, by each participant's clock: the same, on a scale of days.
 """
 
@@ -44,7 +44,7 @@ DATE_RESOLUTION_S = 1.0
 
 @dataclass(frozen=True)
 class Result:
-    """One finding. ``ok``: passed; ``warning``: passed, but act soon; ``fix``: what to do."""
+    """One finding. `ok`: passed; `warning`: passed, but act soon; `fix`: what to do."""
 
     ok: bool
     line: str
@@ -62,10 +62,10 @@ Check = Callable[[], Result | None]
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the operator named: ``coordinator`` the Fleet gateway and ``service`` the
-    coordinator service (HOST:PORT each), ``ca`` the federation CA, ``data`` this
-    participant's data file, ``peers`` other members' peer ports, ``state_dir`` a daemon's
-    state folder, ``device`` the device a client trains on, ``member_cert`` this
+    """What the operator named: `coordinator` the Fleet gateway and `service` the
+    coordinator service (HOST:PORT each), `ca` the federation CA, `data` this
+    participant's data file, `peers` other members' peer ports, `state_dir` a daemon's
+    state folder, `device` the device a client trains on, `member_cert` this
     participant's own certificate."""
 
     coordinator: str | None = None
@@ -94,7 +94,7 @@ class Inputs:
 
 
 def reachable(what: str, address: str, fix: str) -> Result:
-    """Whether a TCP connection to ``address`` opens."""
+    """Whether a TCP connection to `address` opens."""
     host, port = netprobe.split_address(address)
     reason = netprobe.unreachable(host, port)
     if reason is None:
@@ -109,8 +109,8 @@ def _verified_context(ca: Path) -> ssl.SSLContext:
 
 
 def certificate_valid(what: str, address: str, ca: Path) -> Result:
-    """Whether the TLS server at ``address`` shows a certificate for the name dialled that
-    the CA in ``ca`` signed."""
+    """Whether the TLS server at `address` shows a certificate for the name dialled that
+    the CA in `ca` signed."""
     host, port = netprobe.split_address(address)
     try:
         with (
@@ -160,7 +160,7 @@ def _refused_certificate(
 
 
 def certificate_expiry(what: str, address: str, now: datetime.datetime | None = None) -> Result:
-    """How long the certificate served at ``address`` stays valid (warn under 14 days)."""
+    """How long the certificate served at `address` stays valid (warn under 14 days)."""
     host, port = netprobe.split_address(address)
     try:
         certificate = netprobe.presented_certificate(host, port)
@@ -175,7 +175,7 @@ def certificate_expiry(what: str, address: str, now: datetime.datetime | None = 
 def _expiry_result(
     what: str, not_after: datetime.datetime, now: datetime.datetime | None, renew: str
 ) -> Result:
-    """Failed once expired; a warning under ``EXPIRY_WARN_DAYS``."""
+    """Failed once expired; a warning under `EXPIRY_WARN_DAYS`."""
     now = now or datetime.datetime.now(datetime.UTC)
     left = not_after - now
     until = not_after.strftime("%Y-%m-%d %H:%M UTC")
@@ -233,7 +233,7 @@ def clock_offset(address: str, tls: bool) -> Result:
 
 
 def data_file(path: Path) -> Result:
-    """Whether ``path`` is a valid client data file (the client daemon's own check)."""
+    """Whether `path` is a valid client data file (the client daemon's own check)."""
     from collabfl.client.data.client_file import load_client_file
 
     try:
@@ -250,7 +250,7 @@ def data_file(path: Path) -> Result:
 
 
 def state_dir_writable(path: Path) -> Result:
-    """Whether the daemon could keep its state in ``path`` (a folder this user may write)."""
+    """Whether the daemon could keep its state in `path` (a folder this user may write)."""
     if path.exists() and not path.is_dir():
         return Result(False, f"state dir {path} is not a folder", "give --state-dir a folder")
     folder = path if path.exists() else next(p for p in path.parents if p.exists())
@@ -264,8 +264,8 @@ def state_dir_writable(path: Path) -> Result:
 
 
 def from_saved_client(state_dir: Path, given: Inputs) -> Inputs:
-    """``given``, with what it leaves out taken from the client daemon's saved settings in
-    ``state_dir`` (kernel/saved_args.py), when there are any: the coordinator it dials,
+    """`given`, with what it leaves out taken from the client daemon's saved settings in
+    `state_dir` (kernel/saved_args.py), when there are any: the coordinator it dials,
     the service, the CA, the data file, the device and its own certificate."""
     from collabfl.client import daemon
     from collabfl.kernel.saved_args import FILE_NAME, with_saved
@@ -308,7 +308,7 @@ def own_certificate(path: Path, now: datetime.datetime | None = None) -> Result:
 
 
 def checks(inputs: Inputs) -> list[Check]:
-    """The checks ``inputs`` allow, in the order an operator would fix things. The TLS
+    """The checks `inputs` allow, in the order an operator would fix things. The TLS
     checks of an address run only when it is reachable: one cause, one line."""
     found: list[Check] = []
     reached: dict[str, bool] = {}

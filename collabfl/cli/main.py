@@ -1,6 +1,6 @@
-"""The ``collabfl`` command line: experiments on one machine.
+"""The `collabfl` command line: experiments on one machine.
 
-``--help``, ``--version`` and the admin commands start without torch: a command imports the
+`--help`, `--version` and the admin commands start without torch: a command imports the
 experiment machinery (config, methods, runtimes) in its own body.
 """
 
@@ -22,6 +22,7 @@ from rich.markup import escape
 from collabfl.cli import admin_enrolment  # noqa: F401 (registers invite, login, revoke, enrolments)
 from collabfl.cli.admin import admin_app
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
+from collabfl.kernel import exit_status
 
 if TYPE_CHECKING:
     from collabfl.engine.config import ExperimentConfig
@@ -30,6 +31,7 @@ app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -96,7 +98,7 @@ def _setup(log_level: str) -> None:
 
 
 def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str) -> Path:
-    """``--out`` checked before anything is written, or a new folder under runs/."""
+    """`--out` checked before anything is written, or a new folder under runs/."""
     from collabfl.engine.report.run_dir import claim_output_dir
 
     if out is not None:
@@ -111,7 +113,7 @@ def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kin
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``0,1,2`` → [0, 1, 2]: distinct non-negative integers, at least one."""
+    """`0,1,2` → [0, 1, 2]: distinct non-negative integers, at least one."""
     try:
         seeds = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -136,8 +138,8 @@ def _run(
     methods: Callable[[ExperimentConfig], list[str]],
 ) -> None:
     """Load and check everything, claim the run directory, then run a comparison (once per
-    seed with ``seeds``; a default run folder is named after ``kind``, else the config's
-    method). Ctrl-C or ``kill`` stops it (workers too) and says what is left."""
+    seed with `seeds`; a default run folder is named after `kind`, else the config's
+    method). Ctrl-C or `kill` stops it (workers too) and says what is left."""
     from collabfl.engine.config import ConfigError, load_config
     from collabfl.engine.experiment import run_comparison, run_seeds
     from collabfl.engine.interrupts import sigterm_interrupts
@@ -168,19 +170,19 @@ def _run(
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(code=130) from None
+        raise typer.Exit(code=exit_status.INTERRUPTED) from None
     failed = [s for s in summaries if s.get("status") == "failed"]
     for summary in failed:
         why = summary.get("message", "a seed's run failed; see its summary.json")
         err_console.print(f"{summary['method']} failed: {why}", highlight=False, markup=False)
     if failed:
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=exit_status.FAILURE)
 
 
 def _fail(error: Exception) -> None:
     # escaped: a message may hold brackets (pip extras, lists) that rich would read as markup
     err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=2)
+    raise typer.Exit(code=exit_status.USAGE)
 
 
 @app.command()
@@ -193,7 +195,7 @@ def simulate(
     tensorboard: TensorBoardOpt = None,
     log_level: LogOpt = "WARNING",
 ) -> None:
-    """Run the config's ``method`` (``--set method=NAME``) in the in-process runtime."""
+    """Run the config's `method` (`--set method=NAME`) in the in-process runtime."""
     _setup(log_level)
     try:
         overrides = _experiment_overrides(overrides, tensorboard)
@@ -232,11 +234,14 @@ def compare(
 
 @app.command()
 def methods() -> None:
-    """List the methods ``--methods`` and ``method`` accept."""
+    """List the methods `--methods` and `method` accept, one line on each."""
     from collabfl.engine.registry import REGISTRY
 
-    for name in REGISTRY.names():
-        console.print(name, highlight=False)
+    names = REGISTRY.names()
+    width = max(map(len, names))
+    for name in names:
+        line = f"{name:<{width}}  {REGISTRY.entry(name).summary}".rstrip()
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -294,7 +299,7 @@ def doctor(
         options = "--state-dir, --coordinator, --service, --data, --peer or --device"
         _fail(ValueError(f"nothing to check: give {options}"))
     if not run(found, lambda line: console.print(line, highlight=False, soft_wrap=True)):
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=exit_status.FAILURE)
 
 
 def _member_peer_addresses() -> list[str]:
@@ -318,13 +323,15 @@ def _member_peer_addresses() -> list[str]:
             found = client.status().members
     except (CoordinatorError, CoordinatorUnreachable) as error:
         err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(3) from None
+        raise typer.Exit(exit_status.FAILURE) from None
     return [m.peer_address for m in found if m.peer_address]
 
 
 app.add_typer(admin_app, name="admin")
 
-federation_app = typer.Typer(help="A real federation of processes on this machine.")
+federation_app = typer.Typer(
+    help="A real federation of processes on this machine.", rich_markup_mode="markdown"
+)
 app.add_typer(federation_app, name="federation")
 
 
@@ -411,7 +418,7 @@ def federation_prepare_command(
 def split_methods(text: str) -> list[str]:
     """Split a --methods list on commas that start a new method, not inside its options.
 
-    ``dpfl:budget=5,select_every=2,local`` → ["dpfl:budget=5,select_every=2", "local"].
+    `dpfl:budget=5,select_every=2,local` → ["dpfl:budget=5,select_every=2", "local"].
     """
     specs: list[str] = []
     for part in (p.strip() for p in text.split(",")):
@@ -429,4 +436,4 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         err_console.print("interrupted")
-        sys.exit(130)
+        sys.exit(exit_status.INTERRUPTED)

@@ -50,7 +50,9 @@ from collabfl.flower.processes import (
 from collabfl.flower.stale_node import clear_stale_node, preload
 from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where
 from collabfl.flower.supernode_key import ensure_supernode_key
+from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import keep_private
+from collabfl.kernel.daemon_help import daemon_parser
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
@@ -60,6 +62,17 @@ from collabfl.kernel.saved_args import with_saved
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor
 from collabfl.kernel.tls import ServerTLS
 from collabfl.kernel.user_code import parse_allowed
+
+DESCRIPTION = """Run one participant of a federation on this machine.
+
+It takes part in every run the coordinator starts (training, choosing collaborators and
+evaluating on this machine's data, which never leaves it) and lends its published models
+only to the participants the coordinator grants. Start it once with
+`collabfl-client join COORDINATOR --token ... --data FILE --state-dir DIR`, which enrols this
+machine and saves these options; afterwards `collabfl-client --state-dir DIR` starts it
+again with what was saved. It waits for the coordinator and restarts its parts for as long
+as it takes unless --max-restarts says otherwise."""
+EXAMPLE = "collabfl-client --state-dir /var/lib/collabfl-client --device cuda"
 
 log = logging.getLogger("collabfl.client")
 
@@ -72,27 +85,34 @@ this, the executor starts anyway (a SuperNode that cannot join yet)."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="collabfl-client", description=__doc__)
+    p = daemon_parser("collabfl-client", DESCRIPTION, EXAMPLE)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--client-id", type=int, help="this participant's index")
     p.add_argument("--data", type=Path, help="this participant's data file")
     p.add_argument("--state-dir", type=Path, required=True, help="models, state, logs")
-    p.add_argument("--superlink", help="SuperLink address HOST:PORT")
+    p.add_argument("--superlink", help="the coordinator's participant port, HOST:PORT")
     p.add_argument("--peer-listen", default="0.0.0.0:9200", help="peer server bind address")
-    p.add_argument("--peer-address", help="address peers use to reach us")
-    p.add_argument("--coordinator-key", type=Path, help="grant public key PEM")
-    p.add_argument("--runtime-port", type=int, default=9094, help="SuperNode's local API port")
+    p.add_argument("--peer-address", help="HOST:PORT other participants reach this one's models at")
+    p.add_argument(
+        "--coordinator-key", type=Path, help="the coordinator's grant-signing public key (PEM)"
+    )
+    p.add_argument(
+        "--runtime-port",
+        type=int,
+        default=9094,
+        help="loopback port between this participant's own processes",
+    )
     p.add_argument(
         "--runtime",
         choices=CLIENT_RUNTIMES,
         default=DEFAULT_RUNTIME,
-        help="warm: one long-lived executor (default); subprocess: a ClientApp process per message",
+        help="warm: one process serves every message (fastest); subprocess: a fresh one each",
     )
     p.add_argument(
         "--coordinator-service",
         default="",
-        help="HOST:PORT where this node reaches the coordinator service's sub-step relay "
-        "(default: the address the coordinator's ServerApp uses, its --advertise)",
+        help="HOST:PORT of the coordinator service "
+        "(default: the address the coordinator gives its runs, its --advertise)",
     )
     p.add_argument("--device", default="", help="cpu, cuda, cuda:N or auto (default: the run's)")
     p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept per run")
@@ -162,7 +182,7 @@ def parser() -> argparse.ArgumentParser:
         default=RestartPolicy.backoff_max_s,
         help="seconds between restarts grow 1, 2, 4, ... up to this",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
 
 
@@ -352,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(with_saved(argv))
     except ValueError as error:
         print(f"collabfl-client: {error}", file=sys.stderr)
-        return 2
+        return exit_status.USAGE
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -362,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         limits = stream_limits(args)
     except (ValueError, FileNotFoundError) as error:
         print(f"collabfl-client: {error}", file=sys.stderr)
-        return 2
+        return exit_status.USAGE
     keep_private(args.state_dir)
     save_args(p, args, args.state_dir)
     reap_leftovers(args.state_dir)  # a killed predecessor's ClientApp processes
@@ -405,8 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     server.stop(grace=2.0)
     if given_up:
         log.error("client %s: its %s kept failing; exiting", args.client_id, given_up[0])
-        return 1
-    return 0
+        return exit_status.FAILURE
+    return exit_status.OK
 
 
 if __name__ == "__main__":

@@ -19,10 +19,23 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from collabfl.client.data.client_file import load_client_file
 from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supernode_key
+from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import keep_private, write_bytes
-from collabfl.kernel.join_client import JoinFailed, coordinator_address, join
+from collabfl.kernel.daemon_help import daemon_parser
+from collabfl.kernel.join_client import JoinFailed, NotYet, coordinator_address, join
 from collabfl.kernel.pki import write_private_key
 from collabfl.kernel.saved_args import save
+
+DESCRIPTION = """Enrol this machine in a federation with the join token its operator sent, then run
+the participant (`collabfl-client`).
+
+The keys are made on this machine and never leave it. The certificate and the participant's
+options are saved under --state-dir, so `collabfl-client --state-dir DIR` starts it again
+later. Options after the join's own go to the participant as they are (e.g. --device cuda)."""
+EXAMPLE = (
+    "collabfl-client join coord.example.org:9093 --token cfj1.… "
+    "--data /data/lab-a.npz --state-dir /var/lib/collabfl-client"
+)
 
 TLS_DIR = "tls"
 GRANT_KEY_FILE = "grant_key.pub.pem"
@@ -30,11 +43,7 @@ DEFAULT_PEER_LISTEN = "0.0.0.0:9200"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="collabfl-client join",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = daemon_parser("collabfl-client join", DESCRIPTION, EXAMPLE)
     p.add_argument("coordinator", help="the coordinator's public HOST:PORT (its Fleet port, 9093)")
     p.add_argument("--token", required=True, help="the join token `collabfl admin invite` printed")
     p.add_argument("--data", type=Path, required=True, help="this participant's data file")
@@ -62,7 +71,7 @@ def main(argv: list[str]) -> int:
         daemon_argv = enrol(args)
     except (JoinFailed, ValueError, FileNotFoundError) as error:
         print(f"collabfl-client join: {error}", file=sys.stderr)
-        return 2
+        return exit_status.FAILURE if isinstance(error, NotYet) else exit_status.USAGE
     from collabfl.client import daemon
 
     restart = f"collabfl-client --state-dir {args.state_dir}"
@@ -70,7 +79,7 @@ def main(argv: list[str]) -> int:
         flags = daemon.parser()
         save(flags, flags.parse_args([*daemon_argv, *daemon_flags]), args.state_dir)
         print(f"collabfl-client: enrolled; start it with `{restart}`", flush=True)
-        return 0
+        return exit_status.OK
     print(f"collabfl-client: enrolled; restart it later with `{restart}`", flush=True)
     return daemon.main([*daemon_argv, *daemon_flags])
 

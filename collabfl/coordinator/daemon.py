@@ -81,7 +81,9 @@ from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, S
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import keep_private, write_text
+from collabfl.kernel.daemon_help import daemon_parser
 from collabfl.kernel.grants import (
     GrantSigner,
     generate_private_key,
@@ -97,6 +99,18 @@ from collabfl.kernel.saved_args import with_saved
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor, stop_group
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ServerTLS
+
+DESCRIPTION = """Run the federation's coordinator on this machine.
+
+It serves the port participants connect to (only enrolled participants get through), the
+coordinator service that operators drive with `collabfl admin` (members, runs, records,
+grants), and the server side of every active run. Its first start makes the federation's
+certificate authority and its own certificate under STATE_DIR/pki, and an operator credential
+for this machine's user; then `collabfl admin invite` enrols each participant. A run that
+was active when the coordinator stopped resumes after its last completed round."""
+EXAMPLE = (
+    "collabfl-coordinator --state-dir /var/lib/collabfl --host 0.0.0.0 --name coord.example.org"
+)
 
 log = logging.getLogger("collabfl.coordinator")
 
@@ -122,16 +136,18 @@ PUBLIC_KEY_FILE = "grant_key.pub.pem"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="collabfl-coordinator", description=__doc__)
+    p = daemon_parser("collabfl-coordinator", DESCRIPTION, EXAMPLE)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--state-dir", type=Path, required=True, help="databases, keys, logs, runs")
-    p.add_argument("--host", default="127.0.0.1", help="interface for SuperLink and service")
-    p.add_argument("--superlink-port", type=int, default=9093, help="Fleet gateway port")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    )
+    p.add_argument("--superlink-port", type=int, default=9093, help="port participants connect to")
     p.add_argument(
         "--superlink-internal-port",
         type=int,
         default=0,
-        help="loopback port of the SuperLink behind the gateway (0: a free one)",
+        help="internal loopback port behind the participants' port (0: a free one)",
     )
     p.add_argument(
         "--run-ticket-ttl",
@@ -143,16 +159,25 @@ def parser() -> argparse.ArgumentParser:
         "--fleet-max-body-mib",
         type=int,
         default=GatewayLimits.max_body_bytes >> 20,
-        help="largest request body (MiB) the Fleet gateway accepts before authentication",
+        help="largest request (MiB) accepted on the participants' port",
     )
     p.add_argument(
         "--fleet-per-peer",
         type=int,
         default=GatewayLimits.per_peer,
-        help="Fleet requests one peer address may have in flight",
+        help="requests one address may have in flight on the participants' port",
     )
-    p.add_argument("--service-port", type=int, default=9300, help="coordinator service port")
-    p.add_argument("--advertise", default="", help="service address the ServerApp dials")
+    p.add_argument(
+        "--service-port",
+        type=int,
+        default=9300,
+        help="port of the coordinator service (collabfl admin, participants)",
+    )
+    p.add_argument(
+        "--advertise",
+        default="",
+        help="service address to give the runs (default: the first --name, at SERVICE_PORT)",
+    )
     p.add_argument(
         "--public-dir",
         type=Path,
@@ -185,8 +210,8 @@ def parser() -> argparse.ArgumentParser:
     tls.add_argument(
         "--ssl-certfile", type=Path, help="the coordinator's certificate (role coordinator)"
     )
-    tls.add_argument("--ssl-keyfile", type=Path)
-    p.add_argument("--log-level", default="INFO")
+    tls.add_argument("--ssl-keyfile", type=Path, help="its private key")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
 
 
@@ -587,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(with_saved(sys.argv[1:] if argv is None else argv))
     except ValueError as error:
         print(f"collabfl-coordinator: {error}", file=sys.stderr)
-        return 2
+        return exit_status.USAGE
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -596,14 +621,14 @@ def main(argv: list[str] | None = None) -> int:
         gateway_limits(args)
     except ValueError as error:
         print(f"collabfl-coordinator: {error}", file=sys.stderr)
-        return 2
+        return exit_status.USAGE
     keep_private(args.state_dir)
     save_args(p, args, args.state_dir)
     try:
         files = tls_files(args)
     except ValueError as error:
         print(f"collabfl-coordinator: {error}", file=sys.stderr)
-        return 2
+        return exit_status.USAGE
     reap_leftovers(args.state_dir)  # a killed predecessor's ServerApps, before ours start
     if not args.superlink_internal_port:
         args.superlink_internal_port = free_loopback_port()
@@ -611,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         state = CoordinatorState(args.state_dir / "coordinator.db")
     except (CorruptDatabase, SchemaMismatch) as error:
         log.error("%s", error)
-        return 1
+        return exit_status.FAILURE
     signer = grant_signer(args.state_dir, args.public_dir)
     runs_dir = (args.runs_dir or args.state_dir / "runs").resolve()
     tls = None
@@ -675,8 +700,8 @@ def main(argv: list[str] | None = None) -> int:
     state.close()
     if given_up:
         log.error("coordinator: its %s kept failing; exiting", given_up[0])
-        return 1
-    return 0
+        return exit_status.FAILURE
+    return exit_status.OK
 
 
 if __name__ == "__main__":

@@ -219,20 +219,73 @@ def distance_settings(options: FedCollabConfig) -> DistanceSettings:
     )
 
 
-REGISTRY.register("local", _local)
-REGISTRY.register("fedavg", partial(_fedavg, prox=False, finetune=False), coalition_base=True)
-REGISTRY.register("fedavg_ft", partial(_fedavg, prox=False, finetune=True), section="finetune")
+REGISTRY.register("local", _local, summary="each client trains on its own data alone")
+REGISTRY.register(
+    "fedavg",
+    partial(_fedavg, prox=False, finetune=False),
+    coalition_base=True,
+    summary="one shared model, the clients' updates averaged by sample count",
+)
+REGISTRY.register(
+    "fedavg_ft",
+    partial(_fedavg, prox=False, finetune=True),
+    section="finetune",
+    summary="FedAvg, then each client fine-tunes the shared model on its own data",
+)
 REGISTRY.register(
     "fedprox",
     partial(_fedavg, prox=True, finetune=False),
     section="fedprox",
     coalition_base=True,
+    summary="FedAvg with a proximal term that keeps local training near the shared model",
 )
-REGISTRY.register("fedprox_ft", partial(_fedavg, prox=True, finetune=True), section="fedprox")
-REGISTRY.register("ditto", _ditto, section="ditto", coalition_base=True)
-REGISTRY.register("dpfl", partial(_dpfl, graph="ggc"), section="dpfl", coalition_base=True)
-REGISTRY.register("dpfl_random", partial(_dpfl, graph="random"), section="dpfl")
-REGISTRY.register("pfedgraph", _pfedgraph, section="pfedgraph")
-REGISTRY.register("ipfl", _ipfl, section="ipfl")
-REGISTRY.register("fedcollab", _fedcollab, section="fedcollab")
-REGISTRY.register("equilibrium", _equilibrium, section="equilibrium")
+REGISTRY.register(
+    "fedprox_ft",
+    partial(_fedavg, prox=True, finetune=True),
+    section="fedprox",
+    summary="FedProx, then local fine-tuning",
+)
+REGISTRY.register(
+    "ditto",
+    _ditto,
+    section="ditto",
+    coalition_base=True,
+    summary="a personal model per client, pulled toward a FedAvg model",
+)
+REGISTRY.register(
+    "dpfl",
+    partial(_dpfl, graph="ggc"),
+    section="dpfl",
+    coalition_base=True,
+    summary="each client picks its own collaborators by randomized greedy search (GGC, BGGC)",
+)
+REGISTRY.register(
+    "dpfl_random",
+    partial(_dpfl, graph="random"),
+    section="dpfl",
+    summary="DPFL with random collaborators of the same budget (an ablation)",
+)
+REGISTRY.register(
+    "pfedgraph",
+    _pfedgraph,
+    section="pfedgraph",
+    summary="the coordinator infers a weighted collaboration graph with a small QP each round",
+)
+REGISTRY.register(
+    "ipfl",
+    _ipfl,
+    section="ipfl",
+    summary="a model-sharing market: sharing costs, gains and payments decide who learns from whom",
+)
+REGISTRY.register(
+    "fedcollab",
+    _fedcollab,
+    section="fedcollab",
+    summary="clients grouped into coalitions from estimated distances between their data",
+)
+REGISTRY.register(
+    "equilibrium",
+    _equilibrium,
+    section="equilibrium",
+    summary="stable coalitions from the benefit graph's strongly connected components",
+)

@@ -52,6 +52,8 @@ class MethodEntry:
     ``dpfl.budget``), or None when bare options make no sense for it."""
     coalition_base: bool = False
     """Whether FedCollab and the equilibrium may run it inside a coalition."""
+    summary: str = ""
+    """One line on what the method does, for `collabfl methods`."""
 
 
 class MethodRegistry:
@@ -68,6 +70,7 @@ class MethodRegistry:
         *,
         section: str | None = None,
         coalition_base: bool = False,
+        summary: str = "",
     ) -> None:
         """Add a method; a name can be registered once (unregister it first to replace it)."""
         entries = self._loaded()
@@ -75,7 +78,7 @@ class MethodRegistry:
             raise ValueError(f"method {name!r} is already registered")
         if not name or not name.replace("_", "").isalnum():
             raise ValueError(f"method name {name!r} must be letters, digits and underscores")
-        entries[name] = MethodEntry(name, build, section, coalition_base)
+        entries[name] = MethodEntry(name, build, section, coalition_base, summary)
 
     def unregister(self, name: str) -> None:
         del self._loaded()[name]
