@@ -1,17 +1,22 @@
-"""Another local user of the coordinator host submits its own app: no participant runs it.
+"""Another local user of the coordinator host: no foreign app runs, no token is in sight.
 
 A real TLS federation of two clients runs a collabfl run while ``nobody`` (another local
 user: needs root to switch to it; CI runs as root) submits a foreign app with ``flwr run``
 to the coordinator's loopback SuperLink, with an FLWR_HOME that holds only the SuperLink's
-address and CA. Flower accepts the run (its Control API asks for no credential) and sends
-its query to every node; each participant must refuse it before importing anything of it
-(the foreign modules leave a marker file when imported) and log the refusal, and the
-collabfl run must finish. Once for each client runtime.
+address and CA. Flower accepts the run (its Control API asks for no credential), but the
+coordinator starts ServerApps only for the runs it submitted: the foreign ServerApp never
+starts (its modules would leave a marker file when imported), so no participant is asked
+anything, and the coordinator logs the refusal. Meanwhile no process of the federation shows
+a Flower task token on its command line, and a task claim without the SuperExec secret is
+refused by the SuperLink and by every SuperNode. Once for each client runtime.
 """
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,8 +28,11 @@ from pathlib import Path
 
 import pytest
 from federation_faults import fault_config, start_run, wait_for
+from flwr.proto.runtime_pb2 import AcquireTaskRequest
+from flwr.supercore.constant import TaskType
+from flwr.supercore.runtime import RuntimeHttpClient
 
-from collabfl.coordinator.daemon import flower_home
+from collabfl.coordinator.daemon import flower_home, loopback_tls
 from collabfl.launcher.federation import LocalFederation, write_client_files
 from tests.support.foreign_app import write_foreign_app
 
@@ -61,14 +69,54 @@ def _stranger_home(root: Path, coordinator_dir: Path) -> Path:
     return home
 
 
-def _wait_for_file(folder: Path, prefix: str, limit_s: float) -> Path:
+def _wait_for_line(log: Path, text: str, limit_s: float) -> str:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        found = sorted(folder.glob(f"{prefix}*"))
+        found = [line for line in log.read_text().splitlines() if text in line]
         if found:
             return found[0]
         time.sleep(0.2)
-    raise AssertionError(f"nothing named {prefix}* appeared in {folder} in {limit_s} s")
+    raise AssertionError(f"{log} never said {text!r} in {limit_s} s")
+
+
+TOKEN = re.compile(r"[0-9a-f]{32,}")
+
+
+def _command_lines(work: Path) -> list[list[str]]:
+    """The command lines of the federation's processes in ``work``: those whose environment
+    names it (every daemon's child inherits its owner variable, which holds its state dir)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(work).encode() not in (proc / "environ").read_bytes():
+                continue
+            found.append((proc / "cmdline").read_bytes().decode(errors="replace").split("\0"))
+        except OSError:
+            continue
+    return found
+
+
+def _shows_token(argv: list[str]) -> bool:
+    return any(f == "--token" and TOKEN.fullmatch(v) for f, v in itertools.pairwise(argv))
+
+
+def _unsigned_claim(address: str, root_certificates: bytes | None) -> str:
+    """What a task claim without the SuperExec secret gets: Flower's error, or the token
+    it was handed (the attack)."""
+    client = RuntimeHttpClient.from_server_address(
+        server_address=address,
+        insecure=root_certificates is None,
+        root_certificates=root_certificates,
+        interceptors=[],
+    )
+    types = [TaskType.SERVER_APP, TaskType.CLIENT_APP]
+    try:
+        reply = client.AcquireTask(AcquireTaskRequest(supported_task_types=types))
+    except Exception as error:  # Flower's error for the refusal, whatever its class
+        return f"refused: {type(error).__name__}: {error}"
+    finally:
+        client.close()
+    return f"answered (token {reply.token!r})"
 
 
 @pytest.fixture
@@ -83,7 +131,7 @@ def outside() -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("runtime", ["warm", "subprocess"])
-def test_a_foreign_app_from_another_local_user_runs_on_no_participant(tmp_path, outside, runtime):
+def test_a_foreign_app_from_another_local_user_runs_nowhere(tmp_path, outside, runtime):
     markers = outside / "markers"
     markers.mkdir()
     markers.chmod(0o777)  # where the foreign modules, whoever imports them, leave a file
@@ -93,6 +141,12 @@ def test_a_foreign_app_from_another_local_user_runs_on_no_participant(tmp_path, 
     with LocalFederation(work, files, runtime=runtime, tls=True) as federation:
         run_id = start_run(federation, config, tmp_path / "out", timeout=120, run_id="honest")
         wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
+        argvs = _command_lines(work)
+        coordinator_log = work / "logs" / "coordinator.log"
+        link = _wait_for_line(coordinator_log, "SuperLink on", 10).rsplit(" ", 1)[-1]
+        ca = loopback_tls_ca(federation.coordinator_dir)
+        claims = [_unsigned_claim(link, ca)]
+        claims += [_unsigned_claim(f"127.0.0.1:{port}", None) for port in federation.runtime_ports]
         home = _stranger_home(outside, federation.coordinator_dir)
         app = write_foreign_app(home / "app", markers)
         shutil.chown(app, STRANGER)
@@ -102,11 +156,19 @@ def test_a_foreign_app_from_another_local_user_runs_on_no_participant(tmp_path, 
             capture_output=True, text=True, timeout=120, check=False, cwd=home,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr  # Flower accepts it
-        answered = _wait_for_file(markers, "done-", limit_s=240)
+        refusal = _wait_for_line(coordinator_log, "REFUSED the ServerApp of Flower run", 240)
         run = wait_for(federation, run_id, lambda r: not r.active, limit_s=300)
-    assert answered.name == f"done-{CLIENTS}-{CLIENTS}", "a participant did not refuse"
-    assert not list(markers.glob("client-*")), "a participant imported the foreign app"
-    for k in range(CLIENTS):
-        log = (work / f"client-{k}" / "executor.log").read_text()
-        assert "REFUSED a task of Flower run" in log and "carries no ticket" in log, log
+    serverapps = [argv for argv in argvs if any("flwr-serverapp" in a for a in argv)]
+    assert serverapps and all("--token-file" in argv for argv in serverapps), serverapps
+    assert not [argv for argv in argvs if _shows_token(argv)]
+    assert all("401 Unauthorized" in claim for claim in claims), claims
+    assert "the coordinator did not submit it" in refusal
+    assert not list(markers.glob("*")), "the foreign app was imported somewhere"
     assert run.status == "finished", run.message
+
+
+def loopback_tls_ca(coordinator_dir: Path) -> bytes:
+    """The CA the coordinator's loopback SuperLink presents (its runtime API's TLS)."""
+    tls = loopback_tls(argparse.Namespace(insecure=False, state_dir=coordinator_dir))
+    assert tls is not None
+    return tls.ca.read_bytes()

@@ -48,6 +48,7 @@ from collabfl.flower.processes import (
     warm_executor_command,
 )
 from collabfl.flower.stale_node import clear_stale_node, preload
+from collabfl.flower.superexec_auth import ensure_secret
 from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel import exit_status
@@ -247,7 +248,9 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         "--node-config",
         " ".join(f"{k}={v}" for k, v in node_config.items()),
     ]
-    command += ["--isolation", "process"]  # our executor serves it: start_flower
+    # our executor serves it (start_flower), the only caller that holds the secret
+    command += ["--isolation", "process"]
+    command += ["--superexec-auth-secret-file", str(ensure_secret(args.state_dir).resolve())]
     if args.insecure:
         command.append("--insecure")
     else:
@@ -351,6 +354,7 @@ def start_flower(
             f"127.0.0.1:{args.runtime_port}",
             supernode_log=supernode.log_path.resolve(),
             per_task=args.runtime == "subprocess",
+            secret_file=ensure_secret(args.state_dir).resolve(),
         ),
         args.state_dir / "executor.log",
         env,

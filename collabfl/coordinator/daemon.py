@@ -81,6 +81,8 @@ from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, S
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.flower.serverapp_launcher import ServerAppLauncher, SubmittedRuns
+from collabfl.flower.superexec_auth import ensure_secret
 from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import keep_private, write_text
 from collabfl.kernel.daemon_help import daemon_parser
@@ -248,12 +250,18 @@ def loopback_tls(args: argparse.Namespace) -> LoopbackTLS | None:
 
 
 def superlink_command(args: argparse.Namespace) -> list[str]:
-    """The SuperLink on loopback: reachable from other hosts only through the gateway."""
+    """The SuperLink on loopback: reachable from other hosts only through the gateway. It
+    starts no ServerApp itself: the coordinator's ServerAppLauncher claims its tasks, signed
+    with the state dir's SuperExec secret."""
     command = [
         flower_binary("flower-superlink"),
         "--database",
         str((args.state_dir / "superlink.db").resolve()),
         "--disable-runtime-dependency-installation",
+        "--isolation",
+        "process",
+        "--superexec-auth-secret-file",
+        str(ensure_secret(args.state_dir).resolve()),
         "--host",
         LOOPBACK,
         "--port",
@@ -456,8 +464,10 @@ class RunLauncher:
         ticket_ttl_s: float,
         wake: Doorbell | None = None,
         check_every_s: float = CHECK_RUNS_S,
+        submitted: SubmittedRuns | None = None,
     ) -> None:
         self.state = state
+        self.submitted = submitted or SubmittedRuns()
         self.wake = wake or Doorbell()
         self.check_every_s = check_every_s
         self.tickets = tickets
@@ -529,6 +539,7 @@ class RunLauncher:
         try:
             reply = submit_run(self.app_dir, CONNECTION, overrides, self.env)
             flower_run = submitted_run_id(reply)
+            self.submitted.add(flower_run)  # its ServerApp may start now
         except FlowerCliError as error:
             log.error("run %s: the ServerApp was not started: %s", run.run_id, error)
             return  # no follower: the next check launches it again, up to MAX_LAUNCHES
@@ -687,6 +698,17 @@ def main(argv: list[str] | None = None) -> int:
         args.run_ticket_ttl,
         wake=activity.runs,
     )
+    runtime_tls = loopback_tls(args)
+    serverapps = ServerAppLauncher(
+        f"{LOOPBACK}:{args.superlink_internal_port}",
+        None if runtime_tls is None else runtime_tls.ca,
+        ensure_secret(args.state_dir),
+        launcher.submitted,
+        args.state_dir / "serverapp-tokens",
+        args.state_dir / "serverapps.log",
+        {**os.environ, **env},
+    )
+    serverapps.start()
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)
     thread.start()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -694,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     log.info("coordinator: shutting down")
     launcher.stop()
+    serverapps.stop()
     gateway.stop()
     superlink.stop()
     server.stop(grace=2.0)

@@ -55,6 +55,7 @@ def warm_executor_command(
     poll_s: float = 0.1,
     supernode_log: Path | None = None,
     per_task: bool = False,
+    secret_file: Path | None = None,
 ) -> list[str]:
     """The executor (flower/warm_executor.py) of the SuperNode whose runtime API (its
     ``--port``) is at ``runtime_api`` and whose log is ``supernode_log``; ``per_task``: a
@@ -67,6 +68,8 @@ def warm_executor_command(
         command += ["--supernode-log", str(supernode_log)]
     if per_task:
         command.append("--per-task")
+    if secret_file is not None:
+        command += ["--superexec-secret-file", str(secret_file)]
     return command
 
 

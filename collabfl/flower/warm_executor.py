@@ -63,7 +63,11 @@ from flwr.supercore.inflatable.inflatable_protobuf_utils import (
 )
 from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
 from flwr.supercore.interceptors import TASK_TOKEN_HEADER, RuntimeVersionHttpInterceptor
-from flwr.supercore.protobuf.client import ProtobufCall, ProtobufRequestContext
+from flwr.supercore.protobuf.client import (
+    ProtobufCall,
+    ProtobufClientInterceptor,
+    ProtobufRequestContext,
+)
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.run import Run
 from flwr.supercore.runtime import RuntimeHttpClient
@@ -72,6 +76,7 @@ from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
 from collabfl.flower.app_gate import RefusedTask, check_task, installed_client_app
 from collabfl.flower.processes import warm_executor_command
+from collabfl.flower.superexec_auth import claim_signer
 
 log = logging.getLogger("collabfl.warm_executor")
 
@@ -156,13 +161,19 @@ class Heartbeat:
         self._thread.join()
 
 
-def connect(address: str, token: TaskToken) -> RuntimeHttpClient:
-    """A runtime API client that presents itself as ``flwr-clientapp``."""
+def connect(address: str, token: TaskToken, secret_file: Path | None = None) -> RuntimeHttpClient:
+    """A runtime API client that presents itself as ``flwr-clientapp``; with ``secret_file``
+    it signs its task claims (flower/superexec_auth.py)."""
+    interceptors: list[ProtobufClientInterceptor] = [
+        RuntimeVersionHttpInterceptor(component_name="flwr-clientapp")
+    ]
+    if secret_file is not None:
+        interceptors.append(claim_signer(secret_file))
     return RuntimeHttpClient.from_server_address(
         server_address=address,
         insecure=True,
         root_certificates=None,
-        interceptors=[RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token],
+        interceptors=[*interceptors, token],
         retry_invoker=make_simple_http_retry_invoker(),
     )
 
@@ -261,6 +272,7 @@ class WarmExecutor:
         poll_s: float,
         supernode_log: Path | None = None,
         per_task: bool = False,
+        secret_file: Path | None = None,
     ) -> None:
         self.address = address
         self.poll_s = poll_s
@@ -268,7 +280,7 @@ class WarmExecutor:
         self.per_task = per_task
         self.watch = None if supernode_log is None else SuperNodeLog(supernode_log)
         self.token = TaskToken()
-        self.client = connect(address, self.token)
+        self.client = connect(address, self.token, secret_file)
         self.stopping = threading.Event()
 
     def serve(self) -> None:
@@ -358,6 +370,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--per-task", action="store_true", help="serve each task in a fresh process")
     p.add_argument("--one-task", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--superexec-secret-file", type=Path, help="sign task claims with this secret (0600)"
+    )
     return p
 
 
@@ -368,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per task poll
     logging.getLogger("flwr").propagate = False  # it prints through its own handler
-    executor = WarmExecutor(args.runtime_api, args.poll, args.supernode_log, args.per_task)
+    executor = WarmExecutor(
+        args.runtime_api, args.poll, args.supernode_log, args.per_task, args.superexec_secret_file
+    )
     try:
         if args.one_task:  # a --per-task executor's child: one claimed task, then exit
             executor.serve_one(os.environ.pop(FIRST_TOKEN_ENV))

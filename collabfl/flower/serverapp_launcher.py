@@ -1,0 +1,164 @@
+"""Start the ServerApp of the coordinator's own runs, and of nothing else.
+
+In its default isolation Flower's SuperLink starts a SuperExec that claims every ServerApp
+task without a credential and runs ``flwr-serverapp --token <hex>``: the token that acts as
+the run's ServerApp sits in ``ps`` for every local user for the whole run, and whatever app
+anyone submits through the Control API (which asks for no credential) runs as the
+coordinator's user. The coordinator runs its SuperLink with ``--isolation process`` and this
+launcher in the SuperExec's place. It claims tasks with the SuperExec secret
+(flower/superexec_auth.py), starts a ServerApp only for a Flower run the coordinator itself
+submitted, and hands that ServerApp its token in a 0600 file (``--token-file``), never on a
+command line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+from flwr.proto.runtime_pb2 import AcquireTaskRequest
+from flwr.supercore.constant import TaskType
+from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
+from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.runtime import RuntimeHttpClient
+
+from collabfl.flower.processes import flower_binary
+from collabfl.flower.superexec_auth import claim_signer
+from collabfl.kernel.atomic import write_text
+
+log = logging.getLogger(__name__)
+
+CLAIM_POLL_S = 0.1
+"""How often an idle launcher asks for a ServerApp task (Flower's SuperExec: 1 s)."""
+OWN_RUN_WAIT_S = 60.0
+"""How long a claimed task may wait for ``flwr run`` to tell the coordinator its run id: the
+task can reach the launcher before the submitting command returns."""
+
+
+class SubmittedRuns:
+    """The Flower run ids the coordinator submitted, shared by its run launcher (which adds
+    them) and the ServerApp launcher (which waits for them)."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+        self._changed = threading.Condition()
+
+    def add(self, flower_run_id: int) -> None:
+        with self._changed:
+            self._ids.add(flower_run_id)
+            self._changed.notify_all()
+
+    def wait_for(self, flower_run_id: int, timeout_s: float) -> bool:
+        """Whether the coordinator submitted ``flower_run_id``, waiting up to ``timeout_s``."""
+        with self._changed:
+            return self._changed.wait_for(lambda: flower_run_id in self._ids, timeout_s)
+
+
+class ServerAppLauncher:
+    """Claims the SuperLink's ServerApp tasks and starts one ``flwr-serverapp`` for each
+    run in ``submitted``; refuses (never starts) any other."""
+
+    def __init__(
+        self,
+        runtime_api: str,
+        root_certificates: Path | None,
+        secret_file: Path,
+        submitted: SubmittedRuns,
+        token_dir: Path,
+        log_path: Path,
+        env: Mapping[str, str],
+    ) -> None:
+        self.runtime_api = runtime_api
+        self.root_certificates = root_certificates
+        self.submitted = submitted
+        self.token_dir = token_dir
+        self.log_path = log_path
+        self.env = dict(env)
+        self.stopping = threading.Event()
+        self.children: dict[Path, subprocess.Popen[bytes]] = {}
+        self.client = RuntimeHttpClient.from_server_address(
+            server_address=runtime_api,
+            insecure=root_certificates is None,
+            root_certificates=None if root_certificates is None else root_certificates.read_bytes(),
+            interceptors=[
+                RuntimeVersionHttpInterceptor(component_name="SuperExec"),
+                claim_signer(secret_file),
+            ],
+            retry_invoker=make_simple_http_retry_invoker(),
+        )
+        self._thread = threading.Thread(target=self._serve, name="serverapp-launcher", daemon=True)
+
+    def start(self) -> None:
+        self.token_dir.mkdir(mode=0o700, exist_ok=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop claiming and end every ServerApp this launcher started."""
+        self.stopping.set()
+        self._thread.join()
+        for child in self.children.values():
+            child.terminate()
+        for token_file, child in self.children.items():
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            token_file.unlink(missing_ok=True)
+        self.client.close()
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            self._reap()
+            try:
+                claimed = self.client.AcquireTask(
+                    AcquireTaskRequest(supported_task_types=[TaskType.SERVER_APP])
+                )
+            except httpx.HTTPError as error:
+                log.debug("SuperLink runtime API not reachable yet: %s", error)
+                self.stopping.wait(1.0)
+                continue
+            except Exception:  # a refusal from Flower (e.g. a wrong secret): say it, go on
+                log.exception("claiming a ServerApp task failed")
+                self.stopping.wait(1.0)
+                continue
+            if claimed.HasField("task") and claimed.token:
+                self._launch(claimed.task.task_id, claimed.task.run_id, claimed.token)
+            else:
+                self.stopping.wait(CLAIM_POLL_S)
+
+    def _launch(self, task_id: int, flower_run_id: int, token: str) -> None:
+        if not self.submitted.wait_for(flower_run_id, OWN_RUN_WAIT_S):
+            log.error(
+                "REFUSED the ServerApp of Flower run %s: the coordinator did not submit it "
+                "(a run submitted through the Control API by someone else); nothing of it runs",
+                flower_run_id,
+            )
+            return
+        token_file = self.token_dir / f"task-{task_id}.token"
+        write_text(token_file, token, private=True)
+        command = [
+            flower_binary("flwr-serverapp"), "--runtime-api-address", self.runtime_api,
+            "--token-file", str(token_file), "--parent-pid", str(os.getpid()),
+        ]  # fmt: skip
+        if self.root_certificates is None:
+            command.append("--insecure")
+        else:
+            command += ["--root-certificates", str(self.root_certificates)]
+        with open(self.log_path, "ab") as output:
+            self.children[token_file] = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, env=self.env
+            )
+        log.info("started the ServerApp of Flower run %s (task %s)", flower_run_id, task_id)
+
+    def _reap(self) -> None:
+        """Forget ServerApps that ended, and delete their token files."""
+        for token_file, child in list(self.children.items()):
+            if child.poll() is not None:
+                token_file.unlink(missing_ok=True)
+                del self.children[token_file]

@@ -1,0 +1,100 @@
+"""Flower's SuperExec authentication, as the coordinator and the client daemon use it.
+
+A real SuperLink in ``--isolation process`` with a secret file hands a task claim only to a
+caller that signs it (flower/superexec_auth.py); the ServerApp launcher relies on Flower's
+``flwr-serverapp --token-file`` and the symbols below. An upgrade that drops or reshapes any
+of them fails here by name, not as a federation whose runs never start.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from flwr.proto.runtime_pb2 import AcquireTaskRequest
+from flwr.supercore.constant import TaskType
+from flwr.supercore.runtime import RuntimeHttpClient
+
+from collabfl.flower.processes import flower_binary
+from collabfl.flower.superexec_auth import claim_signer, ensure_secret
+from tests.support.flower_api import assert_flower_has
+
+USED = [
+    ("flwr.supercore.interceptors.http.superexec_auth", "SuperExecAuthHttpInterceptor",
+     ["master_secret", "protected_methods"]),
+    ("flwr.supercore.runtime", "RuntimeHttpClient.from_server_address",
+     ["server_address", "insecure", "root_certificates", "interceptors", "retry_invoker"]),
+    ("flwr.proto.runtime_pb2", "AcquireTaskRequest", ["supported_task_types"]),
+    ("flwr.proto.runtime_pb2", "AcquireTaskResponse", ["task", "token"]),
+    ("flwr.proto.task_pb2", "Task", ["task_id", "run_id"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("module", "symbol", "parameters"), USED, ids=[u[1] for u in USED])
+def test_the_launchers_use_flower_as_it_is(module, symbol, parameters):
+    assert_flower_has(module, symbol, parameters, "the SuperExec secret's users")
+
+
+@pytest.mark.parametrize(
+    ("program", "flags"),
+    [
+        ("flower-superlink", ["--isolation", "--superexec-auth-secret-file"]),
+        ("flower-supernode", ["--isolation", "--superexec-auth-secret-file"]),
+        ("flwr-serverapp", ["--token-file", "--runtime-api-address", "--parent-pid"]),
+    ],
+)
+def test_flower_programs_take_the_flags_we_pass(program: str, flags: list[str]) -> None:
+    shown = subprocess.run(
+        [flower_binary(program), "--help"], capture_output=True, text=True, timeout=120
+    ).stdout
+    assert all(flag in shown for flag in flags), f"{program} --help lacks one of {flags}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _claim(address: str, secret: Path | None) -> str:
+    interceptors = [] if secret is None else [claim_signer(secret)]
+    client = RuntimeHttpClient.from_server_address(
+        server_address=address, insecure=True, root_certificates=None, interceptors=interceptors
+    )
+    try:
+        reply = client.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.SERVER_APP]))
+    except Exception as error:  # Flower's refusal, whatever its class
+        return f"refused: {error}"
+    finally:
+        client.close()
+    return f"answered: token {reply.token!r}"
+
+
+def test_a_superlink_with_the_secret_answers_only_signed_claims(tmp_path: Path) -> None:
+    secret = ensure_secret(tmp_path)
+    assert secret.stat().st_mode & 0o777 == 0o600
+    port = _free_port()
+    command = [
+        flower_binary("flower-superlink"), "--insecure", "--database", ":flwr-in-memory:",
+        "--host", "127.0.0.1", "--port", str(port), "--isolation", "process",
+        "--superexec-auth-secret-file", str(secret),
+    ]  # fmt: skip
+    with open(tmp_path / "superlink.log", "wb") as log:
+        superlink = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        signed = _claim(address, secret)
+        while signed.startswith("refused") and time.monotonic() < deadline:
+            assert superlink.poll() is None, (tmp_path / "superlink.log").read_text()
+            time.sleep(0.5)  # still starting
+            signed = _claim(address, secret)
+        unsigned = _claim(address, None)
+    finally:
+        superlink.terminate()
+        superlink.wait(timeout=30)
+    assert signed == "answered: token ''", signed  # no task yet, but the claim is accepted
+    assert "401" in unsigned, unsigned
