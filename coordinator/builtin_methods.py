@@ -230,9 +230,12 @@ REGISTRY.register(
 )
 REGISTRY.register("fedprox_ft", partial(_fedavg, prox=True, finetune=True), section="fedprox")
 REGISTRY.register("ditto", _ditto, section="ditto", coalition_base=True)
-REGISTRY.register("dpfl", partial(_dpfl, graph="ggc"), section="dpfl", coalition_base=True)
-REGISTRY.register("dpfl_random", partial(_dpfl, graph="random"), section="dpfl")
-REGISTRY.register("pfedgraph", _pfedgraph, section="pfedgraph")
-REGISTRY.register("ipfl", _ipfl, section="ipfl")
-REGISTRY.register("fedcollab", _fedcollab, section="fedcollab")
-REGISTRY.register("equilibrium", _equilibrium, section="equilibrium")
+# Methods whose clients learn from each other: a round with one participant is no round.
+REGISTRY.register(
+    "dpfl", partial(_dpfl, graph="ggc"), section="dpfl", coalition_base=True, quorum=2
+)
+REGISTRY.register("dpfl_random", partial(_dpfl, graph="random"), section="dpfl", quorum=2)
+REGISTRY.register("pfedgraph", _pfedgraph, section="pfedgraph", quorum=2)
+REGISTRY.register("ipfl", _ipfl, section="ipfl", quorum=2)
+REGISTRY.register("fedcollab", _fedcollab, section="fedcollab", quorum=2)
+REGISTRY.register("equilibrium", _equilibrium, section="equilibrium", quorum=2)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from collabfl.coordinator.quorum import QuorumLost
 from collabfl.coordinator.recording import MethodRecorder
 from collabfl.coordinator.step_failures import KeepsStepLedger, StepLedger, fatal
 from collabfl.strategies.protocol import (
@@ -91,7 +92,9 @@ def drive(
     run's summary. A hook raising ``RunStopped`` ends the run early with a summary marked
     "stopped"; any other exception marks it "interrupted" and propagates. A round in which
     a step failed on every client it was sent to is the run's last: its summary is marked
-    "failed" with the sentence saying which step did not happen (coordinator/step_failures)."""
+    "failed" with the sentence saying which step did not happen (coordinator/step_failures);
+    so is a run that lost its quorum (coordinator/quorum.py) after a recorded round (before
+    any, ``QuorumLost`` propagates: there is nothing to summarise)."""
     metered = MeteredPool(pool)
     ledger = pool.step_ledger if isinstance(pool, KeepsStepLedger) else StepLedger()
     started = time.perf_counter()
@@ -109,6 +112,10 @@ def drive(
                 return recorder.finish(time.perf_counter() - started, "failed", failed)
     except RunStopped:
         return recorder.finish(time.perf_counter() - started, "stopped")
+    except QuorumLost as lost:
+        if not (recorded or resume is not None):
+            raise
+        return recorder.finish(time.perf_counter() - started, "failed", f"the run {lost}")
     except BaseException:
         # A run cut short still gets a summary of what it did, marked so that nobody
         # mistakes it for a finished one; a resumed run replaces it.

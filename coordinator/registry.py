@@ -52,6 +52,9 @@ class MethodEntry:
     ``dpfl.budget``), or None when bare options make no sense for it."""
     coalition_base: bool = False
     """Whether FedCollab and the equilibrium may run it inside a coalition."""
+    quorum: int = 1
+    """The fewest participants a round of it is worth running with (a method that learns
+    from peers needs 2): a federated run's default ``federation.quorum``."""
 
 
 class MethodRegistry:
@@ -68,6 +71,7 @@ class MethodRegistry:
         *,
         section: str | None = None,
         coalition_base: bool = False,
+        quorum: int = 1,
     ) -> None:
         """Add a method; a name can be registered once (unregister it first to replace it)."""
         entries = self._loaded()
@@ -75,7 +79,9 @@ class MethodRegistry:
             raise ValueError(f"method {name!r} is already registered")
         if not name or not name.replace("_", "").isalnum():
             raise ValueError(f"method name {name!r} must be letters, digits and underscores")
-        entries[name] = MethodEntry(name, build, section, coalition_base)
+        if quorum < 1:
+            raise ValueError(f"method {name!r}: quorum must be >= 1, got {quorum}")
+        entries[name] = MethodEntry(name, build, section, coalition_base, quorum)
 
     def unregister(self, name: str) -> None:
         del self._loaded()[name]

@@ -24,8 +24,9 @@ BASE = [
 ]
 
 
-def fault_config(root: Path, clients: int, rounds: int):
-    """The DPFL config of a fault test's run (its data cached under ``root``)."""
+def fault_config(root: Path, clients: int, rounds: int, *extra: str):
+    """The DPFL config of a fault test's run (its data cached under ``root``); ``extra``:
+    further ``key=value`` overrides."""
     return load_config(
         None,
         [
@@ -33,6 +34,7 @@ def fault_config(root: Path, clients: int, rounds: int):
             f"data.num_clients={clients}",
             f"rounds={rounds}",
             f"data.cache_dir={json.dumps(str(root / 'cache'))}",
+            *extra,
         ],
     )
 
@@ -74,6 +76,18 @@ def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 3
             pass  # the coordinator is restarting
         time.sleep(POLL_S)
     raise AssertionError(f"run {run_id} did not reach the expected state in {limit_s} s")
+
+
+def wait_event(federation: LocalFederation, run_id: str, kind: str, limit_s: float = 300):
+    """The run's first event of ``kind``, once it is recorded."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with federation.client() as client:
+            found = [e for e in client.list_events(run_id) if e.kind == kind]
+        if found:
+            return found[0]
+        time.sleep(POLL_S)
+    raise AssertionError(f"run {run_id} recorded no {kind!r} event in {limit_s} s")
 
 
 def wait_logged(path: Path, text: str, limit_s: float = 120) -> None:
