@@ -53,6 +53,7 @@ from collabfl.flower.processes import (
     has_joined,
 )
 from collabfl.flower.supernode_key import ensure_supernode_key
+from collabfl.kernel.leftovers import reap_leftovers
 from collabfl.kernel.supervisor import (
     HEALTHY_S,
     RestartPolicy,
@@ -311,11 +312,11 @@ class LocalFederation:
     def start_client(self, k: int, data: Path, key: Path) -> None:
         name = f"client-{k}"
         if self.credentials is not None:
-            self.register_supernode(k, self.work_dir / name)
+            self.register_supernode(k, self.client_dir(k))
         command = client_command(
             k,
             data,
-            self.work_dir / name,
+            self.client_dir(k),
             self.superlink,
             self.peer_ports[k],
             self.runtime_ports[k],
@@ -496,12 +497,23 @@ class LocalFederation:
     def stop(self) -> None:
         """Clients first, all at once (each takes seconds to wind its SuperNode down, which
         one after another added up to most of a small federation's teardown), then the
-        coordinator; only what this object started."""
+        coordinator; only what this object started. Then whatever any of its daemons, this
+        one or a killed predecessor, left running outside its process group: Flower's
+        SuperExec starts ServerApps and ClientApps in sessions of their own, and after a
+        SuperLink restart or a ``flwr stop`` one could outlive the teardown by minutes. Each
+        carries its daemon's state dir (kernel/leftovers.py), so none of another's is hit."""
         clients = [p for name, p in self.processes.items() if name != "coordinator"]
         with ThreadPoolExecutor(max_workers=max(1, len(clients))) as pool:
             list(pool.map(lambda process: stop_group(process, grace_s=15.0), clients))
         if "coordinator" in self.processes:
             stop_group(self.processes["coordinator"], grace_s=15.0)
+        if self.processes:
+            for state_dir in [self.coordinator_dir, *(self.client_dir(k) for k in self.client_ids)]:
+                reap_leftovers(state_dir)
+
+    def client_dir(self, k: int) -> Path:
+        """Client k's daemon's state dir."""
+        return self.work_dir / f"client-{k}"
 
     def client(self, timeout_s: float = 10.0) -> CoordinatorClient:
         """A coordinator service client acting as the operator (its certificate under TLS)."""

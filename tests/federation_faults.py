@@ -13,7 +13,7 @@ from collabfl.coordinator.federation import LocalFederation, write_client_files
 from collabfl.coordinator.methods import parse_method_spec, run_request
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.run_options import RunOptions
-from collabfl.kernel.leftovers import start_ticks
+from collabfl.kernel.leftovers import PROC, owner_of, start_ticks
 
 BASE = [
     "data.num_train=1500",
@@ -140,6 +140,21 @@ def command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def federation_processes(work_dir: Path) -> dict[int, str]:
+    """Processes that name a state dir under ``work_dir`` as their owner's, or it in their
+    command line: their commands."""
+    root = str(work_dir.resolve())
+    found = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        owner = owner_of(int(entry.name))
+        command = command_line(int(entry.name))
+        if (owner is not None and owner.state_dir.startswith(root)) or root in command:
+            found[int(entry.name)] = command
+    return found
 
 
 def send_signal(pids: list[int], signum: int) -> None:
