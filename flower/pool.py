@@ -75,6 +75,7 @@ class FlowerClientPool:
         relay: RelayedSteps | None = None,
         quorum: Quorum | None = None,
         on_pause: PauseSink = lambda kind, message: None,
+        while_paused: Callable[[], None] = lambda: None,
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -98,6 +99,9 @@ class FlowerClientPool:
         """Below it, a step waits for members to come back (coordinator/quorum.py); None:
         it goes to whoever is online."""
         self.on_pause = on_pause
+        self.while_paused = while_paused
+        """Called at every look for members during a pause; may raise to end the run (an
+        operator's stop)."""
         self._online: tuple[float, set[int]] = (float("-inf"), set())
         """When ``refresh`` last read the online nodes (monotonic seconds), and what it read."""
         self.silent: set[int] = set()
@@ -207,6 +211,7 @@ class FlowerClientPool:
 
         def recheck() -> set[int]:
             nonlocal online
+            self.while_paused()
             online = self.refresh()
             return members_in(online)
 

@@ -93,6 +93,8 @@ def main(grid: Grid, context: Context) -> None:
         except QuorumLost as error:  # before its first round: no summary to write
             coordinator.finish_run(run_id, "failed", f"the run {error}")
             raise
+        except RunStopped:  # while it waited for its quorum, before its first round
+            coordinator.finish_run(run_id, "stopped", "stopped by an operator")
         except Exception as error:
             # Leave the run active: the coordinator daemon launches it again and it resumes
             # after its last completed round (a SuperLink restart ends up here).
@@ -172,6 +174,11 @@ def run_federated(
         coordinator.record_event(run_id, kind, message, level)
         say(message if kind == "quorum_lost" else "")
 
+    def honour_stop() -> None:
+        """A stop asked while the run waits for its quorum ends it at once."""
+        if coordinator.get_run(run_id).status == "stopping":
+            raise RunStopped
+
     def admit_new(nodes: Sequence[int]) -> list[Member]:
         joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
         if joined:
@@ -206,6 +213,7 @@ def run_federated(
         signals=signals,
         quorum=quorum,
         on_pause=on_pause,
+        while_paused=honour_stop,
     )
     method = build_method(spec, pool.sample_counts, workspace, reports)
 
