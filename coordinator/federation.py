@@ -564,7 +564,8 @@ def run_on_federation(
                 run = patiently(lambda: client.get_run(run_id))
                 federation.supervise()
                 done = -1 if run.last_completed_round is None else run.last_completed_round
-                status.update(f"{spec.label}: round {done + 1}/{spec.config.rounds}")
+                said = f" ({run.message})" if run.message else ""  # e.g. paused: who is missing
+                status.update(f"{spec.label}: round {done + 1}/{spec.config.rounds}{said}")
                 if not run.active:
                     break
                 if time.monotonic() > deadline:
