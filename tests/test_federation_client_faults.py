@@ -109,7 +109,7 @@ def test_killed_client_is_skipped_and_rejoins(shared):
 
 
 def test_run_below_quorum_pauses_and_resumes_when_the_client_is_back(shared):
-    run_id, out = begin(shared, "paused", 4, 30, "federation.quorum=4")
+    run_id, out = begin(shared, "paused", 4, 15, "federation.quorum=4")
     stop_group(shared.federation.processes[GONE], grace_s=15)
     lost = wait_event(shared.federation, run_id, "quorum_lost")
     assert "client 3" in lost.message, lost.message
@@ -124,7 +124,7 @@ def test_run_below_quorum_pauses_and_resumes_when_the_client_is_back(shared):
 def test_run_below_quorum_fails_after_its_wait(shared):
     rounds = 30
     run_id, out = begin(
-        shared, "lost", rounds, 30, "federation.quorum=4", "federation.quorum_wait_s=2"
+        shared, "lost", rounds, 15, "federation.quorum=4", "federation.quorum_wait_s=2"
     )
     stop_group(shared.federation.processes[GONE], grace_s=15)
     run = wait_for(shared.federation, run_id, lambda r: not r.active)
