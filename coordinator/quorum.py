@@ -9,12 +9,15 @@ once ``federation.quorum_wait_s`` has passed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from collabfl.coordinator.config import ConfigError
-from collabfl.coordinator.methods import MethodSpec
 from collabfl.coordinator.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from collabfl.coordinator.methods import MethodSpec
 
 POLL_S = 1.0
 """How often a paused run asks the SuperLink who is online (one local call)."""
@@ -49,8 +52,13 @@ def run_quorum(spec: MethodSpec, expected_clients: int) -> Quorum:
     return Quorum(size, federation.quorum_wait_s)
 
 
-def names(clients: Iterable[int]) -> str:
-    return ", ".join(f"client {c}" for c in sorted(clients)) or "none known by id"
+def missing(members: Collection[int], here: set[int], size: int) -> str:
+    """Who keeps a run below its quorum: the members not online, else how many more must
+    join (fewer joined than the quorum)."""
+    gone = sorted(set(members) - here)
+    if gone:
+        return ", ".join(f"client {c}" for c in gone)
+    return f"no member; {size - len(here)} more must join"
 
 
 PauseSink = Callable[[str, str], None]
@@ -73,12 +81,12 @@ def await_quorum(
     if len(here) >= quorum.size:
         return
     started = clock()
-    missing = set(members) - here
     say(
         "quorum_lost",
         f"paused before round {round_index}: {len(here)} of the {quorum.size} clients the "
-        f"run needs (federation.quorum) are online; missing: {names(missing)}; the run fails "
-        f"unless they are back within {quorum.wait_s:g} s (federation.quorum_wait_s)",
+        f"run needs (federation.quorum) are online; missing: "
+        f"{missing(members, here, quorum.size)}; the run fails unless they are back within "
+        f"{quorum.wait_s:g} s (federation.quorum_wait_s)",
     )
     while clock() - started < quorum.wait_s:
         sleep(POLL_S)
@@ -93,5 +101,5 @@ def await_quorum(
     raise QuorumLost(
         f"lost its quorum before round {round_index}: fewer than {quorum.size} clients "
         f"(federation.quorum) were online for {quorum.wait_s:g} s "
-        f"(federation.quorum_wait_s); missing: {names(set(members) - here)}"
+        f"(federation.quorum_wait_s); missing: {missing(members, here, quorum.size)}"
     )

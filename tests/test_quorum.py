@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from collabfl.coordinator.config import ConfigError, load_config
-from collabfl.coordinator.methods import parse_method_spec
+from collabfl.coordinator.methods import parse_method_spec, read_run_request, run_request
 from collabfl.coordinator.quorum import Quorum, QuorumLost, await_quorum, run_quorum
+from collabfl.coordinator.run_options import RunOptions
 
 
 def quorum_of(method: str, expected: int, *overrides: str) -> Quorum:
@@ -62,3 +63,20 @@ def test_a_run_at_its_quorum_goes_on_without_a_word() -> None:
     said: list[str] = []
     await_quorum(Quorum(2, 1.0), [0, 1], {0, 1}, lambda: set(), 0, lambda *e: said.append(e))
     assert not said
+
+
+def test_a_run_request_whose_quorum_exceeds_its_clients_is_refused() -> None:
+    spec = parse_method_spec("dpfl", load_config(None, ["federation.quorum=3"]))
+    request = run_request(spec, RunOptions(expected_clients=2))
+    with pytest.raises(ConfigError, match=r"federation\.quorum is 3 but the run asks for 2"):
+        read_run_request("dpfl", request)
+    assert read_run_request("dpfl", run_request(spec, RunOptions(expected_clients=3)))
+
+
+def test_below_a_quorum_no_member_misses_the_pause_says_how_many_must_join() -> None:
+    clock, said = Clock(), []
+    with pytest.raises(QuorumLost, match="missing: no member; 1 more must join"):
+        await_quorum(
+            Quorum(3, 1.0), [0, 1], {0, 1}, lambda: {0, 1}, 0,
+            lambda kind, message: said.append(message), clock, clock.sleep,
+        )  # fmt: skip
