@@ -12,7 +12,7 @@ from collabfl.engine.config import load_config
 from collabfl.engine.methods import parse_method_spec, run_request
 from collabfl.engine.report.run_dir import read_run
 from collabfl.engine.run_options import RunOptions
-from collabfl.kernel.leftovers import start_ticks
+from collabfl.kernel.leftovers import PROC, owner_of, start_ticks
 from collabfl.launcher.federation import LocalFederation, write_client_files
 
 BASE = [
@@ -24,8 +24,9 @@ BASE = [
 ]
 
 
-def fault_config(root: Path, clients: int, rounds: int):
-    """The DPFL config of a fault test's run (its data cached under ``root``)."""
+def fault_config(root: Path, clients: int, rounds: int, *extra: str):
+    """The DPFL config of a fault test's run (its data cached under ``root``); ``extra``:
+    further ``key=value`` overrides."""
     return load_config(
         None,
         [
@@ -33,6 +34,7 @@ def fault_config(root: Path, clients: int, rounds: int):
             f"data.num_clients={clients}",
             f"rounds={rounds}",
             f"data.cache_dir={json.dumps(str(root / 'cache'))}",
+            *extra,
         ],
     )
 
@@ -74,6 +76,18 @@ def wait_for(federation: LocalFederation, run_id: str, until, limit_s: float = 3
             pass  # the coordinator is restarting
         time.sleep(POLL_S)
     raise AssertionError(f"run {run_id} did not reach the expected state in {limit_s} s")
+
+
+def wait_event(federation: LocalFederation, run_id: str, kind: str, limit_s: float = 300):
+    """The run's first event of ``kind``, once it is recorded."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with federation.client() as client:
+            found = [e for e in client.list_events(run_id) if e.kind == kind]
+        if found:
+            return found[0]
+        time.sleep(POLL_S)
+    raise AssertionError(f"run {run_id} recorded no {kind!r} event in {limit_s} s")
 
 
 def wait_logged(path: Path, text: str, limit_s: float = 120) -> None:
@@ -126,6 +140,21 @@ def command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def federation_processes(work_dir: Path) -> dict[int, str]:
+    """Processes that name a state dir under ``work_dir`` as their owner's, or it in their
+    command line: their commands."""
+    root = str(work_dir.resolve())
+    found = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        owner = owner_of(int(entry.name))
+        command = command_line(int(entry.name))
+        if (owner is not None and owner.state_dir.startswith(root)) or root in command:
+            found[int(entry.name)] = command
+    return found
 
 
 def send_signal(pids: list[int], signum: int) -> None:

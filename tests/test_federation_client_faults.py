@@ -6,15 +6,20 @@ message deadline without it; the other clients' peer fetches do not wait on it p
 peer deadline, and the rounds after go on without anyone waiting for it, until it is let go
 again.
 
-Both tests run in one 4-client federation, one run each (a federation's start-up costs
+Below its quorum (here: every client) a run pauses, naming who is missing, resumes when they
+are back, and fails, saying so, when they are not back in time.
+
+All tests run in one 4-client federation, one run each (a federation's start-up costs
 more CPU than either run), in this order: the hung client, let go, reports again within its
 run, and the kill test, which checks that every client reported the first round, goes last
 because a killed SuperNode's node stays listed until its heartbeat lapses, which the first
-round of a run after it would wait on.
+round of a run after it would wait on. The quorum tests stop client 3 cleanly (its SuperNode
+leaves at once) and come last; the last leaves it stopped.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,9 +33,11 @@ from federation_faults import (
     process_tree,
     send_signal,
     start_run,
+    wait_event,
     wait_for,
 )
 
+from collabfl.kernel.supervisor import stop_group
 from collabfl.launcher.federation import LocalFederation
 
 CLIENTS = 4
@@ -52,9 +59,10 @@ def shared(tmp_path_factory) -> Iterator[Shared]:
         yield Shared(root, federation)
 
 
-def begin(shared: Shared, name: str, rounds: int, timeout: float) -> tuple[str, Path]:
-    """Start run ``name`` (its directory under the shared root) and wait for its round 0."""
-    config = fault_config(shared.root, CLIENTS, rounds)
+def begin(shared: Shared, name: str, rounds: int, timeout: float, *extra: str) -> tuple[str, Path]:
+    """Start run ``name`` (its directory under the shared root; ``extra``: config
+    overrides) and wait for its round 0."""
+    config = fault_config(shared.root, CLIENTS, rounds, *extra)
     out = shared.root / name
     run_id = start_run(shared.federation, config, out, timeout=timeout, run_id=name)
     wait_for(shared.federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
@@ -98,3 +106,31 @@ def test_killed_client_is_skipped_and_rejoins(shared):
         kinds = [e.kind for e in client.list_events(run_id) if e.client_id == GONE]
     if "offline" in kinds:  # skipped as offline (not only silent): its return is recorded
         assert "rejoined" in kinds[kinds.index("offline") :], kinds
+
+
+def test_run_below_quorum_pauses_and_resumes_when_the_client_is_back(shared):
+    run_id, out = begin(shared, "paused", 4, 15, "federation.quorum=4")
+    stop_group(shared.federation.processes[GONE], grace_s=15)
+    lost = wait_event(shared.federation, run_id, "quorum_lost")
+    assert "client 3" in lost.message, lost.message
+    shared.federation.restart(GONE)
+    wait_event(shared.federation, run_id, "quorum_regained")
+    run = wait_for(shared.federation, run_id, lambda r: not r.active)
+    assert run.status == "finished", run.message
+    summary = json.loads((out / "dpfl" / "summary.json").read_text())
+    assert summary["rounds"] == 4 and summary["rounds_by_participants"].get("0") is None
+
+
+def test_run_below_quorum_fails_after_its_wait(shared):
+    rounds = 30
+    run_id, out = begin(
+        shared, "lost", rounds, 15, "federation.quorum=4", "federation.quorum_wait_s=2"
+    )
+    stop_group(shared.federation.processes[GONE], grace_s=15)
+    run = wait_for(shared.federation, run_id, lambda r: not r.active)
+    assert run.status == "failed", f"{run.status}: {run.message}"
+    assert "quorum" in run.message and "client 3" in run.message, run.message
+    summary = json.loads((out / "dpfl" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds"] < rounds
+    by_participants = summary["rounds_by_participants"]
+    assert by_participants["4"] >= 1 and sum(by_participants.values()) == summary["rounds"]

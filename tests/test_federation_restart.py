@@ -10,6 +10,7 @@ import json
 import pytest
 from federation_faults import (
     BASE,
+    federation_processes,
     make_federation,
     process_tree,
     running_processes,
@@ -56,6 +57,7 @@ def test_coordinator_restart_resumes_the_run_exactly(tmp_path, uninterrupted):
         assert any("flwr-serverapp" in command for _, command in killed.values()), killed
         assert not left, f"processes of the killed coordinator outlived its restart: {left}"
         run = wait_for(federation, run_id, lambda r: not r.active, limit_s=400)
+    assert not federation_processes(federation.work_dir), "outlived the teardown"
     assert run.status == "finished", run.message
     with CoordinatorState(federation.coordinator_dir / "coordinator.db") as state:
         kinds = [e.kind for e in state.events(run_id)]

@@ -185,3 +185,37 @@ def test_sub_steps_read_the_online_nodes_once_a_second_not_once_a_step(monkeypat
     assert sorted(pool.send(_substep(5))) == [0, 2]
     assert grid.node_reads == 2 and (0, "offline", 1) in events
     assert relay.steps[-1] == {0: 10, 2: 12}
+
+
+def test_below_its_quorum_a_round_waits_for_clients_and_an_operator_may_stop_it(
+    monkeypatch,
+) -> None:
+    """Client 2's node is offline: the round waits (no message sent) until it is back, with
+    a pause and a resume said; a second pause ends when the operator's stop is raised."""
+    from collabfl.engine import quorum as quorum_module
+    from collabfl.engine.driver import RunStopped
+    from collabfl.engine.quorum import Quorum
+
+    monkeypatch.setattr(quorum_module, "POLL_S", 0.01)
+    grid, said, looks = ScriptedGrid(), [], []
+    grid.online = {10, 11}
+
+    def while_paused() -> None:
+        looks.append(len(grid.sent))
+        if len(looks) == 3:
+            grid.online.add(12)
+        if len(looks) == 5:
+            raise RunStopped
+
+    def programs(round_index: int) -> dict[int, list[Instruction]]:
+        return {k: [Instruction(round_index, Train(1.0))] * 2 for k in range(3)}
+
+    pool = _pool(grid, [], [])
+    pool.quorum, pool.while_paused = Quorum(3, 60.0), while_paused
+    pool.on_pause = lambda kind, message: said.append(kind)
+    assert sorted(pool.send_programs(programs(0))) == [0, 1, 2]
+    assert looks == [0, 0, 0] and said == ["quorum_lost", "quorum_regained"]
+    grid.online.discard(12)
+    with pytest.raises(RunStopped):
+        pool.send_programs(programs(1))
+    assert len(grid.sent) == 3 and said[2:] == ["quorum_lost"]

@@ -127,3 +127,12 @@ def test_the_table_says_when_a_run_did_not_finish_or_misses_clients() -> None:
     assert lines[2].startswith("| dpfl (interrupted after 3/20 rounds) |")
     assert lines[3].startswith(r"| local\|only (2/3 clients) |")
     assert lines[4].startswith("| dpfl |")
+
+
+def test_the_table_says_how_many_rounds_had_how_many_clients() -> None:
+    short = {**SUMMARIES[0], "num_clients": 4, "rounds_by_participants": {"4": 3, "1": 2}}
+    whole = {**SUMMARIES[1], "num_clients": 4, "rounds_by_participants": {"4": 5}}
+    console = Console(record=True, width=160)
+    print_results([short, whole], console=console)
+    notes = [line for line in console.export_text().splitlines() if "participants:" in line]
+    assert notes == ["participants: dpfl: rounds by clients reporting: 3 with 4, 2 with 1"]

@@ -143,3 +143,10 @@ def test_the_winning_candidates_are_counted_over_benign_clients() -> None:
     assert summary["best_candidate_clients"] == {"local": 1, "aggregate": 2}
     plain = summarize(_records([_row(0, 0, 0.5)]), method="fedavg", wall_time_s=0.0)
     assert "best_candidate_clients" not in plain
+
+
+def test_rounds_by_participants_counts_each_round_once_and_empty_rounds_as_zero() -> None:
+    rows = [_row(0, c, 0.5) for c in range(3)] + [_row(1, 0, 0.6), _row(1, 2, 0.6)]
+    rows += [_row(3, 1, 0.7)]  # nobody reported round 2
+    summary = summarize(_records(rows), method="dpfl", wall_time_s=0.0, num_clients=3)
+    assert summary["rounds_by_participants"] == {"3": 1, "2": 1, "1": 1, "0": 1}

@@ -389,7 +389,7 @@ def federation_up_command(
         federation_up(
             settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime, tls=tls
         )
-    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError, ConnectionError) as error:
         _fail(error)
 
 

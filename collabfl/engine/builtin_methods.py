@@ -252,40 +252,48 @@ REGISTRY.register(
     coalition_base=True,
     summary="a personal model per client, pulled toward a FedAvg model",
 )
+# Methods whose clients learn from each other (quorum=2): a round with one participant is
+# no round.
 REGISTRY.register(
     "dpfl",
     partial(_dpfl, graph="ggc"),
     section="dpfl",
     coalition_base=True,
+    quorum=2,
     summary="each client picks its own collaborators by randomized greedy search (GGC, BGGC)",
 )
 REGISTRY.register(
     "dpfl_random",
     partial(_dpfl, graph="random"),
     section="dpfl",
+    quorum=2,
     summary="DPFL with random collaborators of the same budget (an ablation)",
 )
 REGISTRY.register(
     "pfedgraph",
     _pfedgraph,
     section="pfedgraph",
+    quorum=2,
     summary="the coordinator infers a weighted collaboration graph with a small QP each round",
 )
 REGISTRY.register(
     "ipfl",
     _ipfl,
     section="ipfl",
+    quorum=2,
     summary="a model-sharing market: sharing costs, gains and payments decide who learns from whom",
 )
 REGISTRY.register(
     "fedcollab",
     _fedcollab,
     section="fedcollab",
+    quorum=2,
     summary="clients grouped into coalitions from estimated distances between their data",
 )
 REGISTRY.register(
     "equilibrium",
     _equilibrium,
     section="equilibrium",
+    quorum=2,
     summary="stable coalitions from the benefit graph's strongly connected components",
 )

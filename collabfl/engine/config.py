@@ -307,6 +307,25 @@ PAPER_PRESET: dict[str, dict[str, Any]] = {
 (docs/fidelity.md lists each with its source, and what stays different and why)."""
 
 
+class FederationConfig(_Section):
+    """How a run on a real federation treats participants that go away (the in-process
+    runtime's clients never do)."""
+
+    quorum: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="fewest clients online for a round to run; below it the run pauses "
+        "(default: 1, or 2 for methods that learn from peers, at most the clients asked for)",
+    )
+    quorum_wait_s: float = Field(
+        300.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="how long a paused run waits for its quorum before it fails",
+    )
+
+
 class TrackingConfig(_Section):
     """Experiment-tracking sinks written beside metrics.jsonl (in-process runtime)."""
 
@@ -366,6 +385,7 @@ class ExperimentConfig(_Section):
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from collabfl.engine.quorum import QuorumLost
 from collabfl.engine.recording import MethodRecorder
 from collabfl.engine.step_failures import KeepsStepLedger, StepLedger, fatal
 from collabfl.strategies.protocol import (
@@ -88,10 +89,13 @@ def drive(
     resume: Resume | None = None,
 ) -> dict[str, Any]:
     """Run ``method`` to the end (or from ``resume``), recording every round; return the
-    run's summary. A hook raising ``RunStopped`` ends the run early with a summary marked
-    "stopped"; any other exception marks it "interrupted" and propagates. A round in which
-    a step failed on every client it was sent to is the run's last: its summary is marked
-    "failed" with the sentence saying which step did not happen (engine/step_failures)."""
+    run's summary. A hook (or a pool waiting for its quorum) raising ``RunStopped`` ends the
+    run early with a summary marked "stopped"; any other exception marks it "interrupted"
+    and propagates. A round in which a step failed on every client it was sent to is the
+    run's last: its summary is marked "failed" with the sentence saying which step did not
+    happen (engine/step_failures); so is a run that lost its quorum
+    (engine/quorum.py). A run stopped or failed before any round it recorded has
+    nothing to summarise: ``RunStopped`` or ``QuorumLost`` propagates."""
     metered = MeteredPool(pool)
     ledger = pool.step_ledger if isinstance(pool, KeepsStepLedger) else StepLedger()
     started = time.perf_counter()
@@ -107,8 +111,12 @@ def drive(
             failed = fatal(recorder.spec.label, failures) if failures else None
             if failed is not None:
                 return recorder.finish(time.perf_counter() - started, "failed", failed)
-    except RunStopped:
-        return recorder.finish(time.perf_counter() - started, "stopped")
+    except (RunStopped, QuorumLost) as cut:
+        if not (recorded or resume is not None):
+            raise  # the caller records how the run ended
+        if isinstance(cut, RunStopped):
+            return recorder.finish(time.perf_counter() - started, "stopped")
+        return recorder.finish(time.perf_counter() - started, "failed", f"the run {cut}")
     except BaseException:
         # A run cut short still gets a summary of what it did, marked so that nobody
         # mistakes it for a finished one; a resumed run replaces it.

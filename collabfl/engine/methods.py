@@ -12,6 +12,7 @@ from collabfl.engine.config import (
     apply_overrides,
     validate_config,
 )
+from collabfl.engine.quorum import run_quorum
 from collabfl.engine.registry import REGISTRY, FederationContext
 from collabfl.engine.run_options import RunOptions
 from collabfl.kernel.flat import FlatModel
@@ -83,4 +84,5 @@ def read_run_request(method: str, request: Mapping[str, Any]) -> tuple[MethodSpe
         options = RunOptions.from_request(request)
     except ValueError as error:
         raise ConfigError(f"invalid run option: {error}") from None
+    run_quorum(spec, options.expected_clients)  # a quorum it can never reach: refused now
     return spec, options

@@ -54,6 +54,9 @@ class MethodEntry:
     """Whether FedCollab and the equilibrium may run it inside a coalition."""
     summary: str = ""
     """One line on what the method does, for `collabfl methods`."""
+    quorum: int = 1
+    """The fewest participants a round of it is worth running with (a method that learns
+    from peers needs 2): a federated run's default ``federation.quorum``."""
 
 
 class MethodRegistry:
@@ -71,6 +74,7 @@ class MethodRegistry:
         section: str | None = None,
         coalition_base: bool = False,
         summary: str = "",
+        quorum: int = 1,
     ) -> None:
         """Add a method; a name can be registered once (unregister it first to replace it)."""
         entries = self._loaded()
@@ -78,7 +82,9 @@ class MethodRegistry:
             raise ValueError(f"method {name!r} is already registered")
         if not name or not name.replace("_", "").isalnum():
             raise ValueError(f"method name {name!r} must be letters, digits and underscores")
-        entries[name] = MethodEntry(name, build, section, coalition_base, summary)
+        if quorum < 1:
+            raise ValueError(f"method {name!r}: quorum must be >= 1, got {quorum}")
+        entries[name] = MethodEntry(name, build, section, coalition_base, summary, quorum)
 
     def unregister(self, name: str) -> None:
         del self._loaded()[name]

@@ -19,6 +19,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from collabfl.coordinator.state import Member
+from collabfl.engine.quorum import PauseSink, Quorum, await_quorum
 from collabfl.engine.step_failures import StepLedger
 from collabfl.flower.codec import (
     PROGRAM_MESSAGE,
@@ -72,6 +73,9 @@ class FlowerClientPool:
         refused: Callable[[Collection[int]], Collection[int]] = lambda online: (),
         on_timing: Callable[[MessageTiming], None] = lambda timing: None,
         relay: RelayedSteps | None = None,
+        quorum: Quorum | None = None,
+        on_pause: PauseSink = lambda kind, message: None,
+        while_paused: Callable[[], None] = lambda: None,
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -91,6 +95,13 @@ class FlowerClientPool:
         """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
         self.step_ledger = StepLedger()
         """Which steps failed on clients, for the round driver."""
+        self.quorum = quorum
+        """Below it, a step waits for members to come back (engine/quorum.py); None:
+        it goes to whoever is online."""
+        self.on_pause = on_pause
+        self.while_paused = while_paused
+        """Called at every look for members during a pause; may raise to end the run (an
+        operator's stop)."""
         self._online: tuple[float, set[int]] = (float("-inf"), set())
         """When ``refresh`` last read the online nodes (monotonic seconds), and what it read."""
         self.silent: set[int] = set()
@@ -115,7 +126,7 @@ class FlowerClientPool:
         """One message per client: a lone step as its verb's message, more as a program."""
         round_index = next(iter(programs.values()))[0].round if programs else -1
         self.close_relay()
-        online = self.refresh()
+        online = self._with_quorum(self.refresh(), round_index)
         messages, steps = [], {}
         for client_id, node in self._reachable(programs, online, round_index).items():
             program = [self._with_peer_access(client_id, s, online) for s in programs[client_id]]
@@ -169,6 +180,7 @@ class FlowerClientPool:
         read_at, online = self._online
         if time.monotonic() - read_at > ONLINE_FRESH_S:
             online = self.refresh()
+        online = self._with_quorum(online, round_index)
         nodes = self._reachable(instructions, online, round_index)
         reachable = {k: ins for k, ins in instructions.items() if k in nodes}
         self.step_ledger.sent({k: [ins] for k, ins in reachable.items()})
@@ -187,6 +199,27 @@ class FlowerClientPool:
                 self.on_event(round_index, "client_error", client_id, outcome)
                 self.step_ledger.failed(round_index, client_id, outcome)
         return replies
+
+    def _with_quorum(self, online: set[int], round_index: int) -> set[int]:
+        """``online``, or, while fewer members than the quorum are in it, the nodes online
+        once enough are back (QuorumLost when they are not back in time)."""
+        if self.quorum is None:
+            return online
+
+        def members_in(nodes: set[int]) -> set[int]:
+            return {k for k, m in self.members.items() if m.flower_node_id in nodes}
+
+        def recheck() -> set[int]:
+            nonlocal online
+            self.while_paused()
+            online = self.refresh()
+            return members_in(online)
+
+        await_quorum(
+            self.quorum, self.members.keys(), members_in(online), recheck, round_index,
+            self.on_pause,
+        )  # fmt: skip
+        return online
 
     def _reachable(
         self, clients: Collection[int], online: set[int], round_index: int

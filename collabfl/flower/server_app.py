@@ -40,6 +40,7 @@ from collabfl.coordinator.state import Member
 from collabfl.engine.config import ConfigError, model_name, validate_config
 from collabfl.engine.driver import RunStopped, drive
 from collabfl.engine.methods import MethodSpec, build_method, parse_method_spec
+from collabfl.engine.quorum import QuorumLost, run_quorum
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.report.coalition_moves import join_clients
 from collabfl.engine.report.comparison import write_comparison
@@ -89,6 +90,11 @@ def main(grid: Grid, context: Context) -> None:
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
+        except QuorumLost as error:  # before its first round: no summary to write
+            coordinator.finish_run(run_id, "failed", f"the run {error}")
+            raise
+        except RunStopped:  # while it waited for its quorum, before its first round
+            coordinator.finish_run(run_id, "stopped", "stopped by an operator")
         except Exception as error:
             # Leave the run active: the coordinator daemon launches it again and it resumes
             # after its last completed round (a SuperLink restart ends up here).
@@ -100,7 +106,7 @@ def main(grid: Grid, context: Context) -> None:
         else:
             if status == "stopped":
                 coordinator.finish_run(run_id, "stopped", "stopped by an operator")
-            elif status == "failed":  # a step failed on every client: no result to show
+            elif status == "failed":  # a step failed on every client, or the quorum was lost
                 coordinator.finish_run(run_id, "failed", message)
             else:
                 coordinator.finish_run(run_id, "finished")
@@ -119,6 +125,7 @@ def run_federated(
     """Join the clients, run every round, record it, and write the run directory; return how
     the run ended ("finished", "stopped" or "failed") and why (a failed run's sentence).
     ``relay`` carries sub-round steps; ``signals`` say when to pull replies."""
+    quorum = run_quorum(spec, options.expected_clients)
     if spec.config.threads:
         # As the in-process runtime does: the ServerApp's own tensor work (SPO trains its
         # hypernetwork here) on the run's threads. Torch's default, a thread per core,
@@ -160,6 +167,18 @@ def run_federated(
             run_id, kind, message, level, round=round_index, client_id=client_id
         )
 
+    def on_pause(kind: str, message: str) -> None:
+        """A pause below the quorum and its end: an event, and the run's status line."""
+        level = "warning" if kind == "quorum_lost" else "info"
+        log.log(logging.WARNING if kind == "quorum_lost" else logging.INFO, "%s", message)
+        coordinator.record_event(run_id, kind, message, level)
+        say(message if kind == "quorum_lost" else "")
+
+    def honour_stop() -> None:
+        """A stop asked while the run waits for its quorum ends it at once."""
+        if coordinator.get_run(run_id).status == "stopping":
+            raise RunStopped
+
     def admit_new(nodes: Sequence[int]) -> list[Member]:
         joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
         if joined:
@@ -192,6 +211,9 @@ def run_federated(
         on_timing=lambda timing: recorder.writer.log_message(asdict(timing)),
         relay=relay,
         signals=signals,
+        quorum=quorum,
+        on_pause=on_pause,
+        while_paused=honour_stop,
     )
     method = build_method(spec, pool.sample_counts, workspace, reports)
 

@@ -6,12 +6,18 @@ The same topology as a multi-machine deployment, on loopback: one ``collabfl-coo
 every node is online, runs the configured methods through the coordinator service exactly
 as an operator would, writes the same run directory as ``collabfl simulate``, and stops
 only the processes it started.
+
+While a run goes on it supervises its daemons: one that dies is started again after a
+growing delay, and one that keeps dying ends the run with its name and its last log line.
+A coordinator that does not answer a status poll (restarting, loaded) is asked again for
+``POLL_RETRY_S`` before the launcher gives up.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -20,11 +26,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 
@@ -46,8 +52,18 @@ from collabfl.flower.processes import (
     has_joined,
 )
 from collabfl.flower.supernode_key import ensure_supernode_key
-from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
+from collabfl.kernel.leftovers import reap_leftovers
+from collabfl.kernel.supervisor import (
+    HEALTHY_S,
+    RestartPolicy,
+    ended,
+    plain_lines,
+    stop_group,
+    with_parent_death_signal,
+)
 from collabfl.launcher.federation_tls import FederationCredentials
+
+log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 COMMAND_HANG_S = 600.0
@@ -56,6 +72,40 @@ hung: about 2 s on an idle machine, past a minute on a loaded 2-core one."""
 READY_CHECK_S = 0.05
 """How often a starting coordinator is asked whether it listens or is ready (a connect, or
 a status call and a health check: a few milliseconds)."""
+POLL_RETRY_S = 60.0
+"""How long a status poll that finds no coordinator is retried before the launcher gives
+up: a restarted coordinator serves again within seconds, a loaded machine's within tens."""
+POLL_BACKOFF_MAX_S = 8.0
+"""The longest pause between those retries (they start at half a second and double)."""
+DAEMON_RESTARTS = RestartPolicy(max_restarts=3, backoff_max_s=30.0)
+"""How the launcher restarts a daemon that died: after 1, 2, 4 s; a fourth death in a row
+(each within ``HEALTHY_S`` of its start) ends the run."""
+
+T = TypeVar("T")
+
+
+class DaemonFailed(RuntimeError):
+    """A daemon of the federation kept dying; the message names it and its last log line."""
+
+
+def patiently(
+    call: Callable[[], T],
+    retry_s: float = POLL_RETRY_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()``, asked again after a growing pause while no coordinator answers, for
+    ``retry_s`` at most; then CoordinatorUnreachable saying for how long."""
+    deadline, pause = clock() + retry_s, 0.5
+    while True:
+        try:
+            return call()
+        except CoordinatorUnreachable as error:
+            if clock() + pause > deadline:
+                raise CoordinatorUnreachable(f"{error} (no answer for {retry_s:g} s)") from error
+            log.warning("no answer from the coordinator; asking again in %g s", pause)
+        sleep(pause)
+        pause = min(2 * pause, POLL_BACKOFF_MAX_S)
 
 
 def free_ports(count: int) -> list[int]:
@@ -181,8 +231,15 @@ class LocalFederation:
     tls: bool = False
     runs_dir: Path | None = None
     allow_imports: Sequence[str] = ()
+    restart_policy: RestartPolicy = DAEMON_RESTARTS
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)
+    """When each daemon was last started (monotonic seconds)."""
+    deaths: dict[str, int] = field(default_factory=dict)
+    """Each daemon's deaths in a row (within ``HEALTHY_S`` of its start), for ``supervise``."""
+    restart_due: dict[str, float] = field(default_factory=dict)
+    """When each daemon ``supervise`` found dead is to be started again (monotonic)."""
 
     @property
     def client_ids(self) -> range:
@@ -255,11 +312,11 @@ class LocalFederation:
     def start_client(self, k: int, data: Path, key: Path) -> None:
         name = f"client-{k}"
         if self.credentials is not None:
-            self.register_supernode(k, self.work_dir / name)
+            self.register_supernode(k, self.client_dir(k))
         command = client_command(
             k,
             data,
-            self.work_dir / name,
+            self.client_dir(k),
             self.superlink,
             self.peer_ports[k],
             self.runtime_ports[k],
@@ -287,7 +344,7 @@ class LocalFederation:
             raise RuntimeError(f"client {k}'s SuperNode key was not registered: {done.stderr}")
 
     def _spawn(self, name: str, command: list[str]) -> None:
-        log_path = self.work_dir / "logs" / f"{name}.log"
+        log_path = self.log_path(name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # A launcher that dies (even by SIGKILL) takes its federation with it.
         placed = self.hosts.command(name, with_parent_death_signal(command))
@@ -296,6 +353,45 @@ class LocalFederation:
                 placed, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.commands[name] = command
+        self.started[name] = time.monotonic()
+
+    def supervise(self) -> None:
+        """Start each daemon found dead again once its delay has passed (``restart_policy``);
+        raise DaemonFailed for one that died too often in a row. Called between polls."""
+        now = time.monotonic()
+        for name, process in list(self.processes.items()):
+            if process.poll() is None:
+                continue
+            due = self.restart_due.get(name)
+            if due is None:
+                healthy = now - self.started.get(name, now) > HEALTHY_S
+                deaths = 1 if healthy else self.deaths.get(name, 0) + 1
+                self.deaths[name] = deaths
+                why = f"{name} {ended(process.returncode)}"
+                if self.restart_policy.gives_up(deaths):
+                    raise DaemonFailed(
+                        f"{why}, {deaths} times in a row; its last log line: "
+                        f"{self.last_log_line(name)!r} (see {self.log_path(name)})"
+                    )
+                delay = self.restart_policy.delay_s(deaths)
+                self.restart_due[name] = now + delay
+                log.warning("%s (%s); restarting it in %g s", why, self.last_log_line(name), delay)
+            elif now >= due:
+                del self.restart_due[name]
+                self.restart(name)
+
+    def log_path(self, name: str) -> Path:
+        return self.work_dir / "logs" / f"{name}.log"
+
+    def last_log_line(self, name: str) -> str:
+        """The last non-blank line a daemon wrote (its last 8 KiB read), or ""."""
+        try:
+            with open(self.log_path(name), "rb") as log_file:
+                log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - 8192))
+                lines = plain_lines(log_file.read().decode("utf-8", "replace"))
+        except OSError:
+            return ""
+        return lines[-1] if lines else ""
 
     def kill(self, name: str) -> None:
         """SIGKILL one daemon (a crash, not a shutdown); its Flower child follows it."""
@@ -393,18 +489,31 @@ class LocalFederation:
     def _check_alive(self, name: str) -> None:
         process = self.processes[name]
         if process.poll() is not None:
-            log_path = self.work_dir / "logs" / f"{name}.log"
-            raise RuntimeError(f"{name} exited with {process.returncode}; see {log_path}")
+            raise RuntimeError(
+                f"{name} {ended(process.returncode)}; its last log line: "
+                f"{self.last_log_line(name)!r} (see {self.log_path(name)})"
+            )
 
     def stop(self) -> None:
         """Clients first, all at once (each takes seconds to wind its SuperNode down, which
         one after another added up to most of a small federation's teardown), then the
-        coordinator; only what this object started."""
+        coordinator; only what this object started. Then whatever any of its daemons, this
+        one or a killed predecessor, left running outside its process group: Flower's
+        SuperExec starts ServerApps and ClientApps in sessions of their own, and after a
+        SuperLink restart or a ``flwr stop`` one could outlive the teardown by minutes. Each
+        carries its daemon's state dir (kernel/leftovers.py), so none of another's is hit."""
         clients = [p for name, p in self.processes.items() if name != "coordinator"]
         with ThreadPoolExecutor(max_workers=max(1, len(clients))) as pool:
             list(pool.map(lambda process: stop_group(process, grace_s=15.0), clients))
         if "coordinator" in self.processes:
             stop_group(self.processes["coordinator"], grace_s=15.0)
+        if self.processes:
+            for state_dir in [self.coordinator_dir, *(self.client_dir(k) for k in self.client_ids)]:
+                reap_leftovers(state_dir)
+
+    def client_dir(self, k: int) -> Path:
+        """Client k's daemon's state dir."""
+        return self.work_dir / f"client-{k}"
 
     def client(self, timeout_s: float = 10.0) -> CoordinatorClient:
         """A coordinator service client acting as the operator (its certificate under TLS)."""
@@ -452,9 +561,11 @@ def run_on_federation(
         client.create_run(run_id, spec.label, config, out_claimed=True)  # federation_up's
         with console.status(f"{spec.label}: starting") as status:
             while True:
-                run = client.get_run(run_id)
+                run = patiently(lambda: client.get_run(run_id))
+                federation.supervise()
                 done = -1 if run.last_completed_round is None else run.last_completed_round
-                status.update(f"{spec.label}: round {done + 1}/{spec.config.rounds}")
+                said = f" ({run.message})" if run.message else ""  # e.g. paused: who is missing
+                status.update(f"{spec.label}: round {done + 1}/{spec.config.rounds}{said}")
                 if not run.active:
                     break
                 if time.monotonic() > deadline:

@@ -1,5 +1,6 @@
 """The final summary of one method run: the numbers results tables and plots compare."""
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,15 @@ def latest_rows(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     for row in sorted(rows, key=lambda r: int(r["round"])):
         latest[int(row["client"])] = row
     return latest
+
+
+def rounds_by_participants(rows: list[dict[str, Any]], rounds: int) -> dict[str, int]:
+    """How many of the first ``rounds`` rounds had how many participants (clients that
+    reported), most first: ``{"4": 18, "3": 2}``; a round nobody reported counts under "0"."""
+    per_round = Counter(int(r["round"]) for r in rows)
+    histogram = Counter(per_round.values())
+    histogram[0] += rounds - len(per_round)
+    return {str(n): histogram[n] for n in sorted(histogram, reverse=True) if histogram[n]}
 
 
 def summarize(
@@ -84,6 +94,7 @@ def summarize(
         "clients_in_last_round": sum(int(r["round"]) == last_round for r in latest.values()),
         "rounds": last_round + 1,
         "rounds_planned": records.config.get("rounds"),
+        "rounds_by_participants": rounds_by_participants(rows, last_round + 1),
         **_spread([r.get("best_test_acc") for r in benign_latest], "_test_acc"),
     }
     if malicious:

@@ -159,6 +159,8 @@ def print_results(summaries: list[dict[str, Any]], console: Console | None = Non
             console.print(table)
     for note in failure_notes(summaries):
         console.print(f"failed: {note}", highlight=False, markup=False, soft_wrap=True)
+    for note in participation_notes(summaries):
+        console.print(f"participants: {note}", highlight=False, markup=False, soft_wrap=True)
 
 
 def results_markdown(summaries: list[dict[str, Any]]) -> str:
@@ -175,6 +177,19 @@ def results_markdown(summaries: list[dict[str, Any]]) -> str:
         lines += ["", "Failed steps (the rounds and clients they name lack those steps):", ""]
         lines += [f"- {note}" for note in said]
     return "\n".join(lines) + "\n"
+
+
+def participation_notes(summaries: list[dict[str, Any]]) -> list[str]:
+    """For each method with a round that fewer than all its clients reported, how many
+    rounds had how many participants ("dpfl: 18 rounds with 4 clients, 2 with 3")."""
+    notes = []
+    for summary in summaries:
+        histogram = summary.get("rounds_by_participants") or {}
+        everyone = str(summary.get("num_clients"))
+        if set(histogram) - {everyone}:
+            counts = [f"{rounds} with {clients}" for clients, rounds in histogram.items()]
+            notes.append(f"{summary['method']}: rounds by clients reporting: {', '.join(counts)}")
+    return notes
 
 
 def failure_notes(summaries: list[dict[str, Any]]) -> list[str]:
