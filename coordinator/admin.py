@@ -42,6 +42,7 @@ from collabfl.coordinator.report.coalition_moves import (
 from collabfl.coordinator.report.table import human_bytes
 from collabfl.coordinator.run_options import RunOptions
 from collabfl.flower.processes import flower_env
+from collabfl.kernel.atomic import write_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -551,7 +552,7 @@ def export(
         history = client.get_graph_history(run_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt is ExportFormat.json:
-        out.write_text(json.dumps(history_document(run, history), indent=1) + "\n")
+        write_text(out, json.dumps(history_document(run, history), indent=1) + "\n", shared=True)
     else:
         import networkx as nx
 

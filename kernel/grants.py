@@ -146,7 +146,7 @@ def save_private_key(key: Ed25519PrivateKey, path: Path) -> None:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    write_bytes(path, pem, private=True)  # 0600 even if the file existed with wider ones
+    write_bytes(path, pem)  # 0600 even if the file existed with wider ones
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
@@ -162,7 +162,7 @@ def save_public_key(public_key_bytes: bytes, path: Path) -> None:
     pem = key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    write_bytes(path, pem)  # whole or not at all: clients may read it while it is written
+    write_bytes(path, pem, shared=True)  # whole or nothing: clients may read it meanwhile
 
 
 def load_public_key_bytes(path: Path) -> bytes:
