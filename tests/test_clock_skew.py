@@ -7,6 +7,7 @@ shifted, clock."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -14,8 +15,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from flwr.common import constant
 from flwr.common.constant import TIMESTAMP_HEADER
 from flwr.supercore.error.base import FlowerError
+from flwr.superlink.routers.fleet import node_auth
+from flwr.supernode import fleet_http_connection
 from starlette.requests import Request
 
 from collabfl.coordinator.fleet_gateway import ACTIVATE_PATH, FleetOnlyProxy
@@ -114,3 +118,17 @@ def test_a_supernode_with_a_skewed_clock_is_told_by_how_much(ahead_s: float, sai
     assert line.startswith("this machine's clock is too far off the coordinator's for Flower")
     assert f"this SuperNode's clock is {said} the coordinator's" in line
     assert "timedatectl set-ntp true" in line
+
+
+def test_contract_flowers_window_and_what_its_supernode_prints_of_a_refusal() -> None:
+    """Flower internals the gateway's clock check relies on (fails loudly on an upgrade): the
+    SuperLink's window on the signed timestamp, and that a SuperNode whose first call is
+    refused prints a Flower error's public details (the gateway's line with the offset)."""
+    assert (constant.SYSTEM_TIME_TOLERANCE, constant.TIMESTAMP_TOLERANCE) == (5, 300)
+    window = inspect.getsource(node_auth.authenticate_node)
+    assert "request.headers[TIMESTAMP_HEADER]" in window
+    assert "-SYSTEM_TIME_TOLERANCE" in window
+    assert "TIMESTAMP_TOLERANCE + SYSTEM_TIME_TOLERANCE" in window
+    connect = inspect.getsource(fleet_http_connection.http_request_response)
+    assert "FlowerError.from_json(exc.response.text)" in connect
+    assert "flower_error.public_details" in connect
