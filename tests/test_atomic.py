@@ -1,4 +1,5 @@
-"""Crash-safe writes: permissions follow the user's umask, except private state (0600)."""
+"""Crash-safe writes: durable (file and folder synced); state is 0600, shared outputs follow
+the user's umask."""
 
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ def test_the_umask_is_read_without_changing_it(umask_027: None) -> None:
     assert current_umask() == 0o027
 
 
-def test_results_follow_the_umask_and_private_state_is_owner_only(
+def test_state_is_owner_only_by_default_and_shared_outputs_follow_the_umask(
     tmp_path: Path, umask_027: None
 ) -> None:
-    write_text(tmp_path / "summary.json", "{}")
-    write_text(tmp_path / "slots.json", "{}", private=True)
+    write_text(tmp_path / "summary.json", "{}", shared=True)
+    write_text(tmp_path / "slots.json", "{}")
     assert _mode(tmp_path / "summary.json") == 0o640
     assert _mode(tmp_path / "slots.json") == 0o600
 
@@ -60,3 +61,22 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Pat
         raise RuntimeError("killed mid-write")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+
+
+def test_the_rename_is_flushed_to_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a sync of the folder, a power cut after the rename can lose the new entry."""
+    synced: list[tuple[int, int]] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            synced.append((info.st_dev, info.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    write_text(tmp_path / "checkpoint.json", "{}")
+    folder = tmp_path.stat()
+    assert (folder.st_dev, folder.st_ino) in synced

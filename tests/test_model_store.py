@@ -89,7 +89,7 @@ def test_failed_publish_leaves_no_trace(tmp_path, monkeypatch):
 
 
 def test_leftover_temp_file_is_cleaned_on_start(tmp_path):
-    (tmp_path / ".publishing-abc").write_bytes(b"half a model")
+    (tmp_path / ".round_000001.safetensors.abc.tmp").write_bytes(b"half a model")
     store = DiskModelStore(tmp_path, owner=0)
     assert list(tmp_path.iterdir()) == []
     assert store.rounds() == []

@@ -43,6 +43,7 @@ from collabfl.engine.report.table import human_bytes
 from collabfl.engine.run_options import RunOptions
 from collabfl.flower.processes import flower_env
 from collabfl.kernel import exit_status
+from collabfl.kernel.atomic import write_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -553,7 +554,7 @@ def export(
         history = client.get_graph_history(run_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt is ExportFormat.json:
-        out.write_text(json.dumps(history_document(run, history), indent=1) + "\n")
+        write_text(out, json.dumps(history_document(run, history), indent=1) + "\n", shared=True)
     else:
         import networkx as nx
 

@@ -5,15 +5,16 @@ and, when it failed, the fix. `checks` lists the ones the given inputs allow; mo
 device check, a client's saved settings) are added by appending functions. Nothing here
 changes anything: the checks only connect, read and compare.
 
-The clock matters because of three validity windows, none with leeway for skew:
+The clock matters because of three validity windows (docs/security.md, "Clocks"):
 - Flower's SuperLink accepts a SuperNode's signed request only if its timestamp is at most
   `FLOWER_AHEAD_S` (5 s) ahead of the SuperLink's clock and `FLOWER_BEHIND_S` (305 s)
   behind it: a participant whose clock runs more than 5 s fast cannot join at all.
 - A peer-fetch grant (kernel/grants.py) expires `grant_ttl_s` (600 s by default) after
-  the coordinator issued it, by the serving participant's clock: a server whose clock is
-  ahead by that much refuses every grant as expired.
+  the coordinator issued it, by the serving participant's clock, which is allowed
+  `CLOCK_LEEWAY_S` (300 s) of skew: a server whose clock is ahead by more than both
+  refuses every grant as expired.
 - A run ticket (kernel/tickets.py) expires `--run-ticket-ttl` (7 days by default) after
-  its launch, by each participant's clock: the same, on a scale of days.
+  its launch, by each participant's clock, with the same leeway: on a scale of days.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def clock_offset(address: str, tls: bool) -> Result:
             False,
             f"{line}: its SuperLink refuses SuperNode requests signed more than "
             f"{FLOWER_AHEAD_S:g} s ahead or {FLOWER_BEHIND_S:g} s behind its clock, and peers "
-            "refuse grants once this much skew exceeds their TTL",
+            "refuse grants once this much skew exceeds their TTL and 300 s more",
             "synchronise this machine's clock (NTP: `timedatectl set-ntp true`)",
         )
     return Result(True, line)

@@ -1,8 +1,8 @@
 """A client daemon's published models on disk: one folder per run, one file per round.
 
 The peer server streams these files as they are, so what is on disk is exactly what goes on
-the wire. Files are written atomically (temporary file in the same folder, fsync, rename), so
-a fetcher or a restarted daemon sees either a complete round or none; only the last few
+the wire. Files are written through kernel/atomic.py (0600, synced, renamed into place), so a
+fetcher or a restarted daemon sees either a complete round or none; only the last few
 rounds of a run are kept, because peers fetch the current one. Runs never share a folder:
 pruning one run's old rounds cannot touch another run's, whatever their round numbers.
 
@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from collabfl.client.background_hash import BackgroundSha256
+from collabfl.kernel.atomic import remove_leftovers, write_bytes, write_text
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +48,6 @@ RUN_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """A run id usable as a folder name: no separators, no leading dot (so never "..")."""
 _MAX_HEADER_BYTES = 1 << 20
 _ROUND_FILE = re.compile(r"round_(\d{6,})\.safetensors")
-_TEMP_PREFIX = ".publishing-"
 _LAUNCH_FILE = ".launch"
 """Names the Flower run (the launch) of the run that this owner joined last."""
 _LENGTH_BYTES = 8
@@ -138,8 +137,7 @@ class DiskModelStore:
         if read_only:
             return
         root.mkdir(parents=True, exist_ok=True)
-        for leftover in root.glob(_TEMP_PREFIX + "*"):
-            leftover.unlink()  # an interrupted publish; never visible as a round
+        remove_leftovers(root)  # an interrupted publish; never visible as a round
 
     def path(self, round_index: int) -> Path:
         """Where round ``round_index`` lives (whether or not it was published)."""
@@ -181,21 +179,9 @@ class DiskModelStore:
         if num_samples is not None:
             metadata["num_samples"] = str(num_samples)
         metadata[WEIGHTS_DIGEST] = hashlib.sha256(weights.numpy().tobytes()).hexdigest()
-        payload = save({TENSOR_NAME: weights}, metadata=metadata)
-        fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self.root)
-        temp = Path(temp_name)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(payload)
-                file.flush()
-                os.fsync(file.fileno())
-            # mkstemp makes it 0600: the weights derive from private data, and peers read
-            # them through the server (under grants), never from the file.
-            os.replace(temp, target)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-        self._sync_root()
+        # 0600: the weights derive from private data, and peers read them through the server
+        # (under grants), never from the file.
+        write_bytes(target, save({TENSOR_NAME: weights}, metadata=metadata))
         self._prune()
 
     def launch(self) -> str | None:
@@ -238,14 +224,6 @@ class DiskModelStore:
             path = self.path(old)
             path.unlink(missing_ok=True)
             log.debug("pruned round %s of client %s", old, self.owner)
-
-    def _sync_root(self) -> None:
-        """Make the rename durable: fsync the folder that holds the new entry."""
-        fd = os.open(self.root, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class PublishedModels:
@@ -295,12 +273,7 @@ class PublishedModels:
         served from that launch: the peer server ends the wait of a fetch that names
         another launch than the one recorded here.
         """
-        folder = self._folder(run)
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=folder)
-        with os.fdopen(fd, "w") as file:
-            file.write(launch)
-        os.replace(temp_name, folder / _LAUNCH_FILE)  # 0600, as mkstemp made it
+        write_text(self._folder(run) / _LAUNCH_FILE, launch)
 
     def _folder(self, run: str) -> Path:
         if not RUN_FOLDER.fullmatch(run):

@@ -320,7 +320,7 @@ def make_enroller(
 
     def register(public_key: str) -> int:
         path = keys / f"{hashlib.sha256(public_key.encode()).hexdigest()[:16]}.pub"
-        write_text(path, public_key.strip() + "\n")
+        write_text(path, public_key.strip() + "\n", shared=True)
         return register_supernode(path, CONNECTION, flower)
 
     def unregister(node_id: int) -> None:
@@ -380,7 +380,8 @@ def write_app(state_dir: Path) -> Path:
     """The Flower app folder ``flwr run`` submits: components live in the installed package."""
     app_dir = state_dir / "app"
     app_dir.mkdir(parents=True, exist_ok=True)
-    (app_dir / "pyproject.toml").write_text(
+    write_text(
+        app_dir / "pyproject.toml",
         f"""[build-system]
 requires = ["hatchling"]
 build-backend = "hatchling.build"
@@ -405,7 +406,7 @@ clientapp = "collabfl.flower.client_app:app"
 [tool.flwr.app.config]
 {launch_app_config()}
 {flower_app_config()}
-"""
+""",
     )
     return app_dir
 
@@ -421,7 +422,7 @@ def write_flower_home(args: argparse.Namespace) -> Path:
         lines.append("insecure = true")
     else:
         lines.append(f'root-certificates = "{tls.ca.resolve()}"')
-    (home / "config.toml").write_text("\n".join(lines) + "\n")
+    write_text(home / "config.toml", "\n".join(lines) + "\n")
     return home
 
 

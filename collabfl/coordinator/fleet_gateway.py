@@ -47,17 +47,24 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import uvicorn
-from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
+from flwr.common.constant import (
+    FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE,
+    SYSTEM_TIME_TOLERANCE,
+    TIMESTAMP_HEADER,
+    TIMESTAMP_TOLERANCE,
+)
 from flwr.proto.fleet_pb2 import PullMessagesResponse
 from flwr.proto.message_pb2 import PullObjectResponse
+from flwr.supercore.error.base import ApiErrorCode
 from google.protobuf.message import DecodeError
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -101,6 +108,8 @@ _HOP_HEADERS = frozenset(
     }
 )
 """Headers that describe one hop, not the call: each side sets its own."""
+_AUTH_FAILED = "Invalid SuperNode authentication"
+"""The SuperLink's own words for a refused signature (flwr/superlink/routers/fleet)."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,32 @@ def _protobuf_answer(response: httpx.Response, kind: type[FleetAnswer]) -> Fleet
         return None
 
 
+def clock_skew(timestamp: str | None, now: float) -> str | None:
+    """Why the SuperLink will refuse a call signed at ``timestamp`` (Flower's header), naming
+    the signer's clock offset; None when Flower accepts it or cannot read it either.
+
+    Flower's SuperLink accepts a signature made at most SYSTEM_TIME_TOLERANCE (5 s) ahead of
+    its clock and TIMESTAMP_TOLERANCE + SYSTEM_TIME_TOLERANCE (305 s) behind it, and answers
+    anything else with a bare 401 that its SuperNode reports as "Client error '401
+    Unauthorized'": nothing in it says that the clock is the cause.
+    """
+    try:
+        signed_at = datetime.fromisoformat(timestamp or "")
+    except ValueError:
+        return None
+    if signed_at.tzinfo is None:
+        return None
+    age = now - signed_at.timestamp()
+    behind_s = TIMESTAMP_TOLERANCE + SYSTEM_TIME_TOLERANCE
+    if -SYSTEM_TIME_TOLERANCE < age < behind_s:
+        return None
+    offset = f"{-age:.0f} s ahead of" if age < 0 else f"{age:.0f} s behind"
+    return (
+        f"this SuperNode's clock is {offset} the coordinator's; Flower accepts at most "
+        f"{SYSTEM_TIME_TOLERANCE} s ahead and {behind_s} s behind"
+    )
+
+
 def forwarded(method: str, path: str) -> bool:
     """Whether a request reaches the SuperLink: Fleet calls and the health check only."""
     if method == "POST":
@@ -295,6 +330,7 @@ class FleetOnlyProxy:
         start_wait_s: float = UPSTREAM_START_S,
         limits: GatewayLimits = GatewayLimits(),
         on_refused_activation: RefusedActivation | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.upstream = upstream
         self.verify = verify
@@ -304,6 +340,7 @@ class FleetOnlyProxy:
         self.start_wait_s = start_wait_s
         self.limits = limits
         self.on_refused_activation = on_refused_activation
+        self.clock = clock
         self.in_flight: Counter[str] = Counter()
         """Requests in flight per peer address (the event loop's thread alone counts)."""
         self.client: httpx.AsyncClient | None = None
@@ -357,6 +394,12 @@ class FleetOnlyProxy:
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
         body = await read_body(request, self.limits.max_body_bytes)
         path = request.url.path
+        if skew := clock_skew(request.headers.get(TIMESTAMP_HEADER), self.clock()):
+            log.warning("fleet gateway: refused %s from %s: %s", path, request.client, skew)
+            # The SuperLink's answer, with the reason where a SuperNode prints it (a Flower
+            # error's public details); not an activation refusal's event: the key is fine.
+            code = int(ApiErrorCode.FLEET_NODE_ACTIVATION_FAILED)
+            return JSONResponse({"code": code, "detail": _AUTH_FAILED, "extra": skew}, 401)
         waits, not_yet = self._hold(path)
         pushed = self.activity.messages
         seen = pushed.count  # before the first ask: a push during it is not missed

@@ -75,7 +75,7 @@ def write_launch_token(state_dir: Path, run_id: str, token: str) -> Path:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     folder.chmod(0o700)
     path = folder / f"{run_id}.token"
-    write_text(path, token, private=True)
+    write_text(path, token)
     return path.resolve()
 
 

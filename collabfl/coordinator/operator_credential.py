@@ -42,7 +42,7 @@ class OperatorCredential:
             "cert": self.cert.decode(),
             "key": self.key.decode(),
         }
-        write_bytes(path, json.dumps(document, indent=1).encode(), private=True)
+        write_bytes(path, json.dumps(document, indent=1).encode())
 
     @classmethod
     def load(cls, path: Path) -> OperatorCredential:

@@ -28,6 +28,7 @@ from collabfl.kernel.devices import DEVICE_FORMS, check_spec
 from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
 from collabfl.kernel.user_code import check_import_path, is_import_path
+from collabfl.kernel.validation import problems
 
 
 class ConfigError(ValueError):
@@ -476,15 +477,4 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
 
 def format_validation_error(error: ValidationError) -> str:
     """One line per problem: dotted path, what is wrong, and the value given."""
-    lines = ["invalid configuration:"]
-    for problem in error.errors():
-        where = ".".join(str(part) for part in problem["loc"] if not _is_union_tag(part))
-        given = problem.get("input")
-        shown = "" if isinstance(given, dict) else f" (got {given!r})"
-        lines.append(f"  {where}: {problem['msg']}{shown}")
-    return "\n".join(lines)
-
-
-def _is_union_tag(part: object) -> bool:
-    """pydantic adds union member names (``int``, ``float``) to error paths; hide them."""
-    return isinstance(part, str) and part in {"int", "float", "literal['inf']"}
+    return "\n".join(["invalid configuration:", *(f"  {p}" for p in problems(error))])

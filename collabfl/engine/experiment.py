@@ -164,7 +164,11 @@ def run_seeds(
     planned = [seed for seed, _, _ in runs]
     labels = [spec.label for spec in runs[0][2]]
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / SEEDS_FILE, json.dumps({"seeds": planned, "methods": labels}) + "\n")
+    write_text(
+        out_dir / SEEDS_FILE,
+        json.dumps({"seeds": planned, "methods": labels}) + "\n",
+        shared=True,
+    )
     by_seed: dict[int, list[dict[str, Any]]] = {}
     try:
         for seed, config, specs in runs:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import ClassVar
 
 from flwr.app import ConfigRecord, RecordDict
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from collabfl.client.data.client_file import is_plain_name
 from collabfl.flower.codec import MESSAGE_PREFIX
 from collabfl.kernel.training import TrainingConfig
 from collabfl.kernel.user_code import is_import_path
+from collabfl.kernel.validation import problems
 from collabfl.strategies.wire import decode, encode
 
 SETUP_QUERY = "setup"
@@ -28,7 +31,13 @@ _SETTINGS, _DESCRIPTION = "run_settings", "description"
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What the coordinator's set-up message tells a client about the run."""
+    """What the coordinator's set-up message tells a client about the run.
+
+    It crosses processes (set-up message, the node's run.json), so reading it is strict: exact
+    JSON types, every field, no unknown ones (``training`` follows the user's config rules).
+    """
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(strict=True, extra="forbid")
 
     run_id: str
     seed: int
@@ -50,9 +59,14 @@ class RunSettings:
 
     @classmethod
     def from_json(cls, text: str) -> RunSettings:
-        values = json.loads(text)
-        values["training"] = TrainingConfig.model_validate(values["training"])
-        return cls(**values)
+        """The settings in ``text``; ValueError naming each bad field, on one line."""
+        try:
+            return _SETTINGS_SCHEMA.validate_json(text)
+        except ValidationError as error:
+            raise ValueError(f"run settings: {'; '.join(problems(error))}") from None
+
+
+_SETTINGS_SCHEMA = TypeAdapter(RunSettings)
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ class ServerAppLauncher:
             )
             return
         token_file = self.token_dir / f"task-{task_id}.token"
-        write_text(token_file, token, private=True)
+        write_text(token_file, token)  # 0600
         command = [
             flower_binary("flwr-serverapp"), "--runtime-api-address", self.runtime_api,
             "--token-file", str(token_file), "--parent-pid", str(os.getpid()),

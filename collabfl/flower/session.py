@@ -84,7 +84,7 @@ class NodeState:
             for slot, b in node.best.items()
         }
         saved = {"best": best, "fetch": dataclasses.asdict(node.fetcher.stats)}
-        write_bytes(node_file, json.dumps(saved).encode(), private=True)
+        write_bytes(node_file, json.dumps(saved).encode())
 
     @property
     def node_files(self) -> tuple[Path, ...]:
@@ -239,14 +239,14 @@ def _stamp(path: Path) -> FileStamp:
 def _copy_or_remove(source: Path, target: Path) -> None:
     """Make ``target`` a copy of ``source``, or absent when ``source`` is."""
     if source.exists():
-        with replacing(target, private=True) as tmp:
+        with replacing(target) as tmp:
             shutil.copyfile(source, tmp)
     else:
         target.unlink(missing_ok=True)
 
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    with replacing(path, private=True) as tmp:
+    with replacing(path) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
 
 

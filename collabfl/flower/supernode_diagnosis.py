@@ -80,6 +80,12 @@ def _unreachable(probe: Probe, host: str, port: int) -> dict[str, str] | None:
 
 RULES: tuple[Rule, ...] = (
     Rule(
+        re.compile(r"clock is \d+ s (ahead of|behind) the coordinator's"),
+        "this machine's clock is too far off the coordinator's for Flower",
+        "synchronise this machine's clock (NTP: `timedatectl set-ntp true`); "
+        "`collabfl doctor --coordinator {superlink}` measures the offset",
+    ),
+    Rule(
         re.compile(r"Failed to activate SuperNode"),
         "the coordinator has not registered this SuperNode's key (client {client_id}), or "
         "another SuperNode with this key is online",

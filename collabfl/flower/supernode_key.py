@@ -34,9 +34,9 @@ def ensure_supernode_key(state_dir: Path) -> tuple[Path, Path]:
             serialization.PrivateFormat.OpenSSH,
             serialization.NoEncryption(),
         )
-        write_bytes(private_path, pem, private=True)
+        write_bytes(private_path, pem)
     public = key.public_key().public_bytes(
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
-    write_bytes(public_path, public + b"\n")
+    write_bytes(public_path, public + b"\n", shared=True)
     return private_path, public_path

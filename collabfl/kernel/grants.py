@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from collabfl.kernel.atomic import write_bytes
-from collabfl.kernel.sealed import seal, unseal
+from collabfl.kernel.sealed import Clock, expired, seal, unseal
 
 VERSION = 1
 MAX_TOKEN_BYTES = 1024
@@ -47,8 +47,9 @@ class Grant:
 class GrantSigner:
     """Issues grants; lives with the coordinator, which holds the private key."""
 
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+    def __init__(self, private_key: Ed25519PrivateKey, clock: Clock = time.time) -> None:
         self._key = private_key
+        self._clock = clock
 
     def issue(self, run: str, fetcher: int, owner: int, round: int, ttl_s: float) -> bytes:
         """A token letting ``fetcher`` fetch ``owner``'s ``round`` model for ``ttl_s`` seconds."""
@@ -63,7 +64,7 @@ class GrantSigner:
             "fetcher": fetcher,
             "owner": owner,
             "round": round,
-            "exp": time.time() + ttl_s,
+            "exp": self._clock() + ttl_s,
         }
         return seal(self._key, fields)
 
@@ -77,29 +78,23 @@ class GrantSigner:
 class GrantVerifier:
     """Checks grants at a serving daemon, offline, with the coordinator's public key."""
 
-    def __init__(self, public_key_bytes: bytes) -> None:
+    def __init__(self, public_key_bytes: bytes, clock: Clock = time.time) -> None:
         self._key = Ed25519PublicKey.from_public_bytes(public_key_bytes)
+        self._clock = clock
 
     def verify(
-        self,
-        token: bytes,
-        *,
-        run: str,
-        owner: int,
-        round: int,
-        fetcher: int | None,
-        now: float | None = None,
+        self, token: bytes, *, run: str, owner: int, round: int, fetcher: int | None
     ) -> Grant:
         """The grant in ``token`` if it is genuine, unexpired and for exactly this fetch.
 
         ``fetcher`` is the caller's client id as its certificate proves it; None only where
         the link authenticates nobody (insecure loopback mode), so the grant stays a bearer
-        token there. Raises InvalidGrant whose message says which check failed.
+        token there. Expiry allows ``CLOCK_LEEWAY_S`` for clock skew. Raises InvalidGrant
+        whose message says which check failed.
         """
         grant = self._decode(token)
-        now = time.time() if now is None else now
-        if now >= grant.expires_at:
-            raise InvalidGrant(f"expired {now - grant.expires_at:.1f} s ago")
+        if reason := expired("grant", grant.expires_at, self._clock):
+            raise InvalidGrant(reason)
         if grant.run != run:
             raise InvalidGrant(f"grant is for run {grant.run!r}, not {run!r}")
         if grant.owner != owner:
@@ -146,7 +141,7 @@ def save_private_key(key: Ed25519PrivateKey, path: Path) -> None:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    write_bytes(path, pem, private=True)  # 0600 even if the file existed with wider ones
+    write_bytes(path, pem)  # 0600 even if the file existed with wider ones
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
@@ -162,7 +157,7 @@ def save_public_key(public_key_bytes: bytes, path: Path) -> None:
     pem = key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    write_bytes(path, pem)  # whole or not at all: clients may read it while it is written
+    write_bytes(path, pem, shared=True)  # whole or nothing: clients may read it meanwhile
 
 
 def load_public_key_bytes(path: Path) -> bytes:

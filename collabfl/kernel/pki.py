@@ -105,11 +105,11 @@ def private_key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def write_private_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     """PKCS#8 PEM, mode 0600 even if the file existed with wider permissions."""
-    write_bytes(path, private_key_pem(key), private=True)
+    write_bytes(path, private_key_pem(key))
 
 
 def write_certificate(cert: x509.Certificate, path: Path) -> None:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_bytes(path, cert.public_bytes(serialization.Encoding.PEM), shared=True)
 
 
 def load_ca(folder: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:

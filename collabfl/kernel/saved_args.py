@@ -39,7 +39,7 @@ def with_saved(argv: Sequence[str]) -> list[str]:
 def save(parser: argparse.ArgumentParser, args: argparse.Namespace, state_dir: Path) -> None:
     """Keep the flags ``args`` holds (those not at their default) in ``state_dir``."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    write_text(state_dir / FILE_NAME, json.dumps(as_flags(parser, args), indent=1), private=True)
+    write_text(state_dir / FILE_NAME, json.dumps(as_flags(parser, args), indent=1))
 
 
 def as_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:

@@ -11,10 +11,30 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+Clock = Callable[[], float]
+"""Unix time in seconds; signers and verifiers take one, so tests can shift a side's."""
+CLOCK_LEEWAY_S = 300.0
+"""How far a participant's clock may be off the coordinator's: a token is honoured until this
+long after its expiry by the checker's clock (docs/security.md states it)."""
+
+
+def expired(noun: str, expires_at: float, clock: Clock = time.time) -> str | None:
+    """Why a token expiring at ``expires_at`` is void now, naming the clock; None if valid."""
+    late = clock() - expires_at
+    if late < CLOCK_LEEWAY_S:
+        return None
+    return (
+        f"{noun} expired {late:.0f} s ago by this machine's clock, beyond the "
+        f"{CLOCK_LEEWAY_S:.0f} s allowed for clock skew: a replay, or this machine's clock "
+        "runs ahead of the coordinator's (`collabfl doctor` shows by how much)"
+    )
 
 
 def seal(key: Ed25519PrivateKey, fields: dict[str, Any]) -> bytes:

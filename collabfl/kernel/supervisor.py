@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from collabfl.kernel.atomic import write_text
+
 log = logging.getLogger(__name__)
 
 HEALTHY_S = 60.0
@@ -150,7 +152,7 @@ class Supervisor:
                 env=self.env,
                 start_new_session=True,
             )
-        self.pid_file.write_text(str(self.process.pid))
+        write_text(self.pid_file, str(self.process.pid))
         log.info("%s started (pid %s)", self.name, self.process.pid)
 
     def _watch(self) -> None:

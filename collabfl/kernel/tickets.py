@@ -17,7 +17,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from collabfl.kernel.sealed import seal, unseal
+from collabfl.kernel.sealed import Clock, expired, seal, unseal
 
 VERSION = 1
 KIND = "run-ticket"
@@ -40,8 +40,9 @@ class Ticket:
 class TicketSigner:
     """Issues tickets; lives with the coordinator, which holds the private key."""
 
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+    def __init__(self, private_key: Ed25519PrivateKey, clock: Clock = time.time) -> None:
         self._key = private_key
+        self._clock = clock
 
     def issue(self, run: str, ttl_s: float) -> str:
         """A ticket letting clients serve collabfl run ``run`` for ``ttl_s`` seconds."""
@@ -49,25 +50,26 @@ class TicketSigner:
             raise ValueError(f"ttl_s must be positive, got {ttl_s}")
         if not run:
             raise ValueError("a ticket names a run")
-        fields = {"v": VERSION, "kind": KIND, "run": run, "exp": time.time() + ttl_s}
+        fields = {"v": VERSION, "kind": KIND, "run": run, "exp": self._clock() + ttl_s}
         return seal(self._key, fields).decode()
 
 
 class TicketVerifier:
     """Checks tickets in the ClientApp, offline, with the coordinator's public key."""
 
-    def __init__(self, public_key_bytes: bytes) -> None:
+    def __init__(self, public_key_bytes: bytes, clock: Clock = time.time) -> None:
         self._key = Ed25519PublicKey.from_public_bytes(public_key_bytes)
+        self._clock = clock
 
-    def verify(self, token: str, *, run: str, now: float | None = None) -> Ticket:
+    def verify(self, token: str, *, run: str) -> Ticket:
         """The ticket in ``token`` if it is genuine, unexpired and for collabfl run ``run``.
 
-        Raises InvalidTicket whose message says which check failed.
+        Expiry allows ``CLOCK_LEEWAY_S`` for clock skew. Raises InvalidTicket whose message
+        says which check failed.
         """
         ticket = self._decode(token)
-        now = time.time() if now is None else now
-        if now >= ticket.expires_at:
-            raise InvalidTicket(f"ticket expired {now - ticket.expires_at:.1f} s ago")
+        if reason := expired("ticket", ticket.expires_at, self._clock):
+            raise InvalidTicket(reason)
         if ticket.run != run:
             raise InvalidTicket(f"ticket is for run {ticket.run!r}, not {run!r}")
         return ticket

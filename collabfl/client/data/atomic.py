@@ -16,5 +16,5 @@ from collabfl.kernel.atomic import replacing
 
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` to ``path`` (exactly that name) as an uncompressed ``.npz``."""
-    with replacing(path) as tmp, open(tmp, "wb") as f:
+    with replacing(path, shared=True) as tmp, open(tmp, "wb") as f:
         np.savez(f, allow_pickle=False, **arrays)

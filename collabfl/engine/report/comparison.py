@@ -15,6 +15,7 @@ from typing import Any
 from collabfl.engine.report.plots import plot_accuracy_by_round, plot_accuracy_vs_variance
 from collabfl.engine.report.run_dir import read_run
 from collabfl.engine.report.table import results_markdown
+from collabfl.kernel.atomic import write_text
 
 
 def write_comparison(
@@ -34,5 +35,5 @@ def write_comparison(
     config = next((r[0].config for r in runs.values() if r), {})
     plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
     plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png", config)
-    (out_dir / "summary.json").write_text(json.dumps(summaries, indent=2))
-    (out_dir / "results.md").write_text(results_markdown(summaries))
+    write_text(out_dir / "summary.json", json.dumps(summaries, indent=2), shared=True)
+    write_text(out_dir / "results.md", results_markdown(summaries), shared=True)

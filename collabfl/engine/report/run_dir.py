@@ -104,7 +104,7 @@ class RunWriter:
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Record the resolved config, so the run can be reproduced and labelled later."""
-        write_text(self.path / CONFIG_FILE, _dumps(config, indent=2) + "\n")
+        write_text(self.path / CONFIG_FILE, _dumps(config, indent=2) + "\n", shared=True)
 
     def log_round(self, rows: list[dict[str, Any]]) -> None:
         """Append one round's rows (one per client); flushed so a crash keeps finished rounds."""
@@ -117,7 +117,9 @@ class RunWriter:
             "num_clients": int(num_clients),
             "edges": [[int(i), int(j), float(w)] for i, j, w in edges],
         }
-        write_text(self.path / GRAPHS_DIR / graph_file_name(round), _dumps(record) + "\n")
+        write_text(
+            self.path / GRAPHS_DIR / graph_file_name(round), _dumps(record) + "\n", shared=True
+        )
 
     def log_coalitions(self, round: int, coalitions: list[list[int]]) -> None:
         """Append the round's coalitions (member lists); the file exists only for such methods."""
@@ -134,7 +136,7 @@ class RunWriter:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Record the final summary; written last, so its presence marks a finished run."""
-        write_text(self.path / SUMMARY_FILE, _dumps(summary, indent=2) + "\n")
+        write_text(self.path / SUMMARY_FILE, _dumps(summary, indent=2) + "\n", shared=True)
 
 
 def _append(path: Path, text: str) -> None:
@@ -153,7 +155,7 @@ def _truncate_jsonl(path: Path, last_round: int) -> None:
         for line in path.read_text(encoding="utf-8").splitlines()
         if line.strip() and json.loads(line)["round"] <= last_round
     ]
-    write_text(path, "".join(line + "\n" for line in kept))
+    write_text(path, "".join(line + "\n" for line in kept), shared=True)
 
 
 @dataclass(eq=False)
