@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,12 +20,13 @@ from collabfl.coordinator.config import (
     ExperimentConfig,
     load_config,
     model_name,
+    parse_override,
     set_value,
     validate_config,
 )
 from collabfl.coordinator.driver import AfterRound
 from collabfl.coordinator.experiment import resolve_device, run_on_splits
-from collabfl.coordinator.methods import parse_method_spec
+from collabfl.coordinator.methods import parse_method_spec, spec_options
 from collabfl.coordinator.report.run_dir import claim_output_dir, read_run
 from collabfl.coordinator.step_failures import RunFailed
 from collabfl.kernel.models import ModelFactory, build_model, seeded_module
@@ -40,7 +42,7 @@ RoundHook = Callable[[int, list[dict[str, Any]]], None]
 
 def run(
     method: str,
-    model: ModelFactory | str,
+    model: ModelFactory | nn.Module | str,
     train: Sequence[Split],
     val: Sequence[Split],
     test: Sequence[Split],
@@ -48,7 +50,7 @@ def run(
     loss: LossFn | str | None = None,
     optimizer: OptimizerFactory | str | None = None,
     config: ConfigSource = None,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Overrides | None = None,
     out: str | Path | None = None,
     overwrite: bool = False,
     on_round: RoundHook | None = None,
@@ -56,28 +58,33 @@ def run(
     """Run ``method`` (a spec such as ``"dpfl:budget=2"``) on clients 0..N-1 in this process.
 
     ``model``: a function of no arguments returning a fresh ``torch.nn.Module`` (seeded, so
-    every client starts from the same weights), an import path ``"pkg.mod:factory"``, or a
-    zoo model name. ``train``/``val``/``test``: one split per client each (a map-style
+    every client starts from the same weights), a module instance (a copy of its weights is
+    every client's initial model, whatever the seed), an import path ``"pkg.mod:factory"``,
+    or a zoo model name. ``train``/``val``/``test``: one split per client each (a map-style
     Dataset of (input, label) pairs, or arrays ``(x, y)``); labels are class indices.
     ``loss``: (outputs, labels) → mean batch loss (default cross-entropy). ``optimizer``:
     the model's parameters → a ``torch.optim`` optimiser, or (optimiser, LR schedule)
     (default: the config's SGD); a string is an import path. ``overrides``: dotted config
-    keys, e.g. ``{"rounds": 10, "dpfl.budget": 2}``. ``out``: write the run directory there
+    keys, e.g. ``{"rounds": 10, "dpfl.budget": 2}``, or CLI-style ``["rounds=10"]``; keys
+    that cannot apply to the user's data (``method``, ``data.*``...) are refused, and so is
+    a key the method spec sets to another value. The run's record describes the user's data
+    ("user data", the clients and their split sizes). ``out``: write the run directory there
     (refused if it holds a run, unless ``overwrite``). Raises ValueError (ConfigError,
     UserCodeError) with one message on bad input, before any training, and RunFailed when a
     step failed on every client (user code that raises when it runs, say).
     """
     raw = _raw_config(config)
-    for key, value in (overrides or {}).items():
+    settings_given = applicable_overrides(method, overrides)
+    for key, value in settings_given.items():
         set_value(raw, key.split("."), value, f"overrides[{key!r}]")
     for key, choice in (("model.name", model), ("training.loss", loss)):
         if isinstance(choice, str):
             set_value(raw, key.split("."), choice, key)
     if isinstance(optimizer, str):
         set_value(raw, ["training", "optimizer"], optimizer, "training.optimizer")
+    set_value(raw, ["data", "num_clients"], _count(train), "data.num_clients")
     device = resolve_device(validate_config(raw).device)
     splits = client_splits(train, val, test, device)
-    set_value(raw, ["data", "num_clients"], len(splits), "data.num_clients")
     spec = parse_method_spec(method, validate_config(raw))
     settings = spec.config
     named = objective_from_names(settings.training.loss, settings.training.optimizer)
@@ -89,6 +96,9 @@ def run(
         num_classes = 1 + max(int(split.y.max()) for s in splits for split in _all(s))
         module = build_model(model_name(settings), num_classes, settings.seed)
         model_label = model_name(settings)
+    elif isinstance(model, nn.Module):  # an instance: its weights are the initial model
+        model_label = f"{_describe(type(model))} (an instance)"
+        module = copy.deepcopy(model)
     else:
         model_label = _describe(model)
         module = seeded_module(model, settings.seed, model_label)
@@ -103,12 +113,86 @@ def run(
     hook = _after_round(on_round)
     with _threads(settings.threads), _run_dir(out, overwrite) as run_dir:
         summary = run_on_splits(
-            spec, splits, module, objective, device, run_dir, model_label, hook, given
+            spec,
+            splits,
+            module,
+            objective,
+            device,
+            run_dir,
+            model_label,
+            hook,
+            given,
+            data=user_data(splits),
         )
         records = read_run(run_dir)
     if summary["status"] == "failed":
         raise RunFailed(f"the run failed: {summary['message']}")
     return RunResult.from_records(summary, records, None if out is None else Path(out))
+
+
+Overrides = Mapping[str, Any] | Sequence[str]
+"""Config keys to set: dotted keys and values, or ``"key=value"`` strings as on the CLI."""
+
+NOT_FOR_USER_DATA = {
+    "method": "the method is run's first argument",
+    "methods": "compare's methods are its first argument",
+    "jobs": "the Python API runs one method at a time in this process",
+    "data": "data.* describes the built-in datasets; it cannot apply to your own splits",
+    "tracking": "the Python API writes no tracking files; use on_round",
+}
+"""Config keys that mean nothing for a run on the user's own data, and why."""
+
+
+def applicable_overrides(method: str, overrides: Overrides | None) -> dict[str, Any]:
+    """``overrides`` as dotted keys and values; ValueError for a key that cannot apply to a
+    run on the user's data or that the method spec also sets to another value."""
+    given = _as_mapping(overrides)
+    for key in given:
+        reason = NOT_FOR_USER_DATA.get(key.split(".")[0])
+        if reason is not None:
+            raise ValueError(f"overrides[{key!r}]: {reason}")
+    _, options = spec_options(method)
+    for option in options:
+        path, value = parse_override(option)
+        key = ".".join(path)
+        if key in given and given[key] != value:
+            raise ValueError(
+                f"{key} is set in both the method spec {method!r} ({value!r}) and overrides "
+                f"({given[key]!r}); set it in one place"
+            )
+    return given
+
+
+def _as_mapping(overrides: Overrides | None) -> dict[str, Any]:
+    if overrides is None:
+        return {}
+    if isinstance(overrides, Mapping):
+        return {str(key): value for key, value in overrides.items()}
+    if isinstance(overrides, str) or not isinstance(overrides, Sequence):
+        kind = type(overrides).__name__
+        raise ValueError(f"overrides must be a dict or a list of 'key=value' strings, got a {kind}")
+    pairs = (parse_override(str(text)) for text in overrides)
+    return {".".join(path): value for path, value in pairs}
+
+
+def _count(train: Sequence[Split]) -> int:
+    """How many clients ``train`` lists, at least 1 (client_splits says what is wrong)."""
+    listed = isinstance(train, Sequence) and not isinstance(train, tuple)
+    return max(1, len(train) if listed else 1)
+
+
+def user_data(splits: list[ClientSplits]) -> dict[str, Any]:
+    """The run record's ``data``: the user's clients and their split sizes, never the
+    built-in dataset's defaults the run did not use."""
+    return {
+        "dataset": "user data",
+        "num_clients": len(splits),
+        "partition": "as given",
+        **{
+            f"{name}_samples": [len(getattr(s, name).y) for s in splits]
+            for name in ("train", "val", "test")
+        },
+    }
 
 
 def _raw_config(config: ConfigSource) -> dict[str, Any]:

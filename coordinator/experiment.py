@@ -301,15 +301,17 @@ def run_on_splits(
     model_label: str,
     after_round: AfterRound,
     given: dict[str, str] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` on clients holding ``splits``, all starting from ``module``'s weights,
     recording every round in ``run_dir``; return the summary. ``given``: what the Python
-    API was handed in place of config fields, recorded beside the config."""
+    API was handed in place of config fields, recorded beside the config; ``data``: the
+    record's description of the clients' data when it is not the config's."""
     config = spec.config
     workspace = FlatModel(module, device)
     federation = build_federation(splits, workspace, config.training, config.seed, objective)
     method = build_method(spec, federation.sample_counts, workspace)
     recorder = MethodRecorder(
-        spec, run_dir, len(splits), model_label, workspace.nbytes, given=given
+        spec, run_dir, len(splits), model_label, workspace.nbytes, given=given, data=data
     )
     return drive(method, federation, config.rounds, recorder, after_round)
