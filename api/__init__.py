@@ -14,6 +14,21 @@ import paths ``pkg.mod:attr``); each participant imports only the paths its oper
 """
 
 from collabfl.api.data import Split
+from collabfl.api.methods import (
+    DPFL,
+    IPFL,
+    Ditto,
+    DPFLRandom,
+    Equilibrium,
+    FedAvg,
+    FedAvgFT,
+    FedCollab,
+    FedProx,
+    FedProxFT,
+    Local,
+    Method,
+    PFedGraph,
+)
 from collabfl.api.results import ClientResult, RunResult
 from collabfl.api.runner import run
 from collabfl.kernel.models import ModelFactory
@@ -21,10 +36,23 @@ from collabfl.kernel.objective import LossFn, OptimizerFactory
 from collabfl.kernel.user_code import UserCodeError
 
 __all__ = [
+    "DPFL",
+    "IPFL",
     "ClientResult",
+    "DPFLRandom",
+    "Ditto",
+    "Equilibrium",
+    "FedAvg",
+    "FedAvgFT",
+    "FedCollab",
+    "FedProx",
+    "FedProxFT",
+    "Local",
     "LossFn",
+    "Method",
     "ModelFactory",
     "OptimizerFactory",
+    "PFedGraph",
     "RunResult",
     "Split",
     "UserCodeError",

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from collabfl.api.data import Split, client_splits
+from collabfl.api.methods import MethodLike, method_spec
 from collabfl.api.results import RunResult
 from collabfl.client.node import ClientSplits
 from collabfl.coordinator.config import (
@@ -41,12 +42,19 @@ RoundHook = Callable[[int, list[dict[str, Any]]], None]
 
 
 def run(
-    method: str,
+    method: MethodLike,
     model: ModelFactory | nn.Module | str,
     train: Sequence[Split],
-    val: Sequence[Split],
+    val: Sequence[Split] | None,
     test: Sequence[Split],
     *,
+    rounds: int | None = None,
+    seed: int | None = None,
+    epochs: float | None = None,
+    lr: float | None = None,
+    batch_size: int | None = None,
+    device: str | None = None,
+    val_fraction: float | None = None,
     loss: LossFn | str | None = None,
     optimizer: OptimizerFactory | str | None = None,
     config: ConfigSource = None,
@@ -55,7 +63,14 @@ def run(
     overwrite: bool = False,
     on_round: RoundHook | None = None,
 ) -> RunResult:
-    """Run ``method`` (a spec such as ``"dpfl:budget=2"``) on clients 0..N-1 in this process.
+    """Run ``method`` (a spec such as ``"dpfl:budget=2"``, or ``cf.DPFL(budget=2)``) on
+    clients 0..N-1 in this process.
+
+    ``rounds``, ``seed``, ``epochs`` (local epochs per round), ``lr`` and ``batch_size`` (the
+    default SGD's; a callable ``optimizer`` sets its own lr) and ``device`` (``"cpu"``,
+    ``"cuda:0"``...) set those config keys; None keeps the config's value.
+    ``val_fraction``: with ``val=None``, each client's validation split is that share of its
+    train split, drawn with the run's seed (the rest stays for training).
 
     ``model``: a function of no arguments returning a fresh ``torch.nn.Module`` (seeded, so
     every client starts from the same weights), a module instance (a copy of its weights is
@@ -73,8 +88,11 @@ def run(
     UserCodeError) with one message on bad input, before any training, and RunFailed when a
     step failed on every client (user code that raises when it runs, say).
     """
+    method = method_spec(method)
     raw = _raw_config(config)
-    settings_given = applicable_overrides(method, overrides)
+    chosen: dict[str, Any] = {"rounds": rounds, "seed": seed, "epochs": epochs, "lr": lr}
+    chosen |= {"batch_size": batch_size, "device": device}
+    settings_given = applicable_overrides(method, overrides, chosen)
     for key, value in settings_given.items():
         set_value(raw, key.split("."), value, f"overrides[{key!r}]")
     for key, choice in (("model.name", model), ("training.loss", loss)):
@@ -83,10 +101,10 @@ def run(
     if isinstance(optimizer, str):
         set_value(raw, ["training", "optimizer"], optimizer, "training.optimizer")
     set_value(raw, ["data", "num_clients"], _count(train), "data.num_clients")
-    device = resolve_device(validate_config(raw).device)
-    splits = client_splits(train, val, test, device)
+    compute = resolve_device(validate_config(raw).device)
     spec = parse_method_spec(method, validate_config(raw))
     settings = spec.config
+    splits = client_splits(train, val, test, compute, val_fraction, settings.seed)
     named = objective_from_names(settings.training.loss, settings.training.optimizer)
     objective = Objective(
         loss if callable(loss) else named.loss,
@@ -117,7 +135,7 @@ def run(
             splits,
             module,
             objective,
-            device,
+            compute,
             run_dir,
             model_label,
             hook,
@@ -143,10 +161,34 @@ NOT_FOR_USER_DATA = {
 """Config keys that mean nothing for a run on the user's own data, and why."""
 
 
-def applicable_overrides(method: str, overrides: Overrides | None) -> dict[str, Any]:
-    """``overrides`` as dotted keys and values; ValueError for a key that cannot apply to a
-    run on the user's data or that the method spec also sets to another value."""
+SETTINGS = {
+    "rounds": "rounds",
+    "seed": "seed",
+    "epochs": "epochs",
+    "lr": "training.lr",
+    "batch_size": "training.batch_size",
+    "device": "device",
+}
+"""run's keyword arguments and the config keys they set."""
+
+
+def applicable_overrides(
+    method: str, overrides: Overrides | None, chosen: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``overrides`` and the ``chosen`` keyword settings as dotted keys and values;
+    ValueError for a key that cannot apply to a run on the user's data, or that two of the
+    method spec, the keywords and the overrides set to different values."""
     given = _as_mapping(overrides)
+    for argument, value in (chosen or {}).items():
+        key = SETTINGS[argument]
+        if value is None:
+            continue
+        if key in given and given[key] != value:
+            raise ValueError(
+                f"{key} is set both as {argument}={value!r} and in overrides "
+                f"({given[key]!r}); set it in one place"
+            )
+        given[key] = value
     for key in given:
         reason = NOT_FOR_USER_DATA.get(key.split(".")[0])
         if reason is not None:

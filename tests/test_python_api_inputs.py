@@ -10,13 +10,15 @@ cannot apply (``method``, ``data.*``) were ignored and a CLI-style list raised A
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
 import torch
 
 import collabfl.api as cf
-from collabfl.coordinator.config import ConfigError
+from collabfl.coordinator.config import ConfigError, load_config
+from collabfl.coordinator.methods import parse_method_spec
 from collabfl.coordinator.report.run_dir import read_run
 from collabfl.coordinator.report.setting import setting_title
 from tests.support.user_code import make_net
@@ -122,3 +124,66 @@ def test_cli_style_overrides_are_accepted():
 
 def _untimed(rows):
     return [{k: v for k, v in row.items() if not k.endswith("_s")} for row in rows]
+
+
+def test_keyword_settings_set_their_config_keys(tmp_path):
+    kwargs = {"rounds": 3, "seed": 1, "epochs": 0.5, "lr": 0.1, "batch_size": 6, "device": "cpu"}
+    result = run("local", overrides={}, out=tmp_path / "run", **kwargs)
+    config = read_run(tmp_path / "run").config
+    assert (config["rounds"], config["seed"], config["epochs"]) == (3, 1, 0.5)
+    assert (config["training"]["lr"], config["training"]["batch_size"]) == (0.1, 6)
+    dotted = {"rounds": 3, "seed": 1, "epochs": 0.5, "training.lr": 0.1, "training.batch_size": 6}
+    assert _untimed(result.history) == _untimed(run("local", overrides=dotted).history)
+    with pytest.raises(ValueError, match=r"rounds is set both as rounds=3 and in overrides \(2\)"):
+        run("local", overrides={"rounds": 2}, rounds=3)
+
+
+def test_typed_methods_are_their_specs():
+    assert cf.DPFL(budget=2, ggc_tie="larger").spec == "dpfl:budget=2,ggc_tie=larger"
+    assert str(cf.DPFL(budget=float("inf"))) == "dpfl:budget=inf"
+    assert cf.FedAvg().spec == "fedavg" and cf.FedProxFT(mu=0.01).spec == "fedprox_ft:mu=0.01"
+    assert run(cf.DPFL(budget=2)).summary["budget"] == 2
+    with pytest.raises(TypeError, match="spec string or a method object"):
+        run(3)
+
+
+def test_every_typed_method_is_registered_with_its_options():
+    from collabfl.api.methods import TYPED_METHODS
+    from collabfl.coordinator.registry import REGISTRY
+
+    assert {m.name for m in TYPED_METHODS} <= set(REGISTRY.names())
+    base = load_config(None, ["data.num_clients=10"])
+    for typed in TYPED_METHODS:
+        section = REGISTRY.entry(typed.name).section
+        own = getattr(base, section).model_dump() if section else {}
+        options = {f.name: own[f.name] for f in dataclasses.fields(typed)}
+        if typed.name == "equilibrium":
+            options["budget"] = 2  # its default "inf" is spelled the same
+        spec = parse_method_spec(typed(**options).spec, base)
+        assert all(getattr(getattr(spec.config, section), k) == v for k, v in options.items()), (
+            typed
+        )
+
+
+def test_val_fraction_holds_out_part_of_each_train_split(tmp_path):
+    result = run("local", val=None, val_fraction=0.25, out=tmp_path / "run")
+    data = read_run(tmp_path / "run").config["data"]
+    assert data["train_samples"] == [18] * 3 and data["val_samples"] == [6] * 3
+    again = run("local", val=None, val_fraction=0.25)
+    assert _untimed(result.history) == _untimed(again.history)
+    other_seed = run("local", val=None, val_fraction=0.25, seed=1)
+    assert _untimed(result.history) != _untimed(other_seed.history)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"val_fraction": 0.2}, "either val .* or val_fraction"),
+        ({"val": None}, "either val .* or val_fraction"),
+        ({"val": None, "val_fraction": 1.0}, r"val_fraction must be in \(0, 1\)"),
+        ({"val": None, "val_fraction": 0.99}, r"train\[0\] has 24 samples: too few"),
+    ],
+)
+def test_a_val_fraction_that_cannot_hold_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        run("local", **kwargs)
