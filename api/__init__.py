@@ -13,6 +13,7 @@ import paths ``pkg.mod:attr``); each participant imports only the paths its oper
 (``collabfl-client --allow-import``). examples/custom_model.py is a complete example.
 """
 
+from collabfl.api.compare import compare
 from collabfl.api.data import Split
 from collabfl.api.methods import (
     DPFL,
@@ -29,7 +30,7 @@ from collabfl.api.methods import (
     Method,
     PFedGraph,
 )
-from collabfl.api.results import ClientResult, RunResult
+from collabfl.api.results import ClientResult, Comparison, MethodComparison, RunResult
 from collabfl.api.runner import run
 from collabfl.kernel.models import ModelFactory
 from collabfl.kernel.objective import LossFn, OptimizerFactory
@@ -39,6 +40,7 @@ __all__ = [
     "DPFL",
     "IPFL",
     "ClientResult",
+    "Comparison",
     "DPFLRandom",
     "Ditto",
     "Equilibrium",
@@ -50,11 +52,13 @@ __all__ = [
     "Local",
     "LossFn",
     "Method",
+    "MethodComparison",
     "ModelFactory",
     "OptimizerFactory",
     "PFedGraph",
     "RunResult",
     "Split",
     "UserCodeError",
+    "compare",
     "run",
 ]

@@ -27,7 +27,7 @@ from collabfl.coordinator.config import (
 )
 from collabfl.coordinator.driver import AfterRound
 from collabfl.coordinator.experiment import resolve_device, run_on_splits
-from collabfl.coordinator.methods import parse_method_spec, spec_options
+from collabfl.coordinator.methods import MethodSpec, parse_method_spec, spec_options
 from collabfl.coordinator.report.run_dir import claim_output_dir, read_run
 from collabfl.coordinator.step_failures import RunFailed
 from collabfl.kernel.models import ModelFactory, build_model, seeded_module
@@ -88,22 +88,12 @@ def run(
     UserCodeError) with one message on bad input, before any training, and RunFailed when a
     step failed on every client (user code that raises when it runs, say).
     """
-    method = method_spec(method)
-    raw = _raw_config(config)
     chosen: dict[str, Any] = {"rounds": rounds, "seed": seed, "epochs": epochs, "lr": lr}
     chosen |= {"batch_size": batch_size, "device": device}
-    settings_given = applicable_overrides(method, overrides, chosen)
-    for key, value in settings_given.items():
-        set_value(raw, key.split("."), value, f"overrides[{key!r}]")
-    for key, choice in (("model.name", model), ("training.loss", loss)):
-        if isinstance(choice, str):
-            set_value(raw, key.split("."), choice, key)
-    if isinstance(optimizer, str):
-        set_value(raw, ["training", "optimizer"], optimizer, "training.optimizer")
-    set_value(raw, ["data", "num_clients"], _count(train), "data.num_clients")
-    compute = resolve_device(validate_config(raw).device)
-    spec = parse_method_spec(method, validate_config(raw))
+    named_code = {"model.name": model, "training.loss": loss, "training.optimizer": optimizer}
+    spec = resolve_spec(method, config, overrides, chosen, named_code, _count(train))
     settings = spec.config
+    compute = resolve_device(settings.device)
     splits = client_splits(train, val, test, compute, val_fraction, settings.seed)
     named = objective_from_names(settings.training.loss, settings.training.optimizer)
     objective = Objective(
@@ -146,6 +136,28 @@ def run(
     if summary["status"] == "failed":
         raise RunFailed(f"the run failed: {summary['message']}")
     return RunResult.from_records(summary, records, None if out is None else Path(out))
+
+
+def resolve_spec(
+    method: MethodLike,
+    config: ConfigSource,
+    overrides: Overrides | None,
+    chosen: Mapping[str, Any],
+    named_code: Mapping[str, object],
+    num_clients: int,
+) -> MethodSpec:
+    """The validated spec of ``method`` on ``num_clients`` of the user's clients: the config,
+    the overrides, the keyword settings (``chosen``) and the user code named by import path
+    (``named_code``: config key → what was given); ConfigError/ValueError in one line."""
+    text = method_spec(method)
+    raw = _raw_config(config)
+    for key, value in applicable_overrides(text, overrides, chosen).items():
+        set_value(raw, key.split("."), value, f"overrides[{key!r}]")
+    for key, choice in named_code.items():
+        if isinstance(choice, str):
+            set_value(raw, key.split("."), choice, key)
+    set_value(raw, ["data", "num_clients"], num_clients, "data.num_clients")
+    return parse_method_spec(text, validate_config(raw))
 
 
 Overrides = Mapping[str, Any] | Sequence[str]

@@ -172,9 +172,9 @@ def run_seeds(
             by_seed[seed] = run_comparison(config, specs, out_dir / seed_folder(seed), console)
     except BaseException:
         with contextlib.suppress(Exception):  # the interrupt is what the caller must see
-            _write_seed_outputs(out_dir, labels, by_seed, planned)
+            write_seed_outputs(out_dir, labels, by_seed, planned)
         raise
-    aggregates = _write_seed_outputs(out_dir, labels, by_seed, planned)
+    aggregates = write_seed_outputs(out_dir, labels, by_seed, planned)
     console.rule(f"{len(planned)} seeds")
     print_results(aggregates, console)
     console.print(f"run directory: {out_dir}")
@@ -186,9 +186,11 @@ def seed_folder(seed: int) -> str:
     return f"seed_{seed}"
 
 
-def _write_seed_outputs(
+def write_seed_outputs(
     out_dir: Path, labels: list[str], by_seed: dict[int, list[dict[str, Any]]], planned: list[int]
 ) -> list[dict[str, Any]]:
+    """The aggregate over the seeds in ``by_seed`` (their runs in ``seed_<seed>/<method>``),
+    written into ``out_dir`` with its table and plots; returns the aggregates."""
     aggregates = aggregate_seeds(labels, by_seed, planned)
     run_dirs = {
         a["method"]: [out_dir / seed_folder(s) / safe_name(a["method"]) for s in a["seeds"]]
