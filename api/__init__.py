@@ -7,6 +7,10 @@
                     overrides={"rounds": 10})
     print(result.mean_test_acc, [c.best_test_acc for c in result.clients])
 
+``compare(methods, model, train, val, test, seeds=[0, 1, 2], out=...)`` runs several
+methods over seeds and writes the results table and plots, as ``collabfl compare --seeds``.
+Methods are spec strings or typed objects (``cf.DPFL(budget=3)``).
+
 ``run`` uses the in-process runtime (every client in this process). A real federation
 takes the same config keys (``model.name``, ``training.loss``, ``training.optimizer`` as
 import paths ``pkg.mod:attr``); each participant imports only the paths its operator allows
