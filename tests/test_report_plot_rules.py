@@ -66,3 +66,24 @@ def test_a_fine_tuning_step_is_a_labelled_marker_not_a_jump() -> None:
     assert curves and all(max(line.get_xdata()) == 3 for line in curves)
     (step,) = [line for line in ax.get_lines() if "fine-tun" in str(line.get_label())]
     assert list(step.get_xdata()) == [4] and step.get_linestyle() == "None"
+
+
+def test_results_md_has_a_caption_naming_the_setting_the_seeds_and_what_the_spread_is(
+    tmp_path,
+) -> None:
+    from collabfl.coordinator.report.comparison import write_comparison
+    from collabfl.coordinator.report.run_dir import RunWriter
+
+    run = tmp_path / "local"
+    writer = RunWriter(run)
+    writer.write_config({**CONFIG, "seed": 3})
+    writer.log_round([{"round": 0, "client": 0, "test_acc": 0.5, "best_test_acc": 0.5}])
+    summary = {"method": "local", "status": "finished", "mean_test_acc": 0.5, "std_test_acc": 0.0}
+    write_comparison(tmp_path, [summary], {"local": run})
+    caption = (tmp_path / "results.md").read_text().splitlines()[0]
+    assert "mnist1d, N=3, IID" in caption and "seed 3" in caption
+    assert "mean ± std over clients (population std, ddof=0)" in caption
+    aggregate = {**summary, "seeds": [0, 1], "seed_std_test_acc": 0.01}
+    write_comparison(tmp_path, [aggregate], {"local": [run, run]})
+    caption = (tmp_path / "results.md").read_text().splitlines()[0]
+    assert "mean ± std over 2 seeds (sample std, ddof=1)" in caption and "seed 3" not in caption

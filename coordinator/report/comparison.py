@@ -14,7 +14,8 @@ from typing import Any
 
 from collabfl.coordinator.report.plots import plot_accuracy_by_round, plot_accuracy_vs_variance
 from collabfl.coordinator.report.run_dir import read_run
-from collabfl.coordinator.report.table import results_markdown
+from collabfl.coordinator.report.setting import setting_title
+from collabfl.coordinator.report.table import results_caption, results_markdown
 
 
 def write_comparison(
@@ -22,7 +23,8 @@ def write_comparison(
     summaries: list[dict[str, Any]],
     run_dirs: Mapping[str, Path | Sequence[Path]],
 ) -> None:
-    """The cross-method outputs: summary.json, results.md and the two comparison plots.
+    """The cross-method outputs: summary.json, results.md (a caption naming the setting, the
+    seeds and what ± is, then the table) and the two comparison plots.
 
     ``run_dirs`` holds each method's run folder, or its folders over several seeds (the
     plots then show the spread across seeds).
@@ -35,4 +37,5 @@ def write_comparison(
     plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
     plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png", config)
     (out_dir / "summary.json").write_text(json.dumps(summaries, indent=2))
-    (out_dir / "results.md").write_text(results_markdown(summaries))
+    caption = results_caption(summaries, setting_title(config), config.get("seed"))
+    (out_dir / "results.md").write_text(f"{caption}\n\n{results_markdown(summaries)}")
