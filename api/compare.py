@@ -18,7 +18,7 @@ from torch import nn
 from collabfl.api.data import Split, tensors
 from collabfl.api.methods import MethodLike, method_spec
 from collabfl.api.results import Comparison, MethodComparison, RunResult
-from collabfl.api.runner import ConfigSource, Overrides, resolve_spec, run
+from collabfl.api.runner import ConfigSource, Overrides, client_count, resolve_spec, run
 from collabfl.coordinator.experiment import seed_folder, write_seed_outputs
 from collabfl.coordinator.recording import safe_name
 from collabfl.coordinator.report.comparison import write_comparison
@@ -64,10 +64,10 @@ def compare(
     code = {"model.name": model, "training.loss": loss, "training.optimizer": optimizer}
     chosen: dict[str, Any] = {"rounds": rounds, "epochs": epochs, "lr": lr}
     chosen |= {"batch_size": batch_size, "device": device}
-    clients = len(train) if isinstance(train, Sequence) and not isinstance(train, tuple) else 1
     for spec in specs:  # every spec and setting, before anything runs
         for seed in plan:
-            resolve_spec(spec, config, overrides, {**chosen, "seed": seed}, code, max(1, clients))
+            settings = {**chosen, "seed": seed}
+            resolve_spec(spec, config, overrides, settings, code, client_count(train))
     train, test = _stacked(train, "train"), _stacked(test, "test")
     val = None if val is None else _stacked(val, "val")
     by_seed: dict[int, list[RunResult]] = {}

@@ -91,7 +91,7 @@ def run(
     chosen: dict[str, Any] = {"rounds": rounds, "seed": seed, "epochs": epochs, "lr": lr}
     chosen |= {"batch_size": batch_size, "device": device}
     named_code = {"model.name": model, "training.loss": loss, "training.optimizer": optimizer}
-    spec = resolve_spec(method, config, overrides, chosen, named_code, _count(train))
+    spec = resolve_spec(method, config, overrides, chosen, named_code, client_count(train))
     settings = spec.config
     compute = resolve_device(settings.device)
     splits = client_splits(train, val, test, compute, val_fraction, settings.seed)
@@ -229,7 +229,7 @@ def _as_mapping(overrides: Overrides | None) -> dict[str, Any]:
     return {".".join(path): value for path, value in pairs}
 
 
-def _count(train: Sequence[Split]) -> int:
+def client_count(train: Sequence[Split]) -> int:
     """How many clients ``train`` lists, at least 1 (client_splits says what is wrong)."""
     listed = isinstance(train, Sequence) and not isinstance(train, tuple)
     return max(1, len(train) if listed else 1)
