@@ -87,3 +87,15 @@ def test_results_md_has_a_caption_naming_the_setting_the_seeds_and_what_the_spre
     write_comparison(tmp_path, [aggregate], {"local": [run, run]})
     caption = (tmp_path / "results.md").read_text().splitlines()[0]
     assert "mean ± std over 2 seeds (sample std, ddof=1)" in caption and "seed 3" not in caption
+
+
+def test_rounds_that_miss_clients_are_shaded() -> None:
+    records = _records([0.5] * 3)
+    records.rows[:] = [r for r in records.rows if (r["round"], r["client"]) != (2, 1)]
+    ax = accuracy_by_round_figure({"fedavg": records}).axes[0]
+    shaded = [p for p in ax.patches if "missing" in str(p.get_label())]
+    assert len(shaded) == 1
+    (span,) = shaded
+    assert (span.get_x(), span.get_x() + span.get_width()) == (1.5, 2.5)
+    whole = accuracy_by_round_figure({"fedavg": _records([0.5] * 3)}).axes[0]
+    assert not [p for p in whole.patches if "missing" in str(p.get_label())]

@@ -77,7 +77,8 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
     with a band of ± one std (across clients for one seed, across seeds for several; clipped
     to 0-100 %), and the DPFL set-up round marked. A step after the planned rounds (fedavg_ft's
     fine-tuning) is a labelled star, not a jump of the curves; past ten methods each also gets
-    a marker; the legends sit right of the axes, off the curves.
+    a marker; rounds in which a run missed clients are shaded; the legends sit right of the
+    axes, off the curves.
 
     The two curves differ when training overfits or a graph method destabilises late; the
     dashed one is what results report.
@@ -111,6 +112,9 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
                 linestyle="None",
                 label=f"{method}: fine-tuned (after the last round)",
             )
+    for count, missing in enumerate(_rounds_missing_clients(by_method)):
+        label = "rounds missing clients" if count == 0 else "_missing"
+        ax.axvspan(missing - 0.5, missing + 0.5, color="grey", alpha=0.12, label=label)
     setup = [m for m in by_method if m.split(":")[0] in SETUP_ROUND_METHODS]
     if setup:
         ax.axvline(0, color="black", linestyle=":", label="DPFL set-up (BGGC)")
@@ -139,6 +143,20 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
         bbox_transform=ax.transAxes,
     )
     return fig
+
+
+def _rounds_missing_clients(by_method: Mapping[str, list[RunRecords]]) -> list[int]:
+    """Rounds in which some run heard from fewer clients than its federation has: its
+    curves there average fewer clients."""
+    missing: set[int] = set()
+    for records in (r for seeds in by_method.values() for r in seeds):
+        expected = int((records.config.get("data") or {}).get("num_clients") or 0)
+        clients: dict[int, set[int]] = {}
+        for row in records.rows:
+            clients.setdefault(int(row["round"]), set()).add(int(row["client"]))
+        last = max(clients, default=-1)
+        missing |= {t for t in range(last + 1) if len(clients.get(t, ())) < expected}
+    return sorted(missing)
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
