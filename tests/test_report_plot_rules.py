@@ -99,3 +99,19 @@ def test_rounds_that_miss_clients_are_shaded() -> None:
     assert (span.get_x(), span.get_x() + span.get_width()) == (1.5, 2.5)
     whole = accuracy_by_round_figure({"fedavg": _records([0.5] * 3)}).axes[0]
     assert not [p for p in whole.patches if "missing" in str(p.get_label())]
+
+
+def test_the_reports_series_figures_tell_methods_apart_without_dashes() -> None:
+    """docs/results.md's per-round figures: past ten methods a marker, never a dash (dashes
+    mean the best-validation model in accuracy_by_round.png)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import report_figures
+
+    curves = {f"m{k}": [[0.5 + k / 100] * 4] for k in range(13)}
+    figure = report_figures.series_by_round_figure("t", "acc", curves)
+    lines = [line for line in figure.axes[0].get_lines() if str(line.get_label()).startswith("m")]
+    assert len({(str(line.get_color()), str(line.get_marker())) for line in lines}) == 13
+    assert {line.get_linestyle() for line in lines} == {"-"}
