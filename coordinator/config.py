@@ -6,6 +6,7 @@ path, the value given and the allowed range.
 
 from __future__ import annotations
 
+import logging
 import math
 import tomllib
 from collections.abc import Mapping
@@ -28,6 +29,8 @@ from collabfl.kernel.devices import DEVICE_FORMS, check_spec
 from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
 from collabfl.kernel.user_code import check_import_path, is_import_path
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -419,7 +422,12 @@ def budget_peers(
     most = num_clients - 1
     if most < 1:
         raise ConfigError(f"{field}: {num_clients} client has no peers; run 'local'")
-    return min(max(bc - 1 if counts_owner else bc, 1), most)
+    peers = min(max(bc - 1 if counts_owner else bc, 1), most)
+    if isinstance(budget, int) and peers < (bc - 1 if counts_owner else bc):
+        log.info(
+            "%s=%s: %d clients have %d peers each; holding all", field, budget, num_clients, most
+        )
+    return peers
 
 
 def check_budgets(config: ExperimentConfig) -> None:

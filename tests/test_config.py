@@ -106,6 +106,12 @@ def test_a_federation_smaller_than_the_config_holds_the_peers_it_has(budget, n, 
     assert budget_peers(budget, n, "dpfl.budget", counts_owner=owner) == peers
 
 
+def test_a_clamped_integer_budget_is_said(caplog):
+    with caplog.at_level("INFO", logger="collabfl.coordinator.config"):
+        assert budget_peers(5, 3, "dpfl.budget") == 2
+    assert "dpfl.budget=5: 3 clients have 2 peers each; holding all" in caplog.text
+
+
 def test_the_budget_limit_counts_the_owner_when_bc_does():
     assert load_config(None, ["data.num_clients=10", "dpfl.budget=10", "preset=paper"])
     with pytest.raises(ConfigError, match=r"budget_counts_owner.*give at most 10"):
