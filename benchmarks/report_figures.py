@@ -17,6 +17,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from collabfl.engine.report.plots import MARKERS
+
 DPI = 110
 
 
@@ -55,12 +57,17 @@ def accuracy_vs_variance(
     return _save(fig, path)
 
 
-LINE_STYLES = ("-", "--", ":")
-
-
 def series_by_round(
     title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]], path: Path
 ) -> Path | None:
+    """Write ``series_by_round_figure`` as a PNG (None: nothing to draw)."""
+    fig = series_by_round_figure(title, ylabel, curves)
+    return None if fig is None else _save(fig, path)
+
+
+def series_by_round_figure(
+    title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]]
+) -> Figure | None:
     """Per method, the mean over its runs (seeds) of a per-round series."""
     drawn = {m: runs for m, runs in curves.items() if runs}
     if not drawn:
@@ -70,16 +77,24 @@ def series_by_round(
     for i, (method, runs) in enumerate(drawn.items()):
         length = min(len(r) for r in runs)
         values = np.array([[np.nan if v is None else v for v in r[:length]] for r in runs])
-        # Ten colours repeat past ten methods: the line style tells those apart.
-        style = LINE_STYLES[i // 10 % len(LINE_STYLES)]
+        # Ten colours repeat past ten methods: a marker tells those apart, as in
+        # accuracy_by_round.png, where a dash means the best-validation model.
+        marker = MARKERS[i % len(MARKERS)] if len(drawn) > 10 else None
         mean = np.nanmean(values, axis=0)
-        ax.plot(np.arange(length), mean, style, label=f"{method} (n={len(runs)})")
+        ax.plot(
+            np.arange(length),
+            mean,
+            color=f"C{i % 10}",
+            marker=marker,
+            markersize=4,
+            label=f"{method} (n={len(runs)})",
+        )
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
 
 
 def graph_heatmap(

@@ -10,6 +10,7 @@ import pytest
 from collabfl.engine.config import (
     ConfigError,
     ExperimentConfig,
+    budget_peers,
     load_config,
     parse_override,
     resolve_budget,
@@ -40,8 +41,12 @@ def test_quickstart_file_spells_out_the_defaults_but_the_federation_size():
     [
         ("data.alpha=-1", "data.alpha", "greater than 0"),
         ("rounds=0", "rounds", "greater than or equal to 1"),
-        ("dpfl.budget=1.5", "dpfl.budget", "(0, 1]"),
-        ("dpfl.budget=-3", "dpfl.budget", ">= 0"),
+        ("dpfl.budget=1.5", "dpfl.budget", "(0, 1)"),
+        ("dpfl.budget=1.0", "dpfl.budget", "give 'inf' for every peer"),
+        ("dpfl.budget=-3", "dpfl.budget", "at least 1 peer"),
+        ("dpfl.budget=0", "dpfl.budget", "0 peers is local training"),
+        ("dpfl.budget=20", "dpfl.budget", "give at most 19"),
+        ("equilibrium.budget=0", "equilibrium.budget", "at least 1 peer"),
         ("data.partition=zipf", "data.partition", "'dirichlet'"),
         ("training.momentum=1.0", "training.momentum", "less than 1"),
         ("data.nonsense=1", "data.nonsense", "Extra inputs"),
@@ -83,6 +88,34 @@ def test_config_file_errors(tmp_path):
 )
 def test_resolve_budget(budget, n, expected):
     assert resolve_budget(budget, n) == expected
+
+
+@pytest.mark.parametrize(
+    ("budget", "n", "owner", "peers"),
+    [
+        (0.99, 10, False, 9),
+        (0.99, 10, True, 9),
+        (0.01, 10, True, 1),
+        (5, 3, False, 2),
+        (9, 10, True, 8),
+    ],
+)
+def test_a_federation_smaller_than_the_config_holds_the_peers_it_has(budget, n, owner, peers):
+    """Validation refuses an integer beyond the config's N; a smaller federation or a
+    coalition (N known only when it runs) holds every peer it has, never more."""
+    assert budget_peers(budget, n, "dpfl.budget", counts_owner=owner) == peers
+
+
+def test_a_clamped_integer_budget_is_said(caplog):
+    with caplog.at_level("INFO", logger="collabfl.engine.config"):
+        assert budget_peers(5, 3, "dpfl.budget") == 2
+    assert "dpfl.budget=5: 3 clients have 2 peers each; holding all" in caplog.text
+
+
+def test_the_budget_limit_counts_the_owner_when_bc_does():
+    assert load_config(None, ["data.num_clients=10", "dpfl.budget=10", "preset=paper"])
+    with pytest.raises(ConfigError, match=r"budget_counts_owner.*give at most 10"):
+        load_config(None, ["data.num_clients=10", "dpfl.budget=11", "preset=paper"])
 
 
 def test_method_specs_route_options_to_their_section():

@@ -177,3 +177,25 @@ def test_a_federation_refuses_tensorboard_rather_than_ignoring_it(tmp_path: Path
     assert result.exit_code == 2
     assert "simulate and compare only" in result.output
     assert not out.exists()
+
+
+def test_a_fine_tuning_step_after_the_last_round_never_shows_past_its_total(caplog) -> None:
+    """fedavg_ft's fine-tuning step is a round after the planned ones: its bar used to end
+    at 21/20 and its log line say "round 21/20"."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from collabfl.engine.progress import RoundUpdate
+
+    progress = Progress(console=Console(file=StringIO()))
+    board = ProgressBoard(progress, ["fedavg_ft"], {"fedavg_ft": 3})
+    with caplog.at_level(logging.INFO, logger="collabfl.progress"):
+        for t in range(4):  # rounds 0-2, then the fine-tuning step as round 3
+            board.show(RoundUpdate("fedavg_ft", t, 3, 0.5, 0.5))
+        board.finished("fedavg_ft", 4)  # the summary counts the step as a round
+    task = progress.tasks[0]
+    assert task.completed == task.total == 4
+    assert "round 4/3" not in caplog.text
+    assert "after round 3/3 fedavg_ft: mean val acc 50.00%" in caplog.text

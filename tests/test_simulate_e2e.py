@@ -66,7 +66,7 @@ def test_compare_runs_every_method_on_one_partition(tmp_path):
     summaries = json.loads((out / "summary.json").read_text())
     assert [s["method"] for s in summaries] == methods.split(",")
     assert "dpfl_random:budget=1" in result.output
-    assert (out / "results.md").read_text().count("\n") == 2 + 4
+    assert (out / "results.md").read_text().count("\n") == 2 + 2 + 4  # caption, table
     fedavg = read_run(out / "fedavg_ft")
     assert max(r["round"] for r in fedavg.rows) == 3  # the fine-tuning round
     assert fedavg.summary["coordinator_bytes_per_client_round"] > 0

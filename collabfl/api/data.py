@@ -23,27 +23,57 @@ Split = Dataset[Any] | tuple[Any, Any]
 
 
 def client_splits(
-    train: Sequence[Split], val: Sequence[Split], test: Sequence[Split], device: torch.device
+    train: Sequence[Split],
+    val: Sequence[Split] | None,
+    test: Sequence[Split],
+    device: torch.device,
+    val_fraction: float | None = None,
+    seed: int = 0,
 ) -> list[ClientSplits]:
     """Every client's three splits on ``device``; ValueError naming the client and split
-    when the lists disagree or a split is unusable."""
-    given = {"train": train, "val": val, "test": test}
+    when the lists disagree or a split is unusable. With ``val=None``, each client's
+    validation split is ``val_fraction`` of its train split, drawn with ``seed``."""
+    if (val is None) == (val_fraction is None):
+        raise ValueError(
+            "give either val (one validation split per client) or val_fraction "
+            "(carve it from each client's train split), not both or neither"
+        )
+    given = {"train": train, "val": val, "test": test} if val is not None else {}
+    given = given or {"train": train, "test": test}
     for name, splits in given.items():
         if isinstance(splits, Dataset | tuple) or not isinstance(splits, Sequence):
             raise ValueError(f"{name} must be a list with one split per client")
     counts = {name: len(splits) for name, splits in given.items()}
+    names = f"{', '.join(list(given)[:-1])} and {list(given)[-1]}"
     if len(set(counts.values())) != 1:
-        raise ValueError(f"train, val and test must list the same clients; got {counts}")
+        raise ValueError(f"{names} must list the same clients; got {counts}")
     if not train:
-        raise ValueError("no clients: train, val and test are empty lists")
+        raise ValueError(f"no clients: {names} are empty lists")
+    trains = [tensors(split, f"train[{k}]", device) for k, split in enumerate(train)]
+    tests = [tensors(split, f"test[{k}]", device) for k, split in enumerate(test)]
+    if val is None:
+        pairs = [_carve(data, val_fraction or 0.0, seed, k) for k, data in enumerate(trains)]
+    else:
+        pairs = [(data, tensors(val[k], f"val[{k}]", device)) for k, data in enumerate(trains)]
     return [
-        ClientSplits(
-            train=tensors(train[k], f"train[{k}]", device),
-            val=tensors(val[k], f"val[{k}]", device),
-            test=tensors(test[k], f"test[{k}]", device),
-        )
-        for k in range(len(train))
+        ClientSplits(train=t, val=v, test=test) for (t, v), test in zip(pairs, tests, strict=True)
     ]
+
+
+def _carve(data: TensorData, fraction: float, seed: int, k: int) -> tuple[TensorData, TensorData]:
+    """Client ``k``'s train split, less a random ``fraction`` held out as its val split."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {fraction!r}")
+    count = max(1, round(fraction * len(data.y)))
+    if count >= len(data.y):
+        raise ValueError(
+            f"train[{k}] has {len(data.y)} samples: too few to keep any for training "
+            f"after holding out val_fraction={fraction}"
+        )
+    generator = torch.Generator().manual_seed(seed * 100_003 + k)
+    order = torch.randperm(len(data.y), generator=generator).to(data.y.device)
+    held, kept = order[:count], order[count:]
+    return TensorData(data.x[kept], data.y[kept]), TensorData(data.x[held], data.y[held])
 
 
 def tensors(split: Split, where: str, device: torch.device) -> TensorData:

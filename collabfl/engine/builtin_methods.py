@@ -12,7 +12,7 @@ from functools import partial
 
 import numpy as np
 
-from collabfl.engine.config import ConfigError, FedCollabConfig, resolve_budget, scores_local
+from collabfl.engine.config import ConfigError, FedCollabConfig, budget_peers, scores_local
 from collabfl.engine.methods import MethodSpec, build_method
 from collabfl.engine.registry import REGISTRY, FederationContext
 from collabfl.kernel.models import head_parameters
@@ -65,9 +65,12 @@ def _ditto(spec: MethodSpec, federation: FederationContext) -> Ditto:
 def _dpfl(spec: MethodSpec, federation: FederationContext, *, graph: GraphRule) -> DPFL:
     """DPFL with the paper's graph construction (``ggc``) or its random-graph ablation."""
     options = spec.config.dpfl
-    budget = resolve_budget(options.budget, len(federation.sample_counts))
-    if options.budget_counts_owner and budget is not None:
-        budget = max(0, budget - 1)
+    budget = budget_peers(
+        options.budget,
+        len(federation.sample_counts),
+        "dpfl.budget",
+        counts_owner=options.budget_counts_owner,
+    )
     return DPFL(
         epochs=spec.config.epochs,
         init_epochs=options.init_epochs,
@@ -198,7 +201,7 @@ def _equilibrium(spec: MethodSpec, federation: FederationContext) -> Collaborati
         trainers.base,
         trainers.single,
         init_epochs=options.init_epochs,
-        budget=resolve_budget(options.budget, len(federation.sample_counts)),
+        budget=budget_peers(options.budget, len(federation.sample_counts), "equilibrium.budget"),
         spo=spo,
         name=spec.label,
     )

@@ -6,6 +6,7 @@ path, the value given and the allowed range.
 
 from __future__ import annotations
 
+import logging
 import math
 import tomllib
 from collections.abc import Mapping
@@ -29,6 +30,8 @@ from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
 from collabfl.kernel.user_code import check_import_path, is_import_path
 from collabfl.kernel.validation import problems
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -95,15 +98,23 @@ class ModelConfig(_Section):
 def _infinity_is_unlimited(value: Any) -> Any:
     """TOML reads ``budget=inf`` as a float; it means unlimited. A bool is no budget."""
     if isinstance(value, bool):
-        raise ValueError("budget must be an integer >= 0, a fraction in (0, 1] or 'inf'")
+        raise ValueError("budget must be an integer >= 1, a fraction in (0, 1) or 'inf'")
     return "inf" if isinstance(value, float) and math.isinf(value) and value > 0 else value
 
 
 def _check_budget(value: Any) -> Any:
-    if isinstance(value, int) and value < 0:
-        raise ValueError("an integer budget must be >= 0")
-    if isinstance(value, float) and not 0 < value <= 1:
-        raise ValueError("a fractional budget must be in (0, 1]")
+    """An integer counts peers; a float is a fraction of N, and only in (0, 1): ``1`` is
+    one peer, so ``1.0`` (every client) would read as the same number meaning N."""
+    if isinstance(value, int) and value < 1:
+        raise ValueError(
+            "an integer budget counts peers and must be at least 1 peer "
+            "(0 peers is local training: run 'local')"
+        )
+    if isinstance(value, float) and not 0 < value < 1:
+        raise ValueError(
+            "a fractional budget is a fraction of the clients in (0, 1); "
+            "give 'inf' for every peer or an integer number of peers"
+        )
     return value
 
 
@@ -112,7 +123,7 @@ Budget = Annotated[
     BeforeValidator(_infinity_is_unlimited),
     AfterValidator(_check_budget),
 ]
-"""Peers held at once: an integer, a fraction of N in (0, 1], or "inf" (unlimited)."""
+"""Peers held at once: an integer >= 1, a fraction of N in (0, 1), or "inf" (unlimited)."""
 
 
 def _registered_method(name: str) -> str:
@@ -154,8 +165,8 @@ BaseMethodName = Annotated[str, AfterValidator(_coalition_base)]
 
 
 class DPFLConfig(_Section):
-    """DPFL's knobs. ``budget``: an integer number of peers, a fraction of N in (0, 1],
-    or "inf" (unlimited)."""
+    """DPFL's knobs. ``budget``: an integer number of peers (1 to N-1), a fraction of N in
+    (0, 1), or "inf" (unlimited)."""
 
     budget: Budget = 0.2
     init_epochs: float = Field(5.0, gt=0, le=1000, description="τ_init")
@@ -419,6 +430,55 @@ def resolve_budget(budget: Budget, num_clients: int) -> int | None:
     return int(budget)
 
 
+def budget_peers(
+    budget: Budget, num_clients: int, field: str, *, counts_owner: bool = False
+) -> int | None:
+    """The peers a client may hold at once among ``num_clients`` (None: unlimited), kept
+    within the 1 to N-1 peers there are: validation (``check_budgets``) refuses an integer
+    outside that range for the config's N, and a federation or coalition smaller than the
+    config said holds all its peers. ``counts_owner``: Bc counts the client itself."""
+    bc = resolve_budget(budget, num_clients)
+    if bc is None:
+        return None
+    most = num_clients - 1
+    if most < 1:
+        raise ConfigError(f"{field}: {num_clients} client has no peers; run 'local'")
+    peers = min(max(bc - 1 if counts_owner else bc, 1), most)
+    if isinstance(budget, int) and peers < (bc - 1 if counts_owner else bc):
+        log.info(
+            "%s=%s: %d clients have %d peers each; holding all", field, budget, num_clients, most
+        )
+    return peers
+
+
+def check_budgets(config: ExperimentConfig) -> None:
+    """Refuse a budget the config's federation cannot hold (ConfigError)."""
+    clients = config.data.num_clients
+    if clients < 2:
+        return  # one client has no peers to budget; a method that needs them says so
+    owner = config.dpfl.budget_counts_owner
+    _check_peers(config.dpfl.budget, clients, "dpfl.budget", owner)
+    _check_peers(config.equilibrium.budget, clients, "equilibrium.budget", False)
+
+
+def _check_peers(budget: Budget, num_clients: int, field: str, counts_owner: bool) -> None:
+    if not isinstance(budget, int):
+        return  # a fraction or 'inf' fits any federation
+    peers, most = budget - 1 if counts_owner else budget, num_clients - 1
+    owner = " (budget_counts_owner: Bc counts the client itself)" if counts_owner else ""
+    if peers < 1:
+        raise ConfigError(
+            f"{field}: {budget} leaves 0 peers{owner}; give at least 1 peer "
+            "(0 peers is local training: run 'local')"
+        )
+    if peers > most:
+        limit = most + 1 if counts_owner else most
+        raise ConfigError(
+            f"{field}: {budget} peers{owner} but data.num_clients={num_clients} clients have "
+            f"{most} peers each; give at most {limit}, a fraction in (0, 1) or 'inf'"
+        )
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``a.b=value`` into a path and a value read as TOML (bare words stay strings)."""
     if "=" not in text:
@@ -470,9 +530,11 @@ def load_config(path: Path | None = None, overrides: list[str] | None = None) ->
 
 def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     try:
-        return ExperimentConfig.model_validate(raw)
+        config = ExperimentConfig.model_validate(raw)
     except ValidationError as error:
         raise ConfigError(format_validation_error(error)) from None
+    check_budgets(config)
+    return config
 
 
 def format_validation_error(error: ValidationError) -> str:

@@ -176,9 +176,9 @@ def run_seeds(
             by_seed[seed] = run_comparison(config, specs, out_dir / seed_folder(seed), console)
     except BaseException:
         with contextlib.suppress(Exception):  # the interrupt is what the caller must see
-            _write_seed_outputs(out_dir, labels, by_seed, planned)
+            write_seed_outputs(out_dir, labels, by_seed, planned)
         raise
-    aggregates = _write_seed_outputs(out_dir, labels, by_seed, planned)
+    aggregates = write_seed_outputs(out_dir, labels, by_seed, planned)
     console.rule(f"{len(planned)} seeds")
     print_results(aggregates, console)
     console.print(f"run directory: {out_dir}")
@@ -190,9 +190,11 @@ def seed_folder(seed: int) -> str:
     return f"seed_{seed}"
 
 
-def _write_seed_outputs(
+def write_seed_outputs(
     out_dir: Path, labels: list[str], by_seed: dict[int, list[dict[str, Any]]], planned: list[int]
 ) -> list[dict[str, Any]]:
+    """The aggregate over the seeds in ``by_seed`` (their runs in ``seed_<seed>/<method>``),
+    written into ``out_dir`` with its table and plots; returns the aggregates."""
     aggregates = aggregate_seeds(labels, by_seed, planned)
     run_dirs = {
         a["method"]: [out_dir / seed_folder(s) / safe_name(a["method"]) for s in a["seeds"]]
@@ -305,15 +307,17 @@ def run_on_splits(
     model_label: str,
     after_round: AfterRound,
     given: dict[str, str] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` on clients holding ``splits``, all starting from ``module``'s weights,
     recording every round in ``run_dir``; return the summary. ``given``: what the Python
-    API was handed in place of config fields, recorded beside the config."""
+    API was handed in place of config fields, recorded beside the config; ``data``: the
+    record's description of the clients' data when it is not the config's."""
     config = spec.config
     workspace = FlatModel(module, device)
     federation = build_federation(splits, workspace, config.training, config.seed, objective)
     method = build_method(spec, federation.sample_counts, workspace)
     recorder = MethodRecorder(
-        spec, run_dir, len(splits), model_label, workspace.nbytes, given=given
+        spec, run_dir, len(splits), model_label, workspace.nbytes, given=given, data=data
     )
     return drive(method, federation, config.rounds, recorder, after_round)

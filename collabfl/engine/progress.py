@@ -56,18 +56,24 @@ class ProgressBoard:
         }
 
     def show(self, update: RoundUpdate) -> None:
-        self.progress.update(
-            self.tasks[update.label], completed=min(update.round + 1, update.rounds)
-        )
+        done = update.round + 1
+        if done > update.rounds:  # a step after the planned rounds (fedavg_ft's fine-tuning)
+            self.progress.update(self.tasks[update.label], total=done, completed=done)
+            where = f"after round {update.rounds}/{update.rounds}"
+        else:
+            self.progress.update(self.tasks[update.label], completed=done)
+            where = f"round {done}/{update.rounds}"
         log.info(
-            "round %d/%d %s: mean val acc %s, mean test acc %s",
-            update.round + 1,
-            update.rounds,
+            "%s %s: mean val acc %s, mean test acc %s",
+            where,
             update.label,
             _percent(update.val_acc),
             _percent(update.test_acc),
         )
 
     def finished(self, label: str, rounds: int) -> None:
-        """A method returned after ``rounds`` rounds (its last update may still be queued)."""
-        self.progress.update(self.tasks[label], completed=rounds)
+        """A method returned after ``rounds`` rounds (its last update may still be queued);
+        ``rounds`` counts a step after the planned rounds, so the bar's total grows to it."""
+        task = self.tasks[label]
+        total = max(rounds, int(self.progress.tasks[task].total or 0))
+        self.progress.update(task, total=total, completed=rounds)

@@ -14,7 +14,8 @@ from typing import Any
 
 from collabfl.engine.report.plots import plot_accuracy_by_round, plot_accuracy_vs_variance
 from collabfl.engine.report.run_dir import read_run
-from collabfl.engine.report.table import results_markdown
+from collabfl.engine.report.setting import setting_title
+from collabfl.engine.report.table import results_caption, results_markdown
 from collabfl.kernel.atomic import write_text
 
 
@@ -23,7 +24,8 @@ def write_comparison(
     summaries: list[dict[str, Any]],
     run_dirs: Mapping[str, Path | Sequence[Path]],
 ) -> None:
-    """The cross-method outputs: summary.json, results.md and the two comparison plots.
+    """The cross-method outputs: summary.json, results.md (a caption naming the setting, the
+    seeds and what ± is, then the table) and the two comparison plots.
 
     ``run_dirs`` holds each method's run folder, or its folders over several seeds (the
     plots then show the spread across seeds).
@@ -36,4 +38,5 @@ def write_comparison(
     plot_accuracy_by_round(runs, out_dir / "accuracy_by_round.png")
     plot_accuracy_vs_variance(summaries, out_dir / "accuracy_vs_variance.png", config)
     write_text(out_dir / "summary.json", json.dumps(summaries, indent=2), shared=True)
-    write_text(out_dir / "results.md", results_markdown(summaries), shared=True)
+    caption = results_caption(summaries, setting_title(config), config.get("seed"))
+    write_text(out_dir / "results.md", f"{caption}\n\n{results_markdown(summaries)}", shared=True)

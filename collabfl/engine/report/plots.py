@@ -74,8 +74,11 @@ def plot_accuracy_by_round(runs: RunsByMethod, path: Path | str) -> Path:
 
 def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
     """Mean benign test accuracy per round for each method: current model solid, best-val dashed
-    with a band of ± one std (across clients for one seed, across seeds for several), and the
-    DPFL set-up round marked.
+    with a band of ± one std (across clients for one seed, across seeds for several; clipped
+    to 0-100 %), and the DPFL set-up round marked. A step after the planned rounds (fedavg_ft's
+    fine-tuning) is a labelled star, not a jump of the curves; past ten methods each also gets
+    a marker; rounds in which a run missed clients are shaded; the legends sit right of the
+    axes, off the curves.
 
     The two curves differ when training overfits or a graph method destabilises late; the
     dashed one is what results report.
@@ -88,11 +91,30 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
         if not records:
             continue
         colour = f"C{index % 10}"
+        marker = MARKERS[index % len(MARKERS)] if len(by_method) > 10 else None
+        planned = int(records[0].config.get("rounds") or 0)
         rounds, current, _ = _curve(records, "test_acc")
-        ax.plot(rounds, current, color=colour, label=method)
+        kept = rounds < planned if planned else np.ones(len(rounds), dtype=bool)
+        ax.plot(rounds[kept], current[kept], color=colour, marker=marker, label=method)
         rounds, best, spread = _curve(records, "best_test_acc")
-        ax.plot(rounds, best, color=colour, linestyle="--")
-        ax.fill_between(rounds, best - spread, best + spread, color=colour, alpha=0.15)
+        ax.plot(
+            rounds[kept], best[kept], color=colour, marker=marker, linestyle="--", label="_best"
+        )
+        low, high = np.clip(best - spread, 0, 100), np.clip(best + spread, 0, 100)
+        ax.fill_between(rounds[kept], low[kept], high[kept], color=colour, alpha=0.15)
+        if not kept.all():  # a step after the planned rounds: fedavg_ft's fine-tuning
+            ax.plot(
+                rounds[~kept],
+                best[~kept],
+                color=colour,
+                marker="*",
+                markersize=12,
+                linestyle="None",
+                label=f"{method}: fine-tuned (after the last round)",
+            )
+    for count, missing in enumerate(_rounds_missing_clients(by_method)):
+        label = "rounds missing clients" if count == 0 else "_missing"
+        ax.axvspan(missing - 0.5, missing + 0.5, color="grey", alpha=0.12, label=label)
     setup = [m for m in by_method if m.split(":")[0] in SETUP_ROUND_METHODS]
     if setup:
         ax.axvline(0, color="black", linestyle=":", label="DPFL set-up (BGGC)")
@@ -105,18 +127,41 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
     )
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("mean test accuracy of benign clients (%)")
+    attacked = any(
+        malicious_clients(r.rows) for seeds_runs in by_method.values() for r in seeds_runs
+    )
+    ax.set_ylabel(f"mean test accuracy of {'benign ' if attacked else ''}clients (%)")
     ax.grid(alpha=0.3)
-    methods_legend = ax.legend(loc="lower right", title="method")
-    ax.add_artist(methods_legend)
-    ax.legend(
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), title="method")
+    fig.legend(  # the figure's, so that a tight save keeps both legends whole
         handles=[
             Line2D([], [], color="grey", label="current model"),
             Line2D([], [], color="grey", linestyle="--", label="best-validation model"),
         ],
-        loc="lower center",
+        loc="lower left",
+        bbox_to_anchor=(1.02, 0),
+        bbox_transform=ax.transAxes,
     )
     return fig
+
+
+def _rounds_missing_clients(by_method: Mapping[str, list[RunRecords]]) -> list[int]:
+    """Rounds in which some run heard from fewer clients than its federation has: its
+    curves there average fewer clients."""
+    missing: set[int] = set()
+    for records in (r for seeds in by_method.values() for r in seeds):
+        expected = int((records.config.get("data") or {}).get("num_clients") or 0)
+        clients: dict[int, set[int]] = {}
+        for row in records.rows:
+            clients.setdefault(int(row["round"]), set()).add(int(row["client"]))
+        last = max(clients, default=-1)
+        missing |= {t for t in range(last + 1) if len(clients.get(t, ())) < expected}
+    return sorted(missing)
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+"""Past ten methods the colours repeat; seven markers (prime to ten) keep each pair unique
+up to 70 methods."""
 
 
 def plot_accuracy_vs_variance(

@@ -97,8 +97,19 @@ def _row(summary: dict[str, Any]) -> list[str]:
 def table_title(summaries: list[dict[str, Any]]) -> str:
     """What the numbers are: over clients, or over seeds for multi-seed aggregates."""
     seeds = max((len(s.get("seeds", [])) for s in summaries), default=0)
-    spread = f"mean ± std over {seeds} seeds" if seeds else "mean ± std over clients"
+    spread = (
+        f"mean ± std over {seeds} seeds (sample std, ddof=1)"
+        if seeds
+        else "mean ± std over clients (population std, ddof=0)"
+    )
     return f"Results (benign clients, best-validation models; {spread})"
+
+
+def results_caption(summaries: list[dict[str, Any]], setting: str, seed: object = None) -> str:
+    """results.md's first line: what the numbers are, the setting and, for one seed, which."""
+    multi_seed = any("seeds" in s for s in summaries)
+    which = "" if multi_seed or seed is None else f", seed {seed}"
+    return f"{table_title(summaries)}. Setting: {setting}{which}."
 
 
 def results_table(summaries: list[dict[str, Any]], columns: tuple[int, ...] = ()) -> Table:

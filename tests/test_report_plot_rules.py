@@ -1,0 +1,117 @@
+"""accuracy_by_round.png rules a reader can trust at a glance (issue #26 feature 5): bands
+inside 0-100 %, every method told apart past ten methods, legends outside the curves,
+"benign" only when there are attackers, and a fine-tuning step shown as a labelled marker
+rather than a jump of the curve."""
+
+from __future__ import annotations
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+
+from collabfl.engine.report.plots import accuracy_by_round_figure
+from collabfl.engine.report.run_dir import RunRecords
+
+CONFIG = {"rounds": 4, "data": {"dataset": "mnist1d", "num_clients": 3, "partition": "iid"}}
+
+
+def _records(accuracies: list[float], rounds: int = 4, malicious: bool = False) -> RunRecords:
+    attacker = 2 if malicious else None
+    rows = [
+        {"round": r, "client": c, "test_acc": a, "best_test_acc": a, "malicious": c == attacker}
+        for r in range(rounds)
+        for c, a in enumerate(accuracies)
+    ]
+    return RunRecords(config=CONFIG, rows=rows, graphs={}, summary=None)
+
+
+def test_a_band_never_leaves_0_to_100_percent() -> None:
+    figure = accuracy_by_round_figure({"local": _records([1.0, 1.0, 0.4])})
+    (band,) = [c for c in figure.axes[0].collections if isinstance(c, PolyCollection)]
+    heights = band.get_paths()[0].vertices[:, 1]
+    assert heights.max() <= 100 and heights.min() >= 0
+
+
+def test_past_ten_methods_each_has_its_own_colour_and_marker() -> None:
+    runs = {f"m{k}": _records([0.5 + k / 100] * 3) for k in range(13)}
+    ax = accuracy_by_round_figure(runs).axes[0]
+    styles = {
+        (str(line.get_color()), str(line.get_marker()))
+        for line in ax.get_lines()
+        if str(line.get_label()).startswith("m")
+    }
+    assert len(styles) == 13
+
+
+def test_the_legends_sit_outside_the_axes() -> None:
+    figure = accuracy_by_round_figure({"local": _records([0.5] * 3), "fedavg": _records([0.6] * 3)})
+    FigureCanvasAgg(figure).draw()
+    ax = figure.axes[0]
+    right = ax.get_window_extent().x1
+    legends = [a for a in [*ax.get_children(), *figure.legends] if type(a).__name__ == "Legend"]
+    assert len(legends) == 2
+    assert legends and all(legend.get_window_extent().x0 >= right for legend in legends)
+
+
+def test_benign_is_said_only_when_some_clients_attack() -> None:
+    plain = accuracy_by_round_figure({"fedavg": _records([0.5] * 3)}).axes[0]
+    assert "benign" not in plain.get_ylabel()
+    attacked = accuracy_by_round_figure({"fedavg": _records([0.5] * 3, malicious=True)}).axes[0]
+    assert "benign" in attacked.get_ylabel()
+
+
+def test_a_fine_tuning_step_is_a_labelled_marker_not_a_jump() -> None:
+    """fedavg_ft's step after the 4 planned rounds is round 4 in its rows."""
+    ax = accuracy_by_round_figure({"fedavg_ft": _records([0.5] * 3, rounds=5)}).axes[0]
+    curves = [line for line in ax.get_lines() if line.get_label() in ("fedavg_ft", "_best")]
+    assert curves and all(max(line.get_xdata()) == 3 for line in curves)
+    (step,) = [line for line in ax.get_lines() if "fine-tun" in str(line.get_label())]
+    assert list(step.get_xdata()) == [4] and step.get_linestyle() == "None"
+
+
+def test_results_md_has_a_caption_naming_the_setting_the_seeds_and_what_the_spread_is(
+    tmp_path,
+) -> None:
+    from collabfl.engine.report.comparison import write_comparison
+    from collabfl.engine.report.run_dir import RunWriter
+
+    run = tmp_path / "local"
+    writer = RunWriter(run)
+    writer.write_config({**CONFIG, "seed": 3})
+    writer.log_round([{"round": 0, "client": 0, "test_acc": 0.5, "best_test_acc": 0.5}])
+    summary = {"method": "local", "status": "finished", "mean_test_acc": 0.5, "std_test_acc": 0.0}
+    write_comparison(tmp_path, [summary], {"local": run})
+    caption = (tmp_path / "results.md").read_text().splitlines()[0]
+    assert "mnist1d, N=3, IID" in caption and "seed 3" in caption
+    assert "mean ± std over clients (population std, ddof=0)" in caption
+    aggregate = {**summary, "seeds": [0, 1], "seed_std_test_acc": 0.01}
+    write_comparison(tmp_path, [aggregate], {"local": [run, run]})
+    caption = (tmp_path / "results.md").read_text().splitlines()[0]
+    assert "mean ± std over 2 seeds (sample std, ddof=1)" in caption and "seed 3" not in caption
+
+
+def test_rounds_that_miss_clients_are_shaded() -> None:
+    records = _records([0.5] * 3)
+    records.rows[:] = [r for r in records.rows if (r["round"], r["client"]) != (2, 1)]
+    ax = accuracy_by_round_figure({"fedavg": records}).axes[0]
+    shaded = [p for p in ax.patches if "missing" in str(p.get_label())]
+    assert len(shaded) == 1
+    (span,) = shaded
+    assert (span.get_x(), span.get_x() + span.get_width()) == (1.5, 2.5)
+    whole = accuracy_by_round_figure({"fedavg": _records([0.5] * 3)}).axes[0]
+    assert not [p for p in whole.patches if "missing" in str(p.get_label())]
+
+
+def test_the_reports_series_figures_tell_methods_apart_without_dashes() -> None:
+    """docs/results.md's per-round figures: past ten methods a marker, never a dash (dashes
+    mean the best-validation model in accuracy_by_round.png)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import report_figures
+
+    curves = {f"m{k}": [[0.5 + k / 100] * 4] for k in range(13)}
+    figure = report_figures.series_by_round_figure("t", "acc", curves)
+    lines = [line for line in figure.axes[0].get_lines() if str(line.get_label()).startswith("m")]
+    assert len({(str(line.get_color()), str(line.get_marker())) for line in lines}) == 13
+    assert {line.get_linestyle() for line in lines} == {"-"}
