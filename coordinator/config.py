@@ -317,6 +317,26 @@ class TrackingConfig(_Section):
     )
 
 
+class FederationConfig(_Section):
+    """What a real federation believes of the sample counts its members report (the
+    in-process runtime trusts its clients and does not read this section;
+    flower/reported_sizes.py)."""
+
+    declared_sizes: dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict,
+        description="client id -> training samples the operator vouches for; a report "
+        "outside size_tolerance of it is replaced by it, with an anomaly event",
+    )
+    size_tolerance: float = Field(
+        0.1, ge=0, le=10, description="how far a report may stray, as a fraction of its size"
+    )
+    max_share: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] = Field(
+        "auto",
+        description="the most of the total sample count one member may weigh (1: no cap; "
+        "auto: min(0.6, 3/N)); never below an equal share 1/N",
+    )
+
+
 def _under(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     """``given`` with every section value it leaves out taken from ``preset``."""
     merged = dict(given)
@@ -366,6 +386,7 @@ class ExperimentConfig(_Section):
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -30,6 +30,7 @@ from collabfl.flower.codec import (
 )
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import POLLING, FleetSignals
+from collabfl.flower.reported_sizes import MaxShare, capped_counts
 from collabfl.flower.substeps import RelayedSteps, is_substep
 from collabfl.flower.timing import MessageTiming, message_timing
 from collabfl.strategies.protocol import Instruction, Program, Reply
@@ -72,6 +73,7 @@ class FlowerClientPool:
         refused: Callable[[Collection[int]], Collection[int]] = lambda online: (),
         on_timing: Callable[[MessageTiming], None] = lambda timing: None,
         relay: RelayedSteps | None = None,
+        max_share: MaxShare = "auto",
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -89,6 +91,8 @@ class FlowerClientPool:
         """Where each answered message's timing goes (the run's messages.jsonl)."""
         self.relay = relay
         """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
+        self.max_share = max_share
+        """The most one member weighs in anything computed from sizes (reported_sizes.py)."""
         self.step_ledger = StepLedger()
         """Which steps failed on clients, for the round driver."""
         self._online: tuple[float, set[int]] = (float("-inf"), set())
@@ -103,7 +107,9 @@ class FlowerClientPool:
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
-        return {k: m.num_samples for k, m in self.members.items()}
+        """The members' admitted counts, capped: every method reads sizes here, so none
+        lets one member outweigh the cap whatever it reported."""
+        return capped_counts({k: m.num_samples for k, m in self.members.items()}, self.max_share)
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
         if self.relay is not None and is_substep(instructions):
