@@ -317,6 +317,19 @@ class TrackingConfig(_Section):
     )
 
 
+class AggregationConfig(_Section):
+    """How the coordinator combines uploads in the methods it averages (FedAvg, FedProx, their
+    +FT variants, Ditto, and coalition methods over them; strategies/robust.py)."""
+
+    rule: Literal["mean", "median", "trimmed_mean"] = Field(
+        "mean", description="mean: sample-weighted (FedAvg); median, trimmed_mean: coordinate-wise"
+    )
+    trim: float = Field(0.2, ge=0, lt=0.5, description="trimmed_mean: share cut at each end")
+    clip_norm: float | None = Field(
+        None, gt=0, le=1e6, description="largest L2 norm of an update (upload - model sent)"
+    )
+
+
 class FederationConfig(_Section):
     """What a real federation believes of the sample counts its members report (the
     in-process runtime trusts its clients and does not read this section;
@@ -387,6 +400,7 @@ class ExperimentConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
+    aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
 
     @model_validator(mode="before")
     @classmethod
