@@ -4,9 +4,10 @@ reads it.
 Accuracies must lie in [0, 1] and losses be finite and >= 0; a model, discriminator or
 gradient must be finite, within the magnitude limit that peers also apply to each other's
 models (client/peer_limits.py), and as long as the model the step carried, where it carried
-one. A reply that fails is refused whole: the member is absent from that step, as if it had
-not answered, and the pool records an ``anomaly`` naming it and the value. Values inside
-their domain still steer decisions; docs/security.md says what a liar gains from them.
+one; a COLLABORATE's ``chosen`` may name only peers the step offered. A reply that fails is
+refused whole: the member is absent from that step, as if it had not answered, and the pool
+records an ``anomaly`` naming it and the value. Values inside their domain still steer
+decisions; docs/security.md says what a liar gains from them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.verbs import Collaborate
 
 ACCURACIES = (
     "val_acc",
@@ -33,7 +35,11 @@ LOSSES = ("train_loss", "val_loss", "test_loss", "loss")
 
 def refusal(reply: Reply, step: Instruction, max_weight: float = MAX_PEER_WEIGHT) -> str | None:
     """Why ``reply`` (to ``step``) is refused, or None when every value is in its domain."""
-    return _metrics_refusal(reply.metrics) or _vector_refusal(reply.model, step, max_weight)
+    return (
+        _metrics_refusal(reply.metrics)
+        or _chosen_refusal(reply.metrics, step)
+        or _vector_refusal(reply.model, step, max_weight)
+    )
 
 
 def _metrics_refusal(metrics: ClientMetrics) -> str | None:
@@ -45,6 +51,18 @@ def _metrics_refusal(metrics: ClientMetrics) -> str | None:
         for value in _values(getattr(metrics, name)):
             if not (math.isfinite(value) and value >= 0.0):
                 return f"refused {name} {value:g}: a loss is finite and >= 0"
+    return None
+
+
+def _chosen_refusal(metrics: ClientMetrics, step: Instruction) -> str | None:
+    """A COLLABORATE's ``chosen`` names whom the client will be offered (and granted) next
+    in DPFL: only peers the step offered."""
+    if metrics.chosen is None:
+        return None
+    offered = step.task.candidates if isinstance(step.task, Collaborate) else ()
+    strangers = sorted(set(metrics.chosen) - set(offered))
+    if strangers:
+        return f"refused chosen peers {strangers}: the step did not offer them"
     return None
 
 

@@ -38,7 +38,7 @@ from collabfl.flower.reply_checks import refusal
 from collabfl.kernel.flat import FlatModel
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
-from collabfl.strategies.verbs import Evaluate, Gradient
+from collabfl.strategies.verbs import Collaborate, Evaluate, Gradient
 from tests.test_node_binding import flower_task  # noqa: F401  (autouse fixture)
 
 
@@ -76,7 +76,7 @@ def _send(lies: Mapping[int, Reply], instruction: Instruction):
     pool = FlowerClientPool(
         AnsweringGrid(lambda client, step: lies.get(client, honest)),
         [Member(k, 10 + k, f"h:{k}", 100) for k in range(3)],
-        lambda *grant: {},
+        lambda fetcher, owners, round_index: dict.fromkeys(owners, b"grant"),
         lambda round_index, kind, client, message: events.append((kind, client, message)),
         lambda nodes: [],
     )
@@ -120,6 +120,16 @@ def test_a_gradient_that_is_not_finite_too_large_or_of_the_wrong_size_is_refused
 
 TARGET = torch.linspace(-1.0, 1.0, 50)
 """The model every honest client's training converges to (a stand-in for a trained model)."""
+
+
+def test_a_collaborator_the_step_did_not_offer_is_refused():
+    """DPFL offers (and grants) a client the peers it reported choosing: naming others would
+    get it grants to their models."""
+    step = Instruction(1, Collaborate("greedy", (1,), (100.0,), None))
+    replies, events = _send({0: Reply(ClientMetrics(chosen=(1, 2)))}, step)
+    assert sorted(replies) == [1, 2]
+    [anomaly] = [e for e in events if e[0] == "anomaly"]
+    assert anomaly[1] == 0 and "refused chosen peers [2]" in anomaly[2], anomaly
 
 
 class SyntheticClients:
