@@ -28,6 +28,7 @@ from collabfl.strategies.ipfl_method import IPFL
 from collabfl.strategies.local import Local
 from collabfl.strategies.pfedgraph import default_alpha
 from collabfl.strategies.pfedgraph_method import PFedGraph
+from collabfl.strategies.robust import Aggregation
 from collabfl.strategies.rounds import Method
 from collabfl.strategies.spo import SpoSettings
 from collabfl.strategies.spo_federated import SpoSearch
@@ -54,12 +55,19 @@ def _fedavg(
         prox_mu=config.fedprox.mu if prox else 0.0,
         finetune_epochs=(config.finetune.epochs or 2 * config.epochs) if finetune else 0.0,
         attackers=_attackers(spec, len(federation.sample_counts)),
+        aggregation=_aggregation(spec),
         name=spec.label,
     )
 
 
 def _ditto(spec: MethodSpec, federation: FederationContext) -> Ditto:
-    return Ditto(spec.config.epochs, lam=spec.config.ditto.lam, name=spec.label)
+    options = spec.config.ditto
+    return Ditto(spec.config.epochs, options.lam, aggregation=_aggregation(spec), name=spec.label)
+
+
+def _aggregation(spec: MethodSpec) -> Aggregation:
+    """The config's rule for combining uploads (strategies/robust.py)."""
+    return Aggregation(**spec.config.aggregation.model_dump())
 
 
 def _dpfl(spec: MethodSpec, federation: FederationContext, *, graph: GraphRule) -> DPFL:

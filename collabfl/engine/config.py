@@ -320,8 +320,9 @@ PAPER_PRESET: dict[str, dict[str, Any]] = {
 
 
 class FederationConfig(_Section):
-    """How a run on a real federation treats participants that go away (the in-process
-    runtime's clients never do)."""
+    """How a run on a real federation treats participants that go away and what it believes
+    of the sample counts they report (the in-process runtime's clients never go away and are
+    trusted: it does not read this section; engine/quorum.py, flower/reported_sizes.py)."""
 
     quorum: int | None = Field(
         None,
@@ -336,6 +337,19 @@ class FederationConfig(_Section):
         le=7 * 24 * 3600,
         description="how long a paused run waits for its quorum before it fails",
     )
+    declared_sizes: dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict,
+        description="client id -> training samples the operator vouches for; a report "
+        "outside size_tolerance of it is replaced by it, with an anomaly event",
+    )
+    size_tolerance: float = Field(
+        0.1, ge=0, le=10, description="how far a report may stray, as a fraction of its size"
+    )
+    max_share: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] = Field(
+        "auto",
+        description="the most of the total sample count one member may weigh (1: no cap; "
+        "auto: min(0.6, 3/N)); never below an equal share 1/N",
+    )
 
 
 class TrackingConfig(_Section):
@@ -345,6 +359,19 @@ class TrackingConfig(_Section):
         None,
         description="folder for TensorBoard event files, one run per method and seed "
         "(needs the tensorboard package: pip install 'collabfl[tracking]')",
+    )
+
+
+class AggregationConfig(_Section):
+    """How the coordinator combines uploads in the methods it averages (FedAvg, FedProx, their
+    +FT variants, Ditto, and coalition methods over them; strategies/robust.py)."""
+
+    rule: Literal["mean", "median", "trimmed_mean"] = Field(
+        "mean", description="mean: sample-weighted (FedAvg); median, trimmed_mean: coordinate-wise"
+    )
+    trim: float = Field(0.2, ge=0, lt=0.5, description="trimmed_mean: share cut at each end")
+    clip_norm: float | None = Field(
+        None, gt=0, le=1e6, description="largest L2 norm of an update (upload - model sent)"
     )
 
 
@@ -398,6 +425,7 @@ class ExperimentConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
+    aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from flwr.app import Message, RecordDict
@@ -31,6 +31,8 @@ from collabfl.flower.codec import (
 )
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import POLLING, FleetSignals
+from collabfl.flower.reply_checks import refusal
+from collabfl.flower.reported_sizes import MaxShare, capped_counts
 from collabfl.flower.substeps import RelayedSteps, is_substep
 from collabfl.flower.timing import MessageTiming, message_timing
 from collabfl.strategies.protocol import Instruction, Program, Reply
@@ -76,6 +78,7 @@ class FlowerClientPool:
         quorum: Quorum | None = None,
         on_pause: PauseSink = lambda kind, message: None,
         while_paused: Callable[[], None] = lambda: None,
+        max_share: MaxShare = "auto",
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -93,6 +96,8 @@ class FlowerClientPool:
         """Where each answered message's timing goes (the run's messages.jsonl)."""
         self.relay = relay
         """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
+        self.max_share = max_share
+        """The most one member weighs in anything computed from sizes (reported_sizes.py)."""
         self.step_ledger = StepLedger()
         """Which steps failed on clients, for the round driver."""
         self.quorum = quorum
@@ -114,7 +119,9 @@ class FlowerClientPool:
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
-        return {k: m.num_samples for k, m in self.members.items()}
+        """The members' admitted counts, capped: every method reads sizes here, so none
+        lets one member outweigh the cap whatever it reported."""
+        return capped_counts({k: m.num_samples for k, m in self.members.items()}, self.max_share)
 
     def send(self, instructions: Mapping[int, Instruction]) -> dict[int, Reply]:
         if self.relay is not None and is_substep(instructions):
@@ -143,10 +150,13 @@ class FlowerClientPool:
                 self.step_ledger.failed(round_index, sender, answer.content)
                 continue
             try:
-                replies[sender] = _decode(answer.content, steps[node])
+                decoded = _decode(answer.content, steps[node])
             except ValueError as error:
                 self.on_event(round_index, "bad_reply", sender, str(error))
                 continue
+            if self._refused(sender, zip(programs[sender], decoded, strict=True)):
+                continue
+            replies[sender] = decoded
             self.on_timing(message_timing(round_index, sender, answer, replies[sender]))
             for reply in replies[sender]:
                 for reason in reply.metrics.skipped_peers or ():
@@ -188,6 +198,10 @@ class FlowerClientPool:
         replies: dict[int, Reply] = {}
         for client_id in sorted(reachable):
             outcome = outcomes.get(client_id)
+            if isinstance(outcome, Reply) and self._refused(
+                client_id, [(reachable[client_id], outcome)]
+            ):
+                outcome = None
             if isinstance(outcome, Reply):
                 replies[client_id] = outcome
                 self.silent.discard(client_id)
@@ -220,6 +234,17 @@ class FlowerClientPool:
             self.on_pause,
         )  # fmt: skip
         return online
+
+    def _refused(self, client_id: int, answered: Iterable[tuple[Instruction, Reply]]) -> bool:
+        """Whether a reply to one of the client's steps holds a value outside its domain
+        (reply_checks.py): then it is recorded as an ``anomaly`` and the client treated as
+        not answering."""
+        for step, reply in answered:
+            reason = refusal(reply, step)
+            if reason is not None:
+                self.on_event(step.round, "anomaly", client_id, reason)
+                return True
+        return False
 
     def _reachable(
         self, clients: Collection[int], online: set[int], round_index: int

@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
 from collabfl.flower.pool import NOTICES, FlowerClientPool
+from collabfl.flower.reported_sizes import DeclaredSizes
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
     Description,
@@ -137,7 +138,13 @@ def run_federated(
         log.warning("refused node %s: %s", node, reason)
         coordinator.record_event(run_id, "impostor", reason, "warning", client_id=client_id)
 
-    gate = Gate(binder, refuse)
+    def anomaly(client_id: int, message: str) -> None:
+        log.warning("client %s: %s", client_id, message)
+        coordinator.record_event(run_id, "anomaly", message, "warning", client_id=client_id)
+
+    federation = spec.config.federation
+    declared = DeclaredSizes(federation.declared_sizes, federation.size_tolerance)
+    gate = Gate(binder, refuse, declared, anomaly)
 
     def say(message: str) -> None:
         coordinator.set_run_message(run_id, message)
@@ -214,7 +221,12 @@ def run_federated(
         quorum=quorum,
         on_pause=on_pause,
         while_paused=honour_stop,
+        max_share=federation.max_share,
     )
+    for k, weight in pool.sample_counts.items():
+        if weight < (reported := pool.members[k].num_samples):
+            message = f"weighs as {weight} samples, not {reported}: the share cap"
+            coordinator.record_event(run_id, "share_capped", message, "warning", client_id=k)
     method = build_method(spec, pool.sample_counts, workspace, reports)
 
     def after_round(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
@@ -254,10 +266,13 @@ def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:
 
 @dataclass(frozen=True)
 class Gate:
-    """The run's node binding and where its refusals go: (node, claimed client, reason)."""
+    """The run's node binding and where its refusals go: (node, claimed client, reason);
+    the sizes the operator declared and where a replaced report goes: (client, why)."""
 
     binder: NodeBinder
     refuse: Callable[[int, int, str], None]
+    sizes: DeclaredSizes = field(default_factory=DeclaredSizes)
+    anomaly: Callable[[int, str], None] = lambda client_id, message: None
 
 
 def admit(
@@ -293,12 +308,15 @@ def admit(
         if refusal is not None:
             gate.refuse(node, client_id, refusal)
             continue
+        num_samples, replaced = gate.sizes.admit(client_id, description.num_samples)
+        if replaced is not None:
+            gate.anomaly(client_id, replaced)
         members.append(
             Member(
                 client_id=client_id,
                 flower_node_id=node,
                 peer_address=description.peer_address,
-                num_samples=description.num_samples,
+                num_samples=num_samples,
             )
         )
         classes.add(description.num_classes)

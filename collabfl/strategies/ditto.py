@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from collabfl.strategies.protocol import ClientPool, FlatVector, broadcast
+from collabfl.strategies.robust import Aggregation
 from collabfl.strategies.rounds import (
     Resume,
     RoundOutcome,
-    average_replies,
     first_round,
     merge_metrics,
 )
@@ -24,6 +24,8 @@ class Ditto:
 
     epochs: float
     lam: float = 0.75
+    aggregation: Aggregation = field(default_factory=Aggregation)
+    """How the global uploads are combined (default: the sample-weighted mean)."""
     name: str = "ditto"
 
     def rounds(
@@ -39,7 +41,8 @@ class Ditto:
         for t in range(first_round(resume), num_rounds):
             trained_personal = broadcast(pool, t, personal, model=global_model)
             trained_global = broadcast(pool, t, shared)
-            global_model = average_replies(trained_global, pool.sample_counts)
+            sent, counts = global_model, pool.sample_counts
+            global_model = self.aggregation.combine(trained_global, counts, sent)
             evaluated = broadcast(pool, t, Evaluate(slot="personal"))
             metrics = merge_metrics(trained_global, trained_personal, evaluated)
             yield RoundOutcome(t, metrics, None, {"global": global_model})

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, broadcast
+from collabfl.strategies.robust import Aggregation
 from collabfl.strategies.rounds import (
     Resume,
     RoundOutcome,
-    average_replies,
     first_round,
     merge_metrics,
 )
@@ -19,7 +19,7 @@ from collabfl.strategies.verbs import Evaluate, Train
 
 @dataclass(frozen=True)
 class FedAvg:
-    """One global model averaged by sample count every round.
+    """One global model averaged by sample count every round (or by a robust rule).
 
     ``prox_mu > 0`` turns it into FedProx (a proximal term towards the received global model
     during local training). ``finetune_epochs > 0`` adds a final round in which every client
@@ -31,6 +31,8 @@ class FedAvg:
     prox_mu: float = 0.0
     finetune_epochs: float = 0.0
     attackers: Attackers = field(default_factory=Attackers)
+    aggregation: Aggregation = field(default_factory=Aggregation)
+    """How uploads are combined (default: the sample-weighted mean)."""
     name: str = "fedavg"
 
     def rounds(
@@ -49,7 +51,7 @@ class FedAvg:
                     for k in sorted(pool.sample_counts)
                 }
             )
-            global_model = average_replies(trained, pool.sample_counts)
+            global_model = self.aggregation.combine(trained, pool.sample_counts, global_model)
             evaluated = broadcast(pool, t, evaluate, model=global_model)
             metrics = merge_metrics(trained, evaluated)
             self.attackers.mark(metrics)
