@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-
-from flwr.supercore.interceptors.http.superexec_auth import SuperExecAuthHttpInterceptor
+from typing import TYPE_CHECKING
 
 from collabfl.kernel.atomic import write_bytes
+
+if TYPE_CHECKING:
+    from flwr.supercore.interceptors.http.superexec_auth import SuperExecAuthHttpInterceptor
 
 SECRET_FILE = "superexec.secret"
 CLAIM_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
@@ -32,6 +34,10 @@ def ensure_secret(state_dir: Path) -> Path:
 
 def claim_signer(secret_file: Path) -> SuperExecAuthHttpInterceptor:
     """An interceptor that signs our executors' task claims with the secret."""
+    # flwr loads here, not where the client daemon imports ensure_secret: the daemon stays
+    # free of flwr (and numpy), which only its executor needs
+    from flwr.supercore.interceptors.http.superexec_auth import SuperExecAuthHttpInterceptor
+
     return SuperExecAuthHttpInterceptor(
         master_secret=secret_file.read_bytes(), protected_methods=CLAIM_METHODS
     )
