@@ -13,11 +13,9 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
-from federation_faults import POLL_S, fault_config, start_run, wait_for
+from federation_faults import POLL_S, fault_config, rounds_of, start_run, wait_for, wait_holding
 
-from collabfl.engine.report.run_dir import read_run
 from collabfl.flower.pool import LOST_WITH_NODE
 from collabfl.launcher.federation import LocalFederation, write_client_files
 
@@ -28,30 +26,6 @@ STALL_LIMIT_S = 45.0
 """How long the round in flight may take after the kill: the dead node's reply is given up
 within seconds, and the rest is a loaded CI machine's round (the message deadline is
 ``MESSAGE_TIMEOUT_S``)."""
-
-
-def wait_holding(supernode_log: Path, limit_s: float = 120.0) -> None:
-    """Wait until the SuperNode has received a message it has not answered yet (its log
-    says so; the round's training keeps it holding for a while)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        said = supernode_log.read_text(errors="replace")
-        if said.count("Received successfully") > said.count("Sent successfully"):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{supernode_log} received no message in {limit_s} s")
-
-
-def rounds_of(out: Path) -> dict[int, set[int]]:
-    """Who reported each round recorded so far (a line being written is not read)."""
-    try:
-        rows = read_run(out / "dpfl").rows
-    except (OSError, ValueError):
-        return {}
-    by_round: dict[int, set[int]] = {}
-    for row in rows:
-        by_round.setdefault(row["round"], set()).add(row["client"])
-    return by_round
 
 
 def test_a_killed_supernode_costs_its_round_seconds_and_rejoins(tmp_path):

@@ -341,9 +341,22 @@ def start_flower(
         ca = args.root_certificates
         clear_stale = partial(clear_stale_node, log_path, args.superlink, ca, key)
         threading.Thread(target=preload, name="preload-flower", daemon=True).start()
+    executors: list[Supervisor] = []
+
+    def supernode_died() -> None:
+        """Tell the SuperLink at once, and drop the task the executor may hold: its reply
+        can no longer be delivered, and the restarted SuperNode's next message would wait
+        for it (a round's training, tens of seconds)."""
+        try:
+            if clear_stale is not None:
+                clear_stale()
+        finally:
+            for executor in executors:
+                executor.kill_running("its SuperNode died")
+
     supernode = Supervisor(
         "supernode", supernode_command(args), log_path, env, policy, on_give_up=give_up,
-        reasons=supernode_reasons(args), before_start=clear_stale, after_exit=clear_stale,
+        reasons=supernode_reasons(args), before_start=clear_stale, after_exit=supernode_died,
     )  # fmt: skip
     supernode.start()
     wait_for_join(supernode.log_path, JOIN_FIRST_S, stop)
@@ -363,6 +376,7 @@ def start_flower(
         on_give_up=give_up,
     )
     executor.start()
+    executors.append(executor)
     return [executor, supernode]
 
 

@@ -224,6 +224,15 @@ class Supervisor:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def kill_running(self, why: str) -> None:
+        """SIGKILL the running child's process group; it is restarted as after any death.
+        For work that can no longer be delivered (the child holds a task of a dead peer
+        process), where waiting for it to end would hold up the next."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        log.info("%s: %s; killing it (pid %s) to start afresh", self.name, why, self.process.pid)
+        _kill_group(self.process.pid, signal.SIGKILL)
+
     def stop_restarting(self) -> None:
         """Restart the child no more (a daemon stopping several children calls this on all
         first, so that none is restarted while another is being stopped)."""
