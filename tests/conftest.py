@@ -18,6 +18,7 @@ SLOWEST_FIRST = (
     "test_federation_coalitions.py",
     "test_federation_restart.py",
     "test_federation_client_faults.py",
+    "test_federation_supernode_kill.py",
     "test_federation_e2e.py",
     "test_client_waits.py",
     "test_flower_floor.py",

@@ -179,3 +179,27 @@ def assert_skipped_while_gone(
     for t in missed:
         assert records.graphs[t][:, gone].sum() == 0
     return by_round
+
+
+def wait_holding(supernode_log: Path, limit_s: float = 120.0) -> None:
+    """Wait until the SuperNode has received a message it has not answered yet (its log
+    says so; the round's training keeps it holding for a while)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        said = supernode_log.read_text(errors="replace")
+        if said.count("Received successfully") > said.count("Sent successfully"):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{supernode_log} received no message in {limit_s} s")
+
+
+def rounds_of(out: Path) -> dict[int, set[int]]:
+    """Who reported each round recorded so far (a line being written is not read)."""
+    try:
+        rows = read_run(out / "dpfl").rows
+    except (OSError, ValueError):
+        return {}
+    by_round: dict[int, set[int]] = {}
+    for row in rows:
+        by_round.setdefault(row["round"], set()).add(row["client"])
+    return by_round

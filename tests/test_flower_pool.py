@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from flwr.app import Message
+from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
 from flwr.supercore.task_identity import TaskIdentity
 
 from collabfl.coordinator.state import Member
@@ -34,6 +35,8 @@ class ScriptedGrid:
     def __init__(self) -> None:
         self.online = {10, 11, 12}
         self.hung: set[int] = set()
+        self.gone: set[int] = set()
+        """Nodes that go offline holding their message: the SuperLink answers for them."""
         self.sent: list[Message] = []
         self.replies: dict[str, Message] = {}
         self.node_reads = 0
@@ -49,7 +52,13 @@ class ScriptedGrid:
             message.metadata.__dict__["_message_id"] = message.object_id
             self.sent.append(message)
             ids.append(message.metadata.message_id)
-            if message.metadata.dst_node_id not in self.hung:
+            if message.metadata.dst_node_id in self.gone:
+                gone = create_message_error_unavailable_res_message(
+                    message.metadata, "node_unavail"
+                )
+                self.replies[message.metadata.message_id] = gone
+                self.online.discard(message.metadata.dst_node_id)
+            elif message.metadata.dst_node_id not in self.hung:
                 assert message.metadata.message_type == PROGRAM_MESSAGE
                 steps = decode_program(message.content)
                 content = encode_replies([Reply() for _ in steps])
@@ -146,6 +155,25 @@ def test_a_client_that_went_silent_is_nobodys_peer_until_it_answers_again():
     assert sorted(pool.send_programs(_round(2))) == [0, 1, 2]
     pool.send_programs(_round(3))
     assert _collaborate_sent(grid, 10).candidates == (1, 2)
+
+
+def test_a_client_whose_node_went_offline_mid_round_is_skipped_as_offline_with_its_reason():
+    """The SuperLink answers for a node that went offline holding its message (its source is
+    the SuperLink, not the node): that client is recorded as offline, not as silent, and the
+    others' replies are kept."""
+    grid, events, timings = ScriptedGrid(), [], []
+    pool = _pool(grid, events, timings)
+    grid.gone.add(12)
+    assert sorted(pool.send_programs(_round(0))) == [0, 1]
+    assert [e for e in events if e[2] == 2] == [(0, "offline", 2)]
+    assert sorted(pool.send_programs(_round(1))) == [0, 1]
+    assert [m.metadata.dst_node_id for m in grid.sent[-2:]] == [10, 11]
+    program = decode_program(grid.sent[-2].content)
+    assert program[1].task.candidates == (1,)  # nobody waits for its model
+    grid.gone.clear()
+    grid.online.add(12)  # restarted
+    assert sorted(pool.send_programs(_round(2))) == [0, 1, 2]
+    assert (2, "rejoined", 2) in events
 
 
 def test_an_offline_client_is_skipped_and_nobodys_peer():

@@ -36,6 +36,42 @@ def test_a_killed_child_on_a_fresh_state_dir_is_restarted(tmp_path: Path) -> Non
     assert not child.alive
 
 
+def test_a_killed_child_is_told_of_at_once_not_after_its_back_off(tmp_path: Path) -> None:
+    """A killed SuperNode's node is marked offline as soon as it dies (the round in flight
+    stops waiting for its lost reply then), not when the back-off lets it start again."""
+    told: list[float] = []
+    starts: list[float] = []
+    child = Supervisor(
+        "child", [sys.executable, "-c", "import time; time.sleep(600)"], tmp_path / "child.log",
+        before_start=lambda: starts.append(time.monotonic()),
+        after_exit=lambda: told.append(time.monotonic()),
+    )  # fmt: skip
+    child.start()
+    try:
+        assert child.process is not None
+        os.kill(child.process.pid, signal.SIGKILL)
+        _wait(lambda: child.restarts == 1 and child.alive, "a restart")
+    finally:
+        child.stop(grace_s=5)
+    assert len(told) == 1 and len(starts) == 2  # a stop is not an unexpected exit
+    assert starts[1] - told[0] >= RestartPolicy().delay_s(1)  # told before the back-off
+
+
+def test_a_child_killed_on_purpose_is_started_afresh(tmp_path: Path) -> None:
+    """An executor holding the task of a SuperNode that died is killed, not waited for."""
+    child = Supervisor("executor", [sys.executable, "-c", "import time; time.sleep(600)"],
+                       tmp_path / "executor.log")  # fmt: skip
+    child.start()
+    try:
+        assert child.process is not None
+        first = child.process.pid
+        child.kill_running("its SuperNode died")
+        _wait(lambda: child.restarts == 1 and child.alive, "a restart")
+        assert child.process.pid != first
+    finally:
+        child.stop(grace_s=5)
+
+
 def test_a_child_that_keeps_failing_is_given_up_with_its_last_words(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -14,8 +14,9 @@ default) it serves every message from one process with the node kept in memory; 
 Everything that must outlive one message lives here or in the state directory.
 A SuperNode that exits or is refused is restarted for ever by default (capped back-off,
 ``--max-restarts``/``--restart-backoff-max``), each time with one log line saying why and
-what fixes it (flower/supernode_diagnosis.py); before each start the daemon marks the node
-a killed SuperNode left online as offline (flower/stale_node.py), so the restart gets in.
+what fixes it (flower/supernode_diagnosis.py); as soon as a SuperNode dies, and again before
+each start, the daemon marks the node it left online as offline (flower/stale_node.py): the
+round in flight stops waiting for its lost reply, and the restart gets in.
 SIGTERM/SIGINT stop both cleanly; a restarted daemon first kills what a killed predecessor's
 SuperNode left running (kernel/leftovers.py), then serves what was published before, and
 the node resumes from its saved state.
@@ -334,15 +335,28 @@ def start_flower(
     env = {**flower_env(args.state_dir / "flwr"), **owner_env(args.state_dir)}
     policy = restart_policy(args)
     log_path = args.state_dir / "supernode.log"
-    before_start = None
+    clear_stale = None
     if not args.insecure:  # the same key, so the same node: clear what a killed one left
         key, _ = ensure_supernode_key(args.state_dir)
         ca = args.root_certificates
-        before_start = partial(clear_stale_node, log_path, args.superlink, ca, key)
+        clear_stale = partial(clear_stale_node, log_path, args.superlink, ca, key)
         threading.Thread(target=preload, name="preload-flower", daemon=True).start()
+    executors: list[Supervisor] = []
+
+    def supernode_died() -> None:
+        """Tell the SuperLink at once, and drop the task the executor may hold: its reply
+        can no longer be delivered, and the restarted SuperNode's next message would wait
+        for it (a round's training, tens of seconds)."""
+        try:
+            if clear_stale is not None:
+                clear_stale()
+        finally:
+            for executor in executors:
+                executor.kill_running("its SuperNode died")
+
     supernode = Supervisor(
         "supernode", supernode_command(args), log_path, env, policy, on_give_up=give_up,
-        reasons=supernode_reasons(args), before_start=before_start,
+        reasons=supernode_reasons(args), before_start=clear_stale, after_exit=supernode_died,
     )  # fmt: skip
     supernode.start()
     wait_for_join(supernode.log_path, JOIN_FIRST_S, stop)
@@ -362,6 +376,7 @@ def start_flower(
         on_give_up=give_up,
     )
     executor.start()
+    executors.append(executor)
     return [executor, supernode]
 
 

@@ -10,6 +10,7 @@ whose replies come much later (a sub-step relay seat, flower/substeps.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flwr.app import Message, RecordDict
@@ -42,12 +43,18 @@ def push(grid: Grid, messages: list[Message], signals: FleetSignals) -> dict[str
 
 
 def collect(
-    grid: Grid, sent: dict[str, float], timeout_s: float, signals: FleetSignals
+    grid: Grid,
+    sent: dict[str, float],
+    timeout_s: float,
+    signals: FleetSignals,
+    destinations: Mapping[str, int] | None = None,
 ) -> dict[int, Answer]:
     """Pull the replies to the ``sent`` messages as they arrive, until all have or the
     deadline passed (``timeout_s`` 0: look once).
 
-    Returns the answer per source node id.
+    Returns the answer per source node id; with ``destinations`` (message id -> the node it
+    went to), per destination, so that the error the SuperLink answers for a node that went
+    offline (its source is the SuperLink) is that node's answer.
     """
     pending = set(sent)
     deadline = time.monotonic() + timeout_s
@@ -58,7 +65,8 @@ def collect(
             pending.discard(reply.reply_to)
             sent_at = sent.get(reply.reply_to, reply.created_at)
             answer = Answer(reply.content, sent_at, reply.created_at, time.time())
-            answers[reply.src_node_id] = answer
+            node = (destinations or {}).get(reply.reply_to, reply.src_node_id)
+            answers[node] = answer
         left = deadline - time.monotonic()
         if not pending or left <= 0:
             break
@@ -69,5 +77,8 @@ def collect(
 def exchange(
     grid: Grid, messages: list[Message], timeout_s: float, signals: FleetSignals
 ) -> dict[int, Answer]:
-    """Push messages and collect their replies until all arrive or the deadline passes."""
-    return collect(grid, push(grid, messages, signals), timeout_s, signals)
+    """Push messages and collect their replies, per node, until all arrive or the deadline
+    passes."""
+    sent = push(grid, messages, signals)
+    destinations = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+    return collect(grid, sent, timeout_s, signals, destinations)

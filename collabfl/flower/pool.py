@@ -32,6 +32,7 @@ from collabfl.flower.codec import (
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import POLLING, FleetSignals
 from collabfl.flower.reply_checks import refusal
+from collabfl.flower.reply_pull import node_gone
 from collabfl.flower.reported_sizes import MaxShare, capped_counts
 from collabfl.flower.substeps import RelayedSteps, is_substep
 from collabfl.flower.timing import MessageTiming, message_timing
@@ -52,6 +53,8 @@ NOTICES = frozenset({"rejoined"})
 
 Admitter = Callable[[Sequence[int]], list[Member]]
 """Sends the run's set-up to new Flower nodes and returns the members they turned out to be."""
+
+LOST_WITH_NODE = "node went offline during the step; its reply is lost; skipped"
 
 ONLINE_FRESH_S = 1.0
 """How long a sub-round step trusts the online nodes last read from the SuperLink. Asking
@@ -145,6 +148,10 @@ class FlowerClientPool:
             sender = self.by_node.get(node)
             if sender is None:
                 continue
+            if node_gone(answer.content):  # not an error of the client's: skipped
+                self.offline.add(sender)
+                self.on_event(round_index, "offline", sender, LOST_WITH_NODE)
+                continue
             if isinstance(answer.content, str):
                 self.on_event(round_index, "client_error", sender, answer.content)
                 self.step_ledger.failed(round_index, sender, answer.content)
@@ -163,7 +170,9 @@ class FlowerClientPool:
                     self.on_event(round_index, "peer_skipped", sender, reason)
         for message in messages:
             client_id = self.by_node[message.metadata.dst_node_id]
-            if client_id in replies:
+            if client_id in self.offline:
+                self.silent.add(client_id)
+            elif client_id in replies:
                 self.silent.discard(client_id)
             else:
                 self.silent.add(client_id)

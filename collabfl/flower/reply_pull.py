@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from flwr.app import Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.proto.message_pb2 import (
     ConfirmMessageReceivedRequest,
     ObjectTree,
@@ -43,6 +44,15 @@ OBJECT_BACKOFF_S, OBJECT_BACKOFF_CAP_S = 0.005, 0.05
 OBJECT_WAIT_S = 60.0
 """How long a reply's content may lag its message: only a SuperNode that died mid-push
 takes this long, and its reply is then an error (the SuperLink hands a reply out once)."""
+NODE_GONE = f"error {ErrorCode.NODE_UNAVAILABLE}:"
+"""How the error the SuperLink answers for a node that went offline before replying begins:
+its SuperNode stopped, was killed (its daemon says so at once, flower/stale_node.py) or
+missed its heartbeats; the message it held is lost."""
+
+
+def node_gone(content: RecordDict | str) -> bool:
+    """Whether a reply is the SuperLink's word that its node went offline."""
+    return isinstance(content, str) and content.startswith(NODE_GONE)
 
 
 @dataclass(frozen=True)

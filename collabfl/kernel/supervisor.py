@@ -107,6 +107,7 @@ class Supervisor:
         on_give_up: Callable[[str], None] = lambda name: None,
         reasons: Reasons | None = None,
         before_start: Callable[[], None] | None = None,
+        after_exit: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.on_give_up = on_give_up
@@ -116,6 +117,10 @@ class Supervisor:
         self.before_start = before_start
         """Called before every start of the child (the first too), e.g. to clear what a
         killed predecessor left registered elsewhere; failures are logged, not raised."""
+        self.after_exit = after_exit
+        """Called as soon as the child exited unexpectedly, before the back-off: e.g. to tell
+        others at once that it is gone, rather than when it starts again; failures are
+        logged, not raised."""
         self.command = with_parent_death_signal(list(command))
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
@@ -136,12 +141,16 @@ class Supervisor:
     def pid_file(self) -> Path:
         return self.log_path.with_suffix(".pid")
 
+    def _call(self, hook: Callable[[], None] | None, doing: str) -> None:
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception:
+            log.exception("%s: %s failed; going on", self.name, doing)
+
     def _spawn(self) -> None:
-        if self.before_start is not None:
-            try:
-                self.before_start()
-            except Exception:
-                log.exception("%s: preparing its start failed; starting it anyway", self.name)
+        self._call(self.before_start, "preparing its start")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log_file:
             self._started_at = self._read_to = log_file.tell()
@@ -163,6 +172,7 @@ class Supervisor:
             code = self._wait_reporting(self.process)
             if self._stopping.is_set():
                 return
+            self._call(self.after_exit, "telling of its exit")
             in_a_row = 1 if time.monotonic() - started > HEALTHY_S else in_a_row + 1
             why = self.reasons.exited(self.output())
             if self.policy.gives_up(in_a_row):
@@ -213,6 +223,15 @@ class Supervisor:
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def kill_running(self, why: str) -> None:
+        """SIGKILL the running child's process group; it is restarted as after any death.
+        For work that can no longer be delivered (the child holds a task of a dead peer
+        process), where waiting for it to end would hold up the next."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        log.info("%s: %s; killing it (pid %s) to start afresh", self.name, why, self.process.pid)
+        _kill_group(self.process.pid, signal.SIGKILL)
 
     def stop_restarting(self) -> None:
         """Restart the child no more (a daemon stopping several children calls this on all
