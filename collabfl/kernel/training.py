@@ -172,7 +172,7 @@ def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.
     return (direction - (weights @ direction) / norm**2 * weights) / norm
 
 
-@torch.no_grad()
+@torch.inference_mode()  # lighter than no_grad: no version counters on what it makes
 def evaluate(
     model: FlatModel,
     data: TensorData,
