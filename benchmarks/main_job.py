@@ -6,7 +6,7 @@ put first on PYTHONPATH, so the same console script and virtual environment impo
 package; the spawned workers inherit it), alternating which goes first, so both see the same
 machine load. It prints wall time, the children's CPU time and each method's in-worker wall
 time, the medians over ``--repeat`` and the ratio new / baseline, and writes
-``benchmarks/results/main_job.json``.
+``benchmarks/results/main_job.json`` (``main_job-set.json`` with ``--set``).
 
 It checks what the job shows: every method's Test acc cell of ``results.md`` must equal the
 README's quickstart table, and every per-client figure of every round (each method's
@@ -157,7 +157,7 @@ def main() -> None:
         print(f"new / baseline: wall {figures['wall_ratio']:.2f}, CPU {figures['cpu_ratio']:.2f}")
     figures["problems"] = problems
     settings = {"baseline": args.baseline, "repeat": args.repeat, "set": args.set}
-    path = write_results("main_job", figures, settings)
+    path = write_results("main_job-set" if args.set else "main_job", figures, settings)
     print(f"wrote {path}")
     if problems:
         raise SystemExit("results differ:\n  " + "\n  ".join(problems))
