@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from collabfl.cli.main import app
 from collabfl.engine.config import ConfigError, ExperimentConfig, load_config
+from collabfl.engine.experiment import costliest_first
 from collabfl.engine.methods import MethodSpec, parse_method_spec
 from collabfl.engine.registry import REGISTRY, FederationContext
 from collabfl.engine.report.run_dir import read_run
@@ -126,3 +127,19 @@ def test_readme_lists_every_registered_method() -> None:
     listed = readme.split("## What it is", 1)[1].split("\n## ", 1)[0]
     missing = [name for name in REGISTRY.names() if f"`{name}`" not in listed]
     assert not missing, f"README's method list lacks {missing}"
+
+
+def test_compare_hands_its_workers_the_costliest_methods_first():
+    # The pool starts methods first come, first served: DPFL (the longest in the README's
+    # job) listed last must not start last; equal costs keep the order given.
+    config = load_config(None, ["data.num_clients=4"])
+    names = ["local", "fedavg", "ditto", "dpfl"]
+    specs = [parse_method_spec(name, config) for name in names]
+    assert [s.label for s in costliest_first(specs)] == ["dpfl", "ditto", "local", "fedavg"]
+    longer = parse_method_spec("local:rounds=200", config)
+    assert costliest_first([*specs, longer])[0] is longer
+
+
+def test_a_method_cost_must_be_positive():
+    with pytest.raises(ValueError, match="cost must be > 0"):
+        REGISTRY.register(TOY, _half_local, cost=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -113,6 +115,18 @@ def test_evaluate_counts_correct_predictions():
     loss, accuracy = evaluate(flat, data, batch_size=2)
     assert accuracy == pytest.approx(2 / 3)
     assert loss > 0
+
+
+def test_a_loss_only_evaluation_gives_the_same_loss_bit_for_bit():
+    # GGC's reward evaluations skip the accuracy; the loss must not move by one bit, or
+    # GGC's choices (and the README's figures) would.
+    flat, data = _flat(seed=3), _data(n=100, seed=4)
+    for batch in (2048, 32):
+        loss, accuracy = evaluate(flat, data, batch_size=batch)
+        loss_only, no_accuracy = evaluate(flat, data, batch_size=batch, accuracy=False)
+        assert loss_only == loss
+        assert math.isnan(no_accuracy)  # nothing counted
+        assert 0 < accuracy <= 1
 
 
 @pytest.mark.parametrize(

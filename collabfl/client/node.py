@@ -300,9 +300,8 @@ class ClientNode:
     def _val_loss(self, vector: torch.Tensor) -> float:
         """F_k^V: the reward GGC maximises is minus this."""
         self.workspace.load(vector)
-        loss, _ = evaluate(
-            self.workspace, self.data.val, self.training.eval_batch_size, self.objective
-        )
+        batch = self.training.eval_batch_size
+        loss, _ = evaluate(self.workspace, self.data.val, batch, self.objective, accuracy=False)
         return loss
 
     def _best_vector(self, slot: str) -> torch.Tensor:

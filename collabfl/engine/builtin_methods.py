@@ -261,6 +261,7 @@ REGISTRY.register(
     _ditto,
     section="ditto",
     coalition_base=True,
+    cost=1.3,  # two models trained per client and round
     summary="a personal model per client, pulled toward a FedAvg model",
 )
 # Methods whose clients learn from each other (quorum=2): a round with one participant is
@@ -271,6 +272,7 @@ REGISTRY.register(
     section="dpfl",
     coalition_base=True,
     quorum=2,
+    cost=2.5,  # GGC's validation passes: about 2.5x Local in the quickstart
     summary="each client picks its own collaborators by randomized greedy search (GGC, BGGC)",
 )
 REGISTRY.register(

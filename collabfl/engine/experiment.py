@@ -33,6 +33,7 @@ from collabfl.engine.interrupts import init_worker, worker_task
 from collabfl.engine.methods import MethodSpec, build_method
 from collabfl.engine.progress import ProgressBoard, RoundUpdate, round_update
 from collabfl.engine.recording import MethodRecorder, safe_name
+from collabfl.engine.registry import REGISTRY
 from collabfl.engine.report.comparison import write_comparison
 from collabfl.engine.report.run_dir import SEEDS_FILE
 from collabfl.engine.report.seeds import aggregate_seeds
@@ -231,7 +232,8 @@ def _run_in_parallel(
     pool = context.Pool(jobs, initializer=_init_worker, initargs=(updates,))
     try:
         pending = {
-            s.label: pool.apply_async(_run_labelled, ((s, run_dirs[s.label]),)) for s in specs
+            s.label: pool.apply_async(_run_labelled, ((s, run_dirs[s.label]),))
+            for s in costliest_first(specs)
         }
         while pending:
             done = [label for label, result in pending.items() if result.ready()]
@@ -249,6 +251,13 @@ def _run_in_parallel(
     finally:
         pool.join()
     return [results[s.label] for s in specs]
+
+
+def costliest_first(specs: list[MethodSpec]) -> list[MethodSpec]:
+    """The order to hand specs to the pool (it starts them first come, first served): the
+    costliest first, by the registry's cost per round times the rounds, so the last method
+    to start is a short one and the workers finish close together."""
+    return sorted(specs, key=lambda s: -REGISTRY.entry(s.name).cost * s.config.rounds)
 
 
 POLL_S = 0.1

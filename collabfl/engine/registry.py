@@ -57,6 +57,9 @@ class MethodEntry:
     quorum: int = 1
     """The fewest participants a round of it is worth running with (a method that learns
     from peers needs 2): a federated run's default ``federation.quorum``."""
+    cost: float = 1.0
+    """Compute per round relative to Local's, roughly: `compare` starts its parallel
+    workers on the costliest methods first, so the longest one does not start last."""
 
 
 class MethodRegistry:
@@ -75,6 +78,7 @@ class MethodRegistry:
         coalition_base: bool = False,
         summary: str = "",
         quorum: int = 1,
+        cost: float = 1.0,
     ) -> None:
         """Add a method; a name can be registered once (unregister it first to replace it)."""
         entries = self._loaded()
@@ -84,7 +88,9 @@ class MethodRegistry:
             raise ValueError(f"method name {name!r} must be letters, digits and underscores")
         if quorum < 1:
             raise ValueError(f"method {name!r}: quorum must be >= 1, got {quorum}")
-        entries[name] = MethodEntry(name, build, section, coalition_base, summary, quorum)
+        if not cost > 0:
+            raise ValueError(f"method {name!r}: cost must be > 0, got {cost}")
+        entries[name] = MethodEntry(name, build, section, coalition_base, summary, quorum, cost)
 
     def unregister(self, name: str) -> None:
         del self._loaded()[name]

@@ -172,14 +172,19 @@ def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.
     return (direction - (weights @ direction) / norm**2 * weights) / norm
 
 
-@torch.no_grad()
+@torch.inference_mode()  # lighter than no_grad: no version counters on what it makes
 def evaluate(
     model: FlatModel,
     data: TensorData,
     batch_size: int = 2048,
     objective: Objective = DEFAULT_OBJECTIVE,
+    accuracy: bool = True,
 ) -> tuple[float, float]:
-    """Mean loss (the objective's) and accuracy of the model's current state on ``data``."""
+    """Mean loss (the objective's) and accuracy of the model's current state on ``data``.
+
+    ``accuracy=False`` skips counting correct predictions (the accuracy is then nan): GGC's
+    reward evaluations need only the loss, which is the same number either way.
+    """
     if len(data) == 0:
         return float("nan"), float("nan")
     model.module.eval()
@@ -189,5 +194,6 @@ def evaluate(
         x, y = data.x[start : start + batch_size], data.y[start : start + batch_size]
         logits = model.module(x)
         loss_sum += objective.summed_loss(logits, y)
-        correct += (logits.argmax(dim=1) == y).sum()
-    return float(loss_sum) / len(data), float(correct) / len(data)
+        if accuracy:
+            correct += (logits.argmax(dim=1) == y).sum()
+    return float(loss_sum) / len(data), float(correct) / len(data) if accuracy else float("nan")
