@@ -28,13 +28,11 @@ from pathlib import Path
 
 import pytest
 from federation_faults import fault_config, start_run, wait_for
-from flwr.proto.runtime_pb2 import AcquireTaskRequest
-from flwr.supercore.constant import TaskType
-from flwr.supercore.runtime import RuntimeHttpClient
 
 from collabfl.coordinator.daemon import flower_home, loopback_tls
 from collabfl.launcher.federation import LocalFederation, write_client_files
 from tests.support.foreign_app import write_foreign_app
+from tests.support.task_claims import claim_task
 
 CLIENTS, ROUNDS = 2, 3
 STRANGER = "nobody"
@@ -100,25 +98,6 @@ def _shows_token(argv: list[str]) -> bool:
     return any(f == "--token" and TOKEN.fullmatch(v) for f, v in itertools.pairwise(argv))
 
 
-def _unsigned_claim(address: str, root_certificates: bytes | None) -> str:
-    """What a task claim without the SuperExec secret gets: Flower's error, or the token
-    it was handed (the attack)."""
-    client = RuntimeHttpClient.from_server_address(
-        server_address=address,
-        insecure=root_certificates is None,
-        root_certificates=root_certificates,
-        interceptors=[],
-    )
-    types = [TaskType.SERVER_APP, TaskType.CLIENT_APP]
-    try:
-        reply = client.AcquireTask(AcquireTaskRequest(supported_task_types=types))
-    except Exception as error:  # Flower's error for the refusal, whatever its class
-        return f"refused: {type(error).__name__}: {error}"
-    finally:
-        client.close()
-    return f"answered (token {reply.token!r})"
-
-
 @pytest.fixture
 def outside() -> Iterator[Path]:
     """A folder the stranger can reach (pytest's own are its owner's only)."""
@@ -145,8 +124,8 @@ def test_a_foreign_app_from_another_local_user_runs_nowhere(tmp_path, outside, r
         coordinator_log = work / "logs" / "coordinator.log"
         link = _wait_for_line(coordinator_log, "SuperLink on", 10).rsplit(" ", 1)[-1]
         ca = loopback_tls_ca(federation.coordinator_dir)
-        claims = [_unsigned_claim(link, ca)]
-        claims += [_unsigned_claim(f"127.0.0.1:{port}", None) for port in federation.runtime_ports]
+        claims = [claim_task(link, ca)]
+        claims += [claim_task(f"127.0.0.1:{port}") for port in federation.runtime_ports]
         home = _stranger_home(outside, federation.coordinator_dir)
         app = write_foreign_app(home / "app", markers)
         shutil.chown(app, STRANGER)

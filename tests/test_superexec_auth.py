@@ -14,13 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from flwr.proto.runtime_pb2 import AcquireTaskRequest
-from flwr.supercore.constant import TaskType
-from flwr.supercore.runtime import RuntimeHttpClient
 
 from collabfl.flower.processes import flower_binary
-from collabfl.flower.superexec_auth import claim_signer, ensure_secret
+from collabfl.flower.superexec_auth import ensure_secret
 from tests.support.flower_api import assert_flower_has
+from tests.support.task_claims import claim_task
 
 USED = [
     ("flwr.supercore.interceptors.http.superexec_auth", "SuperExecAuthHttpInterceptor",
@@ -59,20 +57,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _claim(address: str, secret: Path | None) -> str:
-    interceptors = [] if secret is None else [claim_signer(secret)]
-    client = RuntimeHttpClient.from_server_address(
-        server_address=address, insecure=True, root_certificates=None, interceptors=interceptors
-    )
-    try:
-        reply = client.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.SERVER_APP]))
-    except Exception as error:  # Flower's refusal, whatever its class
-        return f"refused: {error}"
-    finally:
-        client.close()
-    return f"answered: token {reply.token!r}"
-
-
 def test_a_superlink_with_the_secret_answers_only_signed_claims(tmp_path: Path) -> None:
     secret = ensure_secret(tmp_path)
     assert secret.stat().st_mode & 0o777 == 0o600
@@ -87,12 +71,12 @@ def test_a_superlink_with_the_secret_answers_only_signed_claims(tmp_path: Path) 
     try:
         address = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 120
-        signed = _claim(address, secret)
+        signed = claim_task(address, secret=secret)
         while signed.startswith("refused") and time.monotonic() < deadline:
             assert superlink.poll() is None, (tmp_path / "superlink.log").read_text()
             time.sleep(0.5)  # still starting
-            signed = _claim(address, secret)
-        unsigned = _claim(address, None)
+            signed = claim_task(address, secret=secret)
+        unsigned = claim_task(address)
     finally:
         superlink.terminate()
         superlink.wait(timeout=30)
