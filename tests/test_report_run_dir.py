@@ -8,13 +8,14 @@ import pytest
 from collabfl.engine.config import load_config
 from collabfl.engine.methods import parse_method_spec
 from collabfl.engine.recording import MethodRecorder
-from collabfl.engine.report.run_dir import RunWriter, read_run
+from collabfl.engine.report.run_dir import ROW_FIELDS, RunWriter, read_run
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.rounds import RoundOutcome
 
 
 def _row(round_: int, client: int, acc: float) -> dict:
-    return {
+    """A row as the recorder makes it: every recorded field, None where not reported."""
+    return dict.fromkeys(ROW_FIELDS) | {
         "round": round_,
         "client": client,
         "train_loss": 0.5,

@@ -29,6 +29,11 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("coordinator/daemon.py", "RunLauncher.launch", "open"): "the ServerApp's log (stdout)",
     ("flower/serverapp_launcher.py", "ServerAppLauncher._launch", "open"): "the ServerApps' log",
     ("kernel/supervisor.py", "Supervisor._spawn", "open"): "a supervised process's log",
+    # Rotation of those logs and of messages.jsonl by size: whole files moved or copied
+    # aside; losing a rotated log to a power cut costs no state.
+    ("kernel/log_rotation.py", "_shift", "replace"): "an older rotated log moved up",
+    ("kernel/log_rotation.py", "rotate", "replace"): "a record file moved aside",
+    ("kernel/log_rotation.py", "rotate_copy", "copyfile"): "a running process's log copied",
     # Outputs for people, rebuilt from the run's records whenever they are missing.
     ("engine/report/plots.py", "_save", "savefig"): "a plot (PNG)",
     ("cli/admin.py", "export", "write_graphml"): "a graph export the user asked for",

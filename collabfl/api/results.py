@@ -58,8 +58,10 @@ class RunResult:
     run_dir: Path | None
     """Where the run directory was written (None: ``out`` was not given)."""
     graphs: Mapping[int, np.ndarray] = field(default_factory=dict)
-    """The collaboration graph per round, as an N×N array: ``graphs[t][i, j]`` is the weight
-    client i gave client j's model in round t (graph methods only; empty otherwise).
+    """The collaboration graph per round the run folder kept, as an N×N array:
+    ``graphs[t][i, j]`` is the weight client i gave client j's model in round t (graph
+    methods only; empty otherwise). A run longer than ``retention.graphs_keep_last`` rounds
+    keeps only every ``retention.graphs_keep_every``-th round before those.
     ``networkx.from_numpy_array(graphs[t], create_using=networkx.DiGraph)`` makes a graph."""
 
     def __repr__(self) -> str:

@@ -1,6 +1,8 @@
 """A run's whole collaboration-graph history as one document: JSON or a NetworkX multigraph.
 
-The JSON document lists, per round, the same record as a run directory's graphs/ files. The
+The JSON document lists, per round, the same record as a run directory's graphs/ files; it
+comes from the coordinator's database, which keeps every round's graph even where the run
+folder's retention (config ``retention``) pruned the files. The
 multigraph keeps the history together in one directed graph for GraphML: nodes are the
 client indices, and every edge carries ``round`` and ``weight`` attributes (edge key
 ``r<round>:<i>-<j>``), so any GraphML tool can filter it per round; networkx reads it back

@@ -352,6 +352,32 @@ class FederationConfig(_Section):
     )
 
 
+class RetentionConfig(_Section):
+    """What a run folder keeps of what grows with every round, so a run of many rounds
+    (a federation up for weeks) does not fill its disk (engine/report/run_dir.py;
+    docs/deployment.md#retention). metrics.jsonl, the run's result, is always kept whole."""
+
+    graphs_keep_last: int = Field(
+        1000, ge=1, le=100_000, description="per-round graph files kept for the latest rounds"
+    )
+    graphs_keep_every: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="older graph files kept only for every n-th round (round % n == 0); "
+        "1 keeps every round's graph",
+    )
+    messages_max_mib: float = Field(
+        16.0,
+        gt=0,
+        le=100_000,
+        description="messages.jsonl (a federation's message timings) is rotated past this size",
+    )
+    messages_keep: int = Field(
+        2, ge=0, le=100, description="rotated messages.jsonl files kept (0: none)"
+    )
+
+
 class TrackingConfig(_Section):
     """Experiment-tracking sinks written beside metrics.jsonl (in-process runtime)."""
 
@@ -425,6 +451,7 @@ class ExperimentConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     federation: FederationConfig = Field(default_factory=FederationConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
 
     @model_validator(mode="before")

@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from collabfl.engine.config import resolve_budget
+from collabfl.engine.config import RetentionConfig, resolve_budget
 from collabfl.engine.methods import MethodSpec
 from collabfl.engine.report.plots import plot_adjacency_heatmaps
-from collabfl.engine.report.run_dir import RunWriter, read_run
+from collabfl.engine.report.run_dir import Retention, RunWriter, read_run
 from collabfl.engine.report.summary import summarize
 from collabfl.strategies.metrics import recorded_names
 from collabfl.strategies.rounds import RoundOutcome
@@ -45,7 +45,8 @@ class MethodRecorder:
         self.run_dir = run_dir
         self.num_clients = num_clients
         self.model_bytes = model_bytes
-        self.writer = RunWriter(run_dir, resume_after=resume_after)
+        retention = retention_of(spec.config.retention)
+        self.writer = RunWriter(run_dir, resume_after=resume_after, retention=retention)
         self._round_started = time.perf_counter()
         config = resolved_config(spec, num_clients, model, model_bytes)
         if given:  # what the Python API was given in place of config fields (collabfl.api)
@@ -87,11 +88,24 @@ class MethodRecorder:
         )
         if message is not None:
             summary["message"] = message
+        retention = self.writer.retention
+        if records.graphs and retention.pruned_by(max(records.graphs)):
+            summary["graph_retention"] = retention.describe()  # the graphs do not cover all
         summary["model_bytes"] = self.model_bytes
         summary["budget"] = records.config["resolved"]["budget"]
         self.writer.write_summary(summary)
         plot_adjacency_heatmaps(records, self.run_dir / "graph_heatmaps.png")
         return summary
+
+
+def retention_of(config: RetentionConfig) -> Retention:
+    """The run folder's retention as the config's ``retention`` section sets it."""
+    return Retention(
+        graphs_keep_last=config.graphs_keep_last,
+        graphs_keep_every=config.graphs_keep_every,
+        messages_max_bytes=int(config.messages_max_mib * (1 << 20)),
+        messages_keep=config.messages_keep,
+    )
 
 
 def round_rows(outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:

@@ -1,12 +1,18 @@
 """The run directory: writing a run's records as it goes and reading them back.
 
 Layout: config.json, metrics.jsonl (one row per round and client), graphs/round_NNNN.json
-(one collaboration graph per round, graph methods only), coalitions.jsonl (one line per round,
+(one collaboration graph per round kept, graph methods only), coalitions.jsonl (one line per round,
 coalition methods only), messages.jsonl (a real federation's message timings, one line per
 answered message), failures.jsonl (steps that failed on clients, one line each; only when
 one did) and summary.json. Whole files are written through a temporary file and
 os.replace, so a crash never leaves half a config, graph or summary behind; the .jsonl files
 are append-only and flushed after every round.
+
+What grows with every round is bounded (``Retention``, the config's ``retention`` section):
+graph files are kept for the latest rounds and, before them, every n-th round only;
+messages.jsonl (diagnostics) is rotated by size into messages.jsonl.1, .2, ... The result,
+metrics.jsonl, is kept whole, written compactly: a row leaves out the metrics its method does
+not report (None), and ``read_run`` gives them back as None.
 """
 
 import json
@@ -19,6 +25,8 @@ import numpy as np
 
 from collabfl.engine.report.graph_stats import adjacency
 from collabfl.kernel.atomic import write_text
+from collabfl.kernel.log_rotation import rotate, rotated
+from collabfl.strategies.metrics import recorded_names
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -29,6 +37,9 @@ SUMMARY_FILE = "summary.json"
 GRAPHS_DIR = "graphs"
 SEEDS_FILE = "seeds.json"
 """A multi-seed run's plan (seeds, methods), written before its first seed starts."""
+ROW_FIELDS = ("round", "client", *recorded_names())
+"""What every metrics row holds, in order: a row read back has each (None where the file
+leaves it out) and then whatever else it holds (coordinator_bytes, round_s)."""
 
 
 OUTPUT_MARKERS = ("partition.npz", "summary.json", "results.md", SEEDS_FILE, "serverapp.log")
@@ -62,6 +73,44 @@ def graph_file_name(round_index: int) -> str:
     return f"round_{round_index:04d}.json"
 
 
+def _graph_round(path: Path) -> int:
+    """The round a graph file's name gives (``round_0042.json``: 42)."""
+    return int(path.stem.removeprefix("round_"))
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What a run folder keeps of what grows every round (the config's ``retention``).
+
+    Graph files of the ``graphs_keep_last`` latest rounds are kept, and before them those of
+    rounds that are multiples of ``graphs_keep_every`` (round 0 included, so a run's first
+    graph stays). messages.jsonl is rotated once it passes ``messages_max_bytes``, keeping
+    ``messages_keep`` rotated files."""
+
+    graphs_keep_last: int = 1000
+    graphs_keep_every: int = 100
+    messages_max_bytes: int = 16 << 20
+    messages_keep: int = 2
+
+    def keeps_graph(self, round_index: int, latest: int) -> bool:
+        """Whether round ``round_index``'s graph stays once round ``latest`` is recorded."""
+        return (
+            latest - round_index < self.graphs_keep_last
+            or round_index % self.graphs_keep_every == 0
+        )
+
+    def pruned_by(self, latest: int) -> bool:
+        """Whether recording round ``latest`` has pruned some earlier round's graph."""
+        return self.graphs_keep_every > 1 and latest > self.graphs_keep_last
+
+    def describe(self) -> str:
+        """The rule in words, for a summary that covers fewer graphs than rounds."""
+        return (
+            f"the last {self.graphs_keep_last} rounds' graphs and every "
+            f"{self.graphs_keep_every}th round's before them (retention)"
+        )
+
+
 def _to_builtin(value: Any) -> Any:
     """Let json write numpy scalars and arrays, which metrics code produces naturally."""
     if isinstance(value, np.generic):
@@ -83,18 +132,31 @@ class RunWriter:
     which keeps the records of rounds up to that one and drops anything later.
     """
 
-    def __init__(self, path: Path | str, resume_after: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        resume_after: int | None = None,
+        retention: Retention | None = None,
+    ) -> None:
         self.path = Path(path)
+        self.retention = retention or Retention()
         if resume_after is not None:
             self._truncate_after(resume_after)
         elif self.path.exists() and any(self.path.iterdir()):
             raise FileExistsError(f"run directory {self.path} is not empty")
         (self.path / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
         (self.path / METRICS_FILE).touch()
+        self._prunable = sorted(  # graph rounds a later round may prune, oldest first
+            r
+            for r in map(_graph_round, (self.path / GRAPHS_DIR).glob("round_*.json"))
+            if r % self.retention.graphs_keep_every
+        )
 
     def _truncate_after(self, last_round: int) -> None:
-        for name in (METRICS_FILE, COALITIONS_FILE, MESSAGES_FILE, FAILURES_FILE):
+        for name in (METRICS_FILE, COALITIONS_FILE, FAILURES_FILE):
             _truncate_jsonl(self.path / name, last_round)
+        for path in rotated(self.path / MESSAGES_FILE):
+            _truncate_jsonl(path, last_round)
         graphs = self.path / GRAPHS_DIR
         if graphs.exists():
             for graph in graphs.glob("round_*.json"):
@@ -107,8 +169,10 @@ class RunWriter:
         write_text(self.path / CONFIG_FILE, _dumps(config, indent=2) + "\n", shared=True)
 
     def log_round(self, rows: list[dict[str, Any]]) -> None:
-        """Append one round's rows (one per client); flushed so a crash keeps finished rounds."""
-        _append(self.path / METRICS_FILE, "".join(_dumps(row) + "\n" for row in rows))
+        """Append one round's rows (one per client); flushed so a crash keeps finished rounds.
+        A row leaves out what is None (the metrics its method does not report)."""
+        compact = ({k: v for k, v in row.items() if v is not None} for row in rows)
+        _append(self.path / METRICS_FILE, "".join(_compact(row) + "\n" for row in compact))
 
     def log_graph(self, round: int, num_clients: int, edges: list[tuple[int, int, float]]) -> None:
         """Record the round's collaboration graph as directed edges (i uses j's model, weight w)."""
@@ -118,8 +182,18 @@ class RunWriter:
             "edges": [[int(i), int(j), float(w)] for i, j, w in edges],
         }
         write_text(
-            self.path / GRAPHS_DIR / graph_file_name(round), _dumps(record) + "\n", shared=True
+            self.path / GRAPHS_DIR / graph_file_name(round), _compact(record) + "\n", shared=True
         )
+        if round % self.retention.graphs_keep_every:
+            self._prunable.append(int(round))
+        self._prune_graphs(int(round))
+
+    def _prune_graphs(self, latest: int) -> None:
+        """Remove the graph files the retention no longer keeps once ``latest`` is recorded."""
+        while self._prunable and not self.retention.keeps_graph(self._prunable[0], latest):
+            (self.path / GRAPHS_DIR / graph_file_name(self._prunable.pop(0))).unlink(
+                missing_ok=True
+            )
 
     def log_coalitions(self, round: int, coalitions: list[list[int]]) -> None:
         """Append the round's coalitions (member lists); the file exists only for such methods."""
@@ -127,8 +201,12 @@ class RunWriter:
         _append(self.path / COALITIONS_FILE, _dumps(record) + "\n")
 
     def log_message(self, record: dict[str, Any]) -> None:
-        """Append one message's timing (it names its round; a resumed run rewrites later ones)."""
-        _append(self.path / MESSAGES_FILE, _dumps(record) + "\n")
+        """Append one message's timing (it names its round; a resumed run rewrites later ones);
+        the file is rotated past the retention's size."""
+        path, line = self.path / MESSAGES_FILE, _compact(record) + "\n"
+        if path.exists() and path.stat().st_size + len(line) > self.retention.messages_max_bytes:
+            rotate(path, self.retention.messages_keep)
+        _append(path, line)
 
     def log_failures(self, failures: list[dict[str, Any]]) -> None:
         """Append steps that failed on clients (each names its round, client and step)."""
@@ -137,6 +215,11 @@ class RunWriter:
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Record the final summary; written last, so its presence marks a finished run."""
         write_text(self.path / SUMMARY_FILE, _dumps(summary, indent=2) + "\n", shared=True)
+
+
+def _compact(obj: Any) -> str:
+    """One JSON line without the spaces after separators."""
+    return json.dumps(obj, default=_to_builtin, separators=(",", ":"))
 
 
 def _append(path: Path, text: str) -> None:
@@ -250,7 +333,7 @@ def read_run(path: Path | str) -> RunRecords:
     summary_path = path / SUMMARY_FILE
     return RunRecords(
         config=_read_json_object(path / CONFIG_FILE),
-        rows=_read_jsonl(path / METRICS_FILE),
+        rows=[dict.fromkeys(ROW_FIELDS) | row for row in _read_jsonl(path / METRICS_FILE)],
         graphs=graphs,
         summary=_read_json_object(summary_path) if summary_path.exists() else None,
         coalitions=_read_coalitions(path / COALITIONS_FILE),

@@ -68,7 +68,9 @@ def summarize(
     round figure is their mean. ``best_candidate_clients`` counts, where a method scores both,
     how many benign clients ended with their post-training ("local") or post-collaboration
     ("aggregate") model. Graph statistics use the first and last rounds that have a
-    graph; coalition methods add the last recorded coalitions and their count.
+    graph in the run folder (``graph_first_round``, ``graph_last_round``; the folder's
+    retention may have pruned some in between: ``graph_rounds_kept`` says how many);
+    coalition methods add the last recorded coalitions and their count.
     ``step_failures`` (only when a step failed on a client) counts them per round and per
     client and says in words which steps did not happen.
     """
@@ -147,6 +149,9 @@ def _graph_summary(graphs: dict[int, np.ndarray], malicious: set[int]) -> dict[s
     """Sparsity/symmetry of the first and last graphs, and benign weight on attackers at the end."""
     if not graphs:
         return {
+            "graph_rounds_kept": 0,
+            "graph_first_round": None,
+            "graph_last_round": None,
             "graph_sparsity_first": None,
             "graph_sparsity_last": None,
             "graph_symmetry_first": None,
@@ -160,6 +165,9 @@ def _graph_summary(graphs: dict[int, np.ndarray], malicious: set[int]) -> dict[s
         group[[c for c in malicious if c < last.shape[0]]] = True
         to_malicious = edges_to_group(last, group)
     return {
+        "graph_rounds_kept": len(graphs),
+        "graph_first_round": min(graphs),
+        "graph_last_round": max(graphs),
         "graph_sparsity_first": sparsity(first),
         "graph_sparsity_last": sparsity(last),
         "graph_symmetry_first": symmetry(first),
