@@ -14,7 +14,12 @@ completed round.
 The report: rounds done, the run's events by kind (every round completes or is recorded
 with its reason: ``offline``, ``no_reply``...), processes left running after teardown, and
 growth per 1,000 rounds: per process (fitted over its life after ``--warm-up`` seconds), of
-each database and of each folder.
+each database, of each folder and of each kind of file (graph files, metrics.jsonl,
+messages.jsonl, logs, databases, checkpoints, published models), with the run folder's
+retention on (``--graphs-keep-last``, ``--graphs-keep-every``: small by default, so a
+30-minute soak shows the pruning; docs/deployment.md#retention). A kind the retention bounds
+stops growing once its window is full, so its slope is fitted over the samples after the
+first ``--graphs-keep-last`` rounds too (``mib_per_1000_rounds_after_window``).
 
     python benchmarks/soak.py --minutes 30 [--clients 4] [--kill-every 180] [--json OUT]
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -41,6 +47,7 @@ from collabfl.coordinator.service_client import CoordinatorUnreachable
 from collabfl.engine.config import load_config
 from collabfl.engine.methods import parse_method_spec, run_request
 from collabfl.engine.run_options import RunOptions
+from collabfl.kernel.log_rotation import rotated
 from collabfl.launcher.federation import LocalFederation, write_client_files
 
 MIB = 1 << 20
@@ -93,12 +100,14 @@ class Soak:
         }
         for folder in sorted(p for p in work.iterdir() if p.is_dir() and p.name != "tls"):
             sizes[f"dir {folder.name}"] = _disk_use(folder)
+        for kind, used in _disk_use_by_kind(self.federation.work_dir.parent).items():
+            sizes[f"kind {kind}"] = used
         return sizes
 
     def joins(self, name: str) -> int:
         """How often client ``name``'s SuperNodes joined (the line flower/stale_node.py reads)."""
         log = self.federation.work_dir / name / "supernode.log"
-        return log.read_bytes().count(b"SuperNode ID:") if log.exists() else 0
+        return sum(path.read_bytes().count(b"SuperNode ID:") for path in rotated(log))
 
     def wait_joined(self, name: str, before: int, since: float, limit_s: float = 180.0) -> None:
         """Record how long after ``since`` client ``name``'s SuperNode joined again."""
@@ -196,6 +205,36 @@ def _disk_use(folder: Path) -> int:
     return total
 
 
+KINDS = (
+    ("graph files", re.compile(r"(^|/)graphs/round_\d+\.json$")),
+    ("metrics.jsonl", re.compile(r"(^|/)metrics\.jsonl$")),
+    ("messages.jsonl", re.compile(r"(^|/)messages\.jsonl(\.\d+)?$")),
+    ("logs", re.compile(r"\.log(\.\d+)?$")),
+    ("databases", re.compile(r"\.db(-wal|-shm)?$")),
+    ("checkpoints", re.compile(r"(^|/)checkpoint/")),
+    ("published models", re.compile(r"round_\d+\.safetensors$")),
+)
+"""What each file is, by its path (the first that matches); the rest is "other"."""
+
+
+def _disk_use_by_kind(root: Path) -> dict[str, int]:
+    """Disk used under ``root`` (the whole soak folder but client data) per kind of file."""
+    used = dict.fromkeys([kind for kind, _ in KINDS] + ["other"], 0)
+    for path in root.rglob("*"):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(("data/", "federation/tls/")):
+            continue
+        try:
+            if not path.is_file() or path.is_symlink():
+                continue
+            size = path.stat().st_blocks * 512
+        except OSError:
+            continue
+        kind = next((k for k, pattern in KINDS if pattern.search(relative)), "other")
+        used[kind] += size
+    return used
+
+
 def _slope(points: list[tuple[int, int]]) -> float | None:
     """Least-squares growth of the second value per unit of the first; None: too few."""
     if len(points) < 3 or len({x for x, _ in points}) < 2:
@@ -205,7 +244,9 @@ def _slope(points: list[tuple[int, int]]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
 
 
-def report(soak: Soak, warm_up_s: float, events: Counter[str], leftovers: list[str]) -> dict:
+def report(
+    soak: Soak, warm_up_s: float, events: Counter[str], leftovers: list[str], window: int
+) -> dict:
     """The figures: rounds, events, and growth per 1,000 rounds after warm-up."""
     rounds = [s.round for s in soak.samples if s.round is not None]
     done = max(rounds) + 1 if rounds else 0
@@ -244,9 +285,13 @@ def report(soak: Soak, warm_up_s: float, events: Counter[str], leftovers: list[s
     for name in soak.samples[-1].files:
         points = [(s.round, s.files.get(name, 0)) for s in warm_samples if s.round is not None]
         slope = _slope(points)
+        after = _slope([(r, size) for r, size in points if r >= window])
         files[name] = {
             "mib": round(soak.samples[-1].files[name] / MIB, 2),
             "mib_per_1000_rounds": None if slope is None else round(slope * 1000 / MIB, 2),
+            "mib_per_1000_rounds_after_window": None
+            if after is None
+            else round(after * 1000 / MIB, 2),
         }
     return {
         "minutes": round(soak.now() / 60, 1),
@@ -271,10 +316,16 @@ def main() -> None:
     p.add_argument("--message-timeout", type=float, default=60.0)
     p.add_argument("--work-dir", type=Path)
     p.add_argument("--json", type=Path, help="write the figures here too")
+    p.add_argument("--graphs-keep-last", type=int, default=100, help="retention.graphs_keep_last")
+    p.add_argument("--graphs-keep-every", type=int, default=50, help="retention.graphs_keep_every")
     args = p.parse_args()
     exit_on_sigterm()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="soak-"))
     overrides = [f"data.num_clients={args.clients}", "rounds=100000", "method=dpfl"]
+    overrides += [
+        f"retention.graphs_keep_last={args.graphs_keep_last}",
+        f"retention.graphs_keep_every={args.graphs_keep_every}",
+    ]
     config = load_config(None, overrides)
     spec = parse_method_spec("dpfl", config)
     files = write_client_files(config, work / "data")
@@ -313,7 +364,8 @@ def main() -> None:
     time.sleep(5.0)
     seen = {pid: label for s in soak.samples for pid, (label, _, _) in s.processes.items()}
     leftovers = sorted(f"{pid} {label}" for pid, label in seen.items() if _process(pid))
-    figures = report(soak, args.warm_up, events, leftovers)
+    figures = report(soak, args.warm_up, events, leftovers, args.graphs_keep_last)
+    figures["retention"] = config.retention.model_dump()
     figures["command"] = command_line()
     figures["environment"] = environment()
     rows = [
@@ -331,8 +383,11 @@ def main() -> None:
     print(f"events: {figures['events']}; left running: {leftovers or 'nothing'}")
     print(format_table(["process", "n", "RSS MiB", "MiB/1000 rounds", "fds", "fd growth"], rows))
     print(format_table(
-        ["file", "MiB", "MiB/1000 rounds"],
-        [[k, v["mib"], v["mib_per_1000_rounds"]] for k, v in figures["files"].items()],
+        ["file", "MiB", "MiB/1000 rounds", "after the window"],
+        [
+            [k, v["mib"], v["mib_per_1000_rounds"], v["mib_per_1000_rounds_after_window"]]
+            for k, v in figures["files"].items()
+        ],
     ))  # fmt: skip
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

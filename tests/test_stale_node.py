@@ -34,6 +34,16 @@ def test_the_last_node_id_the_supernode_logged(tmp_path):
     assert last_node_id(log) == 959193582756936885
 
 
+def test_the_node_id_is_found_in_the_log_rotated_just_before(tmp_path):
+    """The daemon rotates supernode.log by size; right after a rotation the id is in .1."""
+    log = tmp_path / "supernode.log"
+    (tmp_path / "supernode.log.1").write_bytes(b"INFO :      SuperNode ID: 42\nINFO : more\n")
+    log.write_bytes(b"INFO :      Received: train message\n")
+    assert last_node_id(log) == 42
+    log.write_bytes(b"INFO :      SuperNode ID: 43\n")
+    assert last_node_id(log) == 43
+
+
 def test_flower_counts_a_silent_node_online_for_60_s_and_a_supernode_cannot_shorten_it():
     assert constant.HEARTBEAT_PATIENCE * constant.HEARTBEAT_DEFAULT_INTERVAL == 60
     assert constant.HEARTBEAT_MIN_INTERVAL == 10  # a SuperLink takes no interval below

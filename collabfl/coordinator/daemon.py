@@ -95,6 +95,7 @@ from collabfl.kernel.grants import (
 )
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
+from collabfl.kernel.log_rotation import rotate_copy
 from collabfl.kernel.pki import issue, private_key_pem
 from collabfl.kernel.saved_args import save as save_args
 from collabfl.kernel.saved_args import with_saved
@@ -479,6 +480,7 @@ class RunLauncher:
         self.env = env
         self.service = service
         self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}  # run id -> its serverapp.log, rotated by size
         self.launches: dict[str, int] = {}
         self.stop_event = threading.Event()
 
@@ -499,6 +501,8 @@ class RunLauncher:
         """
         for run in self.state.runs():
             process = self.running.get(run.run_id)
+            if process is not None and process.poll() is None:
+                rotate_copy(self.logs[run.run_id])
             if not run.active or (process is not None and process.poll() is None):
                 continue
             if self.launches.get(run.run_id, 0) >= MAX_LAUNCHES:
@@ -546,7 +550,8 @@ class RunLauncher:
             return  # no follower: the next check launches it again, up to MAX_LAUNCHES
         write_text(reply_path, reply)
         log.info("run %s: Flower run %s, log in %s", run.run_id, flower_run, out_dir)
-        with open(out_dir / "serverapp.log", "ab") as log_file:
+        self.logs[run.run_id] = out_dir / "serverapp.log"
+        with open(self.logs[run.run_id], "ab") as log_file:
             self.running[run.run_id] = subprocess.Popen(
                 follow_command(flower_run, CONNECTION),
                 stdout=log_file,

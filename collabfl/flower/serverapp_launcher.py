@@ -30,6 +30,7 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from collabfl.flower.processes import flower_binary
 from collabfl.flower.superexec_auth import claim_signer
 from collabfl.kernel.atomic import write_text
+from collabfl.kernel.log_rotation import rotate_copy
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,8 @@ class ServerAppLauncher:
         log.info("started the ServerApp of Flower run %s (task %s)", flower_run_id, task_id)
 
     def _reap(self) -> None:
-        """Forget ServerApps that ended, and delete their token files."""
+        """Forget ServerApps that ended, and delete their token files; rotate their log."""
+        rotate_copy(self.log_path)
         for token_file, child in list(self.children.items()):
             if child.poll() is not None:
                 token_file.unlink(missing_ok=True)

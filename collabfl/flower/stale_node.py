@@ -21,6 +21,7 @@ import logging
 import re
 from pathlib import Path
 
+from collabfl.kernel.log_rotation import rotated
 from collabfl.kernel.supervisor import OUTPUT_LIMIT
 
 log = logging.getLogger(__name__)
@@ -31,14 +32,18 @@ CALL_TIMEOUT_S = 5.0
 
 
 def last_node_id(supernode_log: Path) -> int | None:
-    """The node id the SuperNode logged last, if its log names one."""
-    try:
-        with open(supernode_log, "rb") as log_file:
-            log_file.seek(max(0, log_file.seek(0, 2) - 4 * OUTPUT_LIMIT))
-            found = NODE_ID_LINE.findall(log_file.read())
-    except OSError:
-        return None
-    return int(found[-1]) if found else None
+    """The node id the SuperNode logged last, if its log (or, just after a rotation, the
+    latest rotated file) names one."""
+    for path in rotated(supernode_log)[:2]:
+        try:
+            with open(path, "rb") as log_file:
+                log_file.seek(max(0, log_file.seek(0, 2) - 4 * OUTPUT_LIMIT))
+                found = NODE_ID_LINE.findall(log_file.read())
+        except OSError:
+            continue
+        if found:
+            return int(found[-1])
+    return None
 
 
 def preload() -> None:

@@ -8,7 +8,9 @@ problem the running child reports and retries by itself (a SuperNode that cannot
 its SuperLink) is logged as it happens, if ``Reasons`` recognises it. On shutdown it sends
 SIGTERM to the child's process group, waits, then SIGKILLs whatever is left, so Flower's
 own helper processes (flower-superexec, ClientApp processes) go with it. What a daemon
-killed outright leaves behind, its next start reaps (kernel/leftovers.py).
+killed outright leaves behind, its next start reaps (kernel/leftovers.py). The child's log
+is rotated by size while it runs (kernel/log_rotation.py), so a daemon up for months keeps
+a bounded amount of it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from collabfl.kernel.atomic import write_text
+from collabfl.kernel.log_rotation import LOG_KEEP, LOG_MAX_BYTES, rotate_copy
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +111,12 @@ class Supervisor:
         reasons: Reasons | None = None,
         before_start: Callable[[], None] | None = None,
         after_exit: Callable[[], None] | None = None,
+        log_max_bytes: int = LOG_MAX_BYTES,
+        log_keep: int = LOG_KEEP,
     ) -> None:
         self.name = name
+        self.log_max_bytes = log_max_bytes
+        self.log_keep = log_keep
         self.on_give_up = on_give_up
         """Called with the child's name once it is given up: a daemon that cannot do its job
         without the child exits, so that what runs the daemon (systemd, compose) sees it."""
@@ -152,6 +159,7 @@ class Supervisor:
     def _spawn(self) -> None:
         self._call(self.before_start, "preparing its start")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        rotate_copy(self.log_path, self.log_max_bytes, self.log_keep)
         with open(self.log_path, "ab") as log_file:
             self._started_at = self._read_to = log_file.tell()
             self.process = subprocess.Popen(
@@ -201,6 +209,8 @@ class Supervisor:
                 pass
             if self._stopping.is_set():
                 return process.wait()
+            if rotate_copy(self.log_path, self.log_max_bytes, self.log_keep):
+                self._started_at = self._read_to = 0  # its output goes on from the start
             new, self._read_to = self._tail(self._read_to)
             said = self.reasons.refused(new) if new else None
             if said:

@@ -53,6 +53,7 @@ from collabfl.flower.processes import (
 )
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.leftovers import reap_leftovers
+from collabfl.kernel.log_rotation import rotate_copy
 from collabfl.kernel.supervisor import (
     HEALTHY_S,
     RestartPolicy,
@@ -360,6 +361,7 @@ class LocalFederation:
         raise DaemonFailed for one that died too often in a row. Called between polls."""
         now = time.monotonic()
         for name, process in list(self.processes.items()):
+            rotate_copy(self.log_path(name))
             if process.poll() is None:
                 continue
             due = self.restart_due.get(name)
