@@ -106,8 +106,8 @@ class Retention:
     def describe(self) -> str:
         """The rule in words, for a summary that covers fewer graphs than rounds."""
         return (
-            f"the last {self.graphs_keep_last} rounds' graphs and every "
-            f"{self.graphs_keep_every}th round's before them (retention)"
+            f"the last {self.graphs_keep_last} rounds' graphs, and before them those of the "
+            f"rounds that are multiples of {self.graphs_keep_every} (retention)"
         )
 
 
