@@ -17,7 +17,12 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from collabfl.engine.report.plots import MARKERS
+from collabfl.engine.report.plots import (
+    MARKERS,
+    client_ticks,
+    mark_true_groups,
+    true_group_order,
+)
 
 DPI = 110
 
@@ -98,48 +103,98 @@ def series_by_round_figure(
 
 
 def graph_heatmap(
-    title: str, matrix: Sequence[Sequence[float]], marked: Sequence[int], path: Path
+    title: str, matrix: Sequence[Sequence[float]], groups: Sequence[str] | None, path: Path
 ) -> Path | None:
-    """A collaboration graph's weights (row i: the weight client i puts on peer j), with the
-    ``marked`` clients (attackers) moved to the last rows and columns behind a line."""
+    """Write ``graph_heatmap_figure`` as a PNG (None: nothing to draw)."""
+    fig = graph_heatmap_figure(title, matrix, groups)
+    return None if fig is None else _save(fig, path)
+
+
+def graph_heatmap_figure(
+    title: str, matrix: Sequence[Sequence[float]], groups: Sequence[str] | None
+) -> Figure | None:
+    """A collaboration graph's weights (row i: the weight client i puts on peer j). With
+    ``groups`` (each client's true group: a grouped partition's blocks, label-flipped
+    attackers) clients are ordered by group and a coloured strip and a legend mark them."""
     graph = np.array(matrix, dtype=float)
     if graph.size == 0:
         return None
-    order = [k for k in range(len(graph)) if k not in set(marked)] + sorted(marked)
+    if groups is not None and len(groups) != len(graph):
+        groups = None  # a record that does not match its graph: say nothing rather than lie
+    order = true_group_order(groups) if groups else list(range(len(graph)))
     graph = graph[np.ix_(order, order)]
     np.fill_diagonal(graph, np.nan)
     fig = Figure(figsize=(5.5, 5))
     ax = fig.add_subplot()
     image = ax.imshow(graph, cmap="viridis", interpolation="nearest")
     fig.colorbar(image, ax=ax, shrink=0.8, label="aggregation weight")
-    if marked:
-        edge = len(graph) - len(marked) - 0.5
-        for line in (ax.axhline, ax.axvline):
-            line(edge, color="red", linewidth=1)
-    ax.set_xlabel("peer (attackers after the red line)" if marked else "peer")
-    ax.set_ylabel("client")
+    by_group = ", by true group" if groups else ""
+    if groups:
+        handles = mark_true_groups(ax, [groups[k] for k in order])
+        client_ticks(ax, order)
+        ax.legend(
+            handles=handles,
+            title="true group",
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.12),
+            ncols=min(len(handles), 4),
+            fontsize=8,
+        )
+    ax.set_xlabel(f"peer{by_group}")
+    ax.set_ylabel(f"client{by_group}")
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
 def coalition_structure(
-    title: str, rows: Mapping[str, Sequence[Sequence[int]]], clients: int, path: Path
+    title: str,
+    rows: Mapping[str, Sequence[Sequence[int]]],
+    clients: int,
+    path: Path,
+    groups: Sequence[str] | None = None,
 ) -> Path | None:
+    """Write ``coalition_structure_figure`` as a PNG (None: nothing to draw)."""
+    fig = coalition_structure_figure(title, rows, clients, groups)
+    return None if fig is None else _save(fig, path)
+
+
+def coalition_structure_figure(
+    title: str,
+    rows: Mapping[str, Sequence[Sequence[int]]],
+    clients: int,
+    groups: Sequence[str] | None = None,
+) -> Figure | None:
     """One strip per (method, seed): each client coloured by the coalition it ended in
-    (coalitions numbered by their smallest member, so equal partitions look alike)."""
+    (coalitions numbered by their smallest member, so equal partitions look alike). With
+    ``groups`` (each client's true group) clients are ordered by group, and a top strip,
+    lines between groups and a legend mark the groups a method should find."""
     if not rows:
         return None
+    if groups is not None and len(groups) != clients:
+        groups = None
+    order = true_group_order(groups) if groups else list(range(clients))
+    position = {k: p for p, k in enumerate(order)}
     grid = np.full((len(rows), clients), np.nan)
     for n, coalitions in enumerate(rows.values()):
         for index, members in enumerate(sorted(coalitions, key=min)):
             for k in members:
                 if 0 <= k < clients:
-                    grid[n, k] = index
-    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.2))
+                    grid[n, position[k]] = index
+    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.2 + (0.35 if groups else 0)))
     ax = fig.add_subplot()
     ax.imshow(grid, cmap="tab20", aspect="auto", interpolation="nearest", vmin=0, vmax=19)
-    ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
-    ax.set_xticks(range(clients), [str(k) for k in range(clients)], fontsize=6)
-    ax.set_xlabel("client (colour: its coalition)")
+    labels = list(rows)
+    ax.set_xticks(range(clients), [str(k) for k in order], fontsize=6)
+    if groups:
+        handles = mark_true_groups(ax, [groups[k] for k in order], rows=False)
+        ax.set_yticks([-1.1, *range(len(rows))], ["true group", *labels], fontsize=7)
+        ax.legend(
+            handles=handles, title="true group", fontsize=7, loc="upper left",
+            bbox_to_anchor=(1.01, 1),
+        )  # fmt: skip
+        ax.set_xlabel("client, by true group (colour: its coalition)")
+    else:
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.set_xlabel("client (colour: its coalition)")
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return fig

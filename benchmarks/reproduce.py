@@ -162,6 +162,7 @@ def run_unit(unit: Unit) -> dict[str, Any]:
             "client_acc": {k: r.get("best_test_acc") for k, r in sorted(last.items())},
             "malicious": malicious,
             "curve": benign_curve(records.rows, set(malicious)),
+            "true_groups": (records.config.get("data") or {}).get("true_groups"),
             **graph_record(records.graphs, malicious),
             "error": None,
         }
@@ -199,6 +200,17 @@ def graph_record(graphs: dict[int, Any], malicious: list[int]) -> dict[str, Any]
             r: edges_to_group(g, np.array(group)) for r, g in sorted(graphs.items())
         }
     return record
+
+
+def unit_groups(unit: dict[str, Any], clients: int) -> list[str] | None:
+    """A unit's clients' true groups as recorded; for a unit from before they were, its
+    attackers against the rest; None when it knows of no groups."""
+    if unit.get("true_groups"):
+        return list(unit["true_groups"])
+    malicious = set(unit.get("malicious") or ())
+    if not malicious:
+        return None
+    return ["label-flipped" if k in malicious else "benign" for k in range(clients)]
 
 
 def spread(values: list[float]) -> tuple[float, float]:
@@ -525,7 +537,8 @@ def setting_figures(
         + (f" (seed {with_graph[0]['seed']})" if with_graph else ""),
         report_figures.graph_heatmap(
             f"{setting.title}: {dpfl}, seed {with_graph[0]['seed']}",
-            with_graph[0]["graph_last"], with_graph[0]["malicious"],
+            with_graph[0]["graph_last"],
+            unit_groups(with_graph[0], len(with_graph[0]["graph_last"])),
             folder / f"{name}_graph.png",
         ) if with_graph else None,
         "these units predate graph records: rerun them to draw it",
@@ -537,10 +550,12 @@ def setting_figures(
             if u["summary"].get("coalitions_last")
         }
         clients = max((len(u["client_acc"]) for u in units), default=0)
+        groups = next((g for u in units if (g := unit_groups(u, clients))), None)
         link(
-            "coalition structure (each client's final coalition)",
+            "coalition structure (each client's final coalition"
+            + (", against the true groups)" if groups else ")"),
             report_figures.coalition_structure(
-                setting.title, strips, clients, folder / f"{name}_coalitions.png"
+                setting.title, strips, clients, folder / f"{name}_coalitions.png", groups
             ),
             "no coalition method finished",
         )
