@@ -8,6 +8,7 @@ directly, like engine/report/plots.py, so nothing needs a screen.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,9 +19,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from collabfl.engine.report.plots import (
-    MARKERS,
     client_ticks,
+    clipped_error,
     mark_true_groups,
+    method_style,
     true_group_order,
 )
 
@@ -37,20 +39,34 @@ def _save(fig: Figure, path: Path) -> Path:
 def accuracy_vs_variance(
     title: str, cells: Mapping[str, Mapping[str, Any]], path: Path
 ) -> Path | None:
-    """Per method, mean accuracy against variance across clients (means over seeds, ± std)."""
-    points = {m: c for m, c in cells.items() if c.get("acc") and c.get("var")}
-    if not points:
+    """Write ``accuracy_vs_variance_figure`` as a PNG (None: nothing to draw)."""
+    fig = accuracy_vs_variance_figure(title, cells)
+    return None if fig is None else _save(fig, path)
+
+
+def accuracy_vs_variance_figure(
+    title: str, cells: Mapping[str, Mapping[str, Any]]
+) -> Figure | None:
+    """Per method, mean accuracy against variance across clients (means over seeds, ± sample
+    std over seeds, clipped to 0-100 % and to variance >= 0); each method's colour and marker
+    is its place in ``cells``, as in the setting's other figures."""
+    if not any(c.get("acc") and c.get("var") for c in cells.values()):
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    for n, (method, c) in enumerate(points.items()):
-        acc, var = c["acc"], c["var"]
+    for n, (method, c) in enumerate(cells.items()):
+        acc, var = c.get("acc"), c.get("var")
+        if not acc or not var:
+            continue
+        x, y = statistics.fmean(var), statistics.fmean(acc)
+        colour, marker = method_style(n, len(cells))
         ax.errorbar(
-            statistics.fmean(var),
-            statistics.fmean(acc),
-            xerr=statistics.stdev(var) if len(var) > 1 else None,
-            yerr=statistics.stdev(acc) if len(acc) > 1 else None,
-            fmt="osD^v<>"[n // 10 % 7],
+            x,
+            y,
+            xerr=clipped_error(x, statistics.stdev(var), high=math.inf) if len(var) > 1 else None,
+            yerr=clipped_error(y, statistics.stdev(acc)) if len(acc) > 1 else None,
+            fmt=marker or "o",
+            color=colour,
             capsize=3,
             label=method,
         )
@@ -59,41 +75,63 @@ def accuracy_vs_variance(
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    return _save(fig, path)
+    return fig
 
 
 def series_by_round(
-    title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]], path: Path
+    title: str,
+    ylabel: str,
+    curves: Mapping[str, Sequence[Sequence[float | None]]],
+    path: Path,
+    planned: int | None = None,
 ) -> Path | None:
     """Write ``series_by_round_figure`` as a PNG (None: nothing to draw)."""
-    fig = series_by_round_figure(title, ylabel, curves)
+    fig = series_by_round_figure(title, ylabel, curves, planned)
     return None if fig is None else _save(fig, path)
 
 
 def series_by_round_figure(
-    title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]]
+    title: str,
+    ylabel: str,
+    curves: Mapping[str, Sequence[Sequence[float | None]]],
+    planned: int | None = None,
 ) -> Figure | None:
-    """Per method, the mean over its runs (seeds) of a per-round series."""
-    drawn = {m: runs for m, runs in curves.items() if runs}
-    if not drawn:
+    """Per method, the mean over its runs (seeds) of a per-round series, solid lines only
+    (a dash means the best-validation model in accuracy_by_round.png, and these are each
+    round's model). Colour and marker follow the method's place in ``curves``. Rounds from
+    ``planned`` on (fedavg_ft's fine-tuning after the last round) are a labelled star, not a
+    jump of the line."""
+    if not any(curves.values()):
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    for i, (method, runs) in enumerate(drawn.items()):
+    for i, (method, runs) in enumerate(curves.items()):
+        if not runs:
+            continue
         length = min(len(r) for r in runs)
         values = np.array([[np.nan if v is None else v for v in r[:length]] for r in runs])
-        # Ten colours repeat past ten methods: a marker tells those apart, as in
-        # accuracy_by_round.png, where a dash means the best-validation model.
-        marker = MARKERS[i % len(MARKERS)] if len(drawn) > 10 else None
+        colour, marker = method_style(i, len(curves))
         mean = np.nanmean(values, axis=0)
+        rounds = np.arange(length)
+        kept = rounds < planned if planned else np.ones(length, dtype=bool)
         ax.plot(
-            np.arange(length),
-            mean,
-            color=f"C{i % 10}",
+            rounds[kept],
+            mean[kept],
+            color=colour,
             marker=marker,
             markersize=4,
             label=f"{method} (n={len(runs)})",
         )
+        if not kept.all():
+            ax.plot(
+                rounds[~kept],
+                mean[~kept],
+                color=colour,
+                marker="*",
+                markersize=10,
+                linestyle="None",
+                label=f"{method}: fine-tuned (after the last round)",
+            )
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)

@@ -156,3 +156,13 @@ def test_report_figures_draw_nothing_from_nothing(tmp_path: Path):
     assert report_figures.series_by_round("t", "y", {"m": []}, tmp_path / "b.png") is None
     assert report_figures.coalition_structure("t", {}, 4, tmp_path / "c.png") is None
     assert not list(tmp_path.iterdir())
+
+
+def test_the_scatter_is_redrawn_from_the_reports_json_alone(docs: Path, tmp_path: Path):
+    results = [_unit(m, 0, stored=True) for m in ("local", "dpfl:budget=0.1")]
+    reproduce.write_report(results, [], ["label_flip"], set(), [0], _args(tmp_path), total_units=2)
+    for png in (docs / "results").iterdir():
+        png.unlink()
+    drawn = reproduce.redraw_from_json("results")
+    assert drawn == [docs / "results" / "label_flip_acc_var.png"]
+    assert [p.name for p in (docs / "results").iterdir()] == ["label_flip_acc_var.png"]

@@ -92,8 +92,7 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
     for index, (method, records) in enumerate(by_method.items()):
         if not records:
             continue
-        colour = f"C{index % 10}"
-        marker = MARKERS[index % len(MARKERS)] if len(by_method) > 10 else None
+        colour, marker = method_style(index, len(by_method))
         planned = int(records[0].config.get("rounds") or 0)
         rounds, current, _ = _curve(records, "test_acc")
         kept = rounds < planned if planned else np.ones(len(rounds), dtype=bool)
@@ -166,6 +165,19 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 up to 70 methods."""
 
 
+def method_style(index: int, count: int) -> tuple[str, str | None]:
+    """The colour and marker of the ``index``-th of ``count`` methods: ten colours and, past
+    ten methods, a marker too (None up to ten). Figures of one setting index the same method
+    list, so a method looks the same in each of them."""
+    return f"C{index % 10}", MARKERS[index % len(MARKERS)] if count > 10 else None
+
+
+def clipped_error(value: float, spread: float, low: float = 0.0, high: float = 100.0) -> list:
+    """An error bar of ± ``spread`` around ``value`` that stops at ``low`` and ``high`` (a
+    percentage cannot leave 0-100, a variance cannot go below 0), as errorbar takes it."""
+    return [[max(0.0, min(spread, value - low))], [max(0.0, min(spread, high - value))]]
+
+
 def plot_accuracy_vs_variance(
     summaries: list[dict[str, Any]], path: Path | str, config: Mapping[str, Any] | None = None
 ) -> Path:
@@ -176,8 +188,9 @@ def plot_accuracy_vs_variance(
 def accuracy_vs_variance_figure(
     summaries: list[dict[str, Any]], config: Mapping[str, Any] | None = None
 ) -> Figure:
-    """Mean vs variance of per-client test accuracy, one labelled point per method, with the
-    std across seeds as an error bar for multi-seed aggregates; ``config`` names the setting.
+    """Mean vs variance of per-client test accuracy, one labelled point per method (colour
+    and marker as in accuracy_by_round.png), with the std across seeds as an error bar for
+    multi-seed aggregates (clipped to 0-100 %); ``config`` names the setting.
 
     Up and to the left is better: accurate on average and fair across clients. Methods
     without accuracy numbers are left out.
@@ -190,8 +203,9 @@ def accuracy_vs_variance_figure(
             continue
         x, y = var * 100**2, mean * 100
         seed_std = summary.get("seed_std_test_acc")
-        yerr = None if seed_std is None else [seed_std * 100]
-        ax.errorbar([x], [y], yerr=yerr, fmt="o", color=f"C{index % 10}", capsize=3)
+        yerr = None if seed_std is None else clipped_error(y, seed_std * 100)
+        colour, marker = method_style(index, len(summaries))
+        ax.errorbar([x], [y], yerr=yerr, fmt=marker or "o", color=colour, capsize=3)
         ax.annotate(summary["method"], (x, y), textcoords="offset points", xytext=(5, 5))
     ax.margins(0.15)
     ax.set_title(setting_title(config or {}))
