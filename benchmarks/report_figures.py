@@ -8,6 +8,7 @@ directly, like engine/report/plots.py, so nothing needs a screen.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,7 +18,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from collabfl.engine.report.plots import MARKERS
+from collabfl.engine.report.plots import (
+    client_ticks,
+    clipped_error,
+    mark_true_groups,
+    method_style,
+    true_group_order,
+)
 
 DPI = 110
 
@@ -32,20 +39,34 @@ def _save(fig: Figure, path: Path) -> Path:
 def accuracy_vs_variance(
     title: str, cells: Mapping[str, Mapping[str, Any]], path: Path
 ) -> Path | None:
-    """Per method, mean accuracy against variance across clients (means over seeds, ± std)."""
-    points = {m: c for m, c in cells.items() if c.get("acc") and c.get("var")}
-    if not points:
+    """Write ``accuracy_vs_variance_figure`` as a PNG (None: nothing to draw)."""
+    fig = accuracy_vs_variance_figure(title, cells)
+    return None if fig is None else _save(fig, path)
+
+
+def accuracy_vs_variance_figure(
+    title: str, cells: Mapping[str, Mapping[str, Any]]
+) -> Figure | None:
+    """Per method, mean accuracy against variance across clients (means over seeds, ± sample
+    std over seeds, clipped to 0-100 % and to variance >= 0); each method's colour and marker
+    is its place in ``cells``, as in the setting's other figures."""
+    if not any(c.get("acc") and c.get("var") for c in cells.values()):
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    for n, (method, c) in enumerate(points.items()):
-        acc, var = c["acc"], c["var"]
+    for n, (method, c) in enumerate(cells.items()):
+        acc, var = c.get("acc"), c.get("var")
+        if not acc or not var:
+            continue
+        x, y = statistics.fmean(var), statistics.fmean(acc)
+        colour, marker = method_style(n, len(cells))
         ax.errorbar(
-            statistics.fmean(var),
-            statistics.fmean(acc),
-            xerr=statistics.stdev(var) if len(var) > 1 else None,
-            yerr=statistics.stdev(acc) if len(acc) > 1 else None,
-            fmt="osD^v<>"[n // 10 % 7],
+            x,
+            y,
+            xerr=clipped_error(x, statistics.stdev(var), high=math.inf) if len(var) > 1 else None,
+            yerr=clipped_error(y, statistics.stdev(acc)) if len(acc) > 1 else None,
+            fmt=marker or "o",
+            color=colour,
             capsize=3,
             label=method,
         )
@@ -54,41 +75,63 @@ def accuracy_vs_variance(
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    return _save(fig, path)
+    return fig
 
 
 def series_by_round(
-    title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]], path: Path
+    title: str,
+    ylabel: str,
+    curves: Mapping[str, Sequence[Sequence[float | None]]],
+    path: Path,
+    planned: int | None = None,
 ) -> Path | None:
     """Write ``series_by_round_figure`` as a PNG (None: nothing to draw)."""
-    fig = series_by_round_figure(title, ylabel, curves)
+    fig = series_by_round_figure(title, ylabel, curves, planned)
     return None if fig is None else _save(fig, path)
 
 
 def series_by_round_figure(
-    title: str, ylabel: str, curves: Mapping[str, Sequence[Sequence[float | None]]]
+    title: str,
+    ylabel: str,
+    curves: Mapping[str, Sequence[Sequence[float | None]]],
+    planned: int | None = None,
 ) -> Figure | None:
-    """Per method, the mean over its runs (seeds) of a per-round series."""
-    drawn = {m: runs for m, runs in curves.items() if runs}
-    if not drawn:
+    """Per method, the mean over its runs (seeds) of a per-round series, solid lines only
+    (a dash means the best-validation model in accuracy_by_round.png, and these are each
+    round's model). Colour and marker follow the method's place in ``curves``. Rounds from
+    ``planned`` on (fedavg_ft's fine-tuning after the last round) are a labelled star, not a
+    jump of the line."""
+    if not any(curves.values()):
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    for i, (method, runs) in enumerate(drawn.items()):
+    for i, (method, runs) in enumerate(curves.items()):
+        if not runs:
+            continue
         length = min(len(r) for r in runs)
         values = np.array([[np.nan if v is None else v for v in r[:length]] for r in runs])
-        # Ten colours repeat past ten methods: a marker tells those apart, as in
-        # accuracy_by_round.png, where a dash means the best-validation model.
-        marker = MARKERS[i % len(MARKERS)] if len(drawn) > 10 else None
+        colour, marker = method_style(i, len(curves))
         mean = np.nanmean(values, axis=0)
+        rounds = np.arange(length)
+        kept = rounds < planned if planned else np.ones(length, dtype=bool)
         ax.plot(
-            np.arange(length),
-            mean,
-            color=f"C{i % 10}",
+            rounds[kept],
+            mean[kept],
+            color=colour,
             marker=marker,
             markersize=4,
             label=f"{method} (n={len(runs)})",
         )
+        if not kept.all():
+            ax.plot(
+                rounds[~kept],
+                mean[~kept],
+                color=colour,
+                marker="*",
+                markersize=10,
+                linestyle="None",
+                label=f"{method}: fine-tuned (after the last round)",
+            )
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -98,48 +141,98 @@ def series_by_round_figure(
 
 
 def graph_heatmap(
-    title: str, matrix: Sequence[Sequence[float]], marked: Sequence[int], path: Path
+    title: str, matrix: Sequence[Sequence[float]], groups: Sequence[str] | None, path: Path
 ) -> Path | None:
-    """A collaboration graph's weights (row i: the weight client i puts on peer j), with the
-    ``marked`` clients (attackers) moved to the last rows and columns behind a line."""
+    """Write ``graph_heatmap_figure`` as a PNG (None: nothing to draw)."""
+    fig = graph_heatmap_figure(title, matrix, groups)
+    return None if fig is None else _save(fig, path)
+
+
+def graph_heatmap_figure(
+    title: str, matrix: Sequence[Sequence[float]], groups: Sequence[str] | None
+) -> Figure | None:
+    """A collaboration graph's weights (row i: the weight client i puts on peer j). With
+    ``groups`` (each client's true group: a grouped partition's blocks, label-flipped
+    attackers) clients are ordered by group and a coloured strip and a legend mark them."""
     graph = np.array(matrix, dtype=float)
     if graph.size == 0:
         return None
-    order = [k for k in range(len(graph)) if k not in set(marked)] + sorted(marked)
+    if groups is not None and len(groups) != len(graph):
+        groups = None  # a record that does not match its graph: say nothing rather than lie
+    order = true_group_order(groups) if groups else list(range(len(graph)))
     graph = graph[np.ix_(order, order)]
     np.fill_diagonal(graph, np.nan)
     fig = Figure(figsize=(5.5, 5))
     ax = fig.add_subplot()
     image = ax.imshow(graph, cmap="viridis", interpolation="nearest")
     fig.colorbar(image, ax=ax, shrink=0.8, label="aggregation weight")
-    if marked:
-        edge = len(graph) - len(marked) - 0.5
-        for line in (ax.axhline, ax.axvline):
-            line(edge, color="red", linewidth=1)
-    ax.set_xlabel("peer (attackers after the red line)" if marked else "peer")
-    ax.set_ylabel("client")
+    by_group = ", by true group" if groups else ""
+    if groups:
+        handles = mark_true_groups(ax, [groups[k] for k in order])
+        client_ticks(ax, order)
+        ax.legend(
+            handles=handles,
+            title="true group",
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.12),
+            ncols=min(len(handles), 4),
+            fontsize=8,
+        )
+    ax.set_xlabel(f"peer{by_group}")
+    ax.set_ylabel(f"client{by_group}")
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
 def coalition_structure(
-    title: str, rows: Mapping[str, Sequence[Sequence[int]]], clients: int, path: Path
+    title: str,
+    rows: Mapping[str, Sequence[Sequence[int]]],
+    clients: int,
+    path: Path,
+    groups: Sequence[str] | None = None,
 ) -> Path | None:
+    """Write ``coalition_structure_figure`` as a PNG (None: nothing to draw)."""
+    fig = coalition_structure_figure(title, rows, clients, groups)
+    return None if fig is None else _save(fig, path)
+
+
+def coalition_structure_figure(
+    title: str,
+    rows: Mapping[str, Sequence[Sequence[int]]],
+    clients: int,
+    groups: Sequence[str] | None = None,
+) -> Figure | None:
     """One strip per (method, seed): each client coloured by the coalition it ended in
-    (coalitions numbered by their smallest member, so equal partitions look alike)."""
+    (coalitions numbered by their smallest member, so equal partitions look alike). With
+    ``groups`` (each client's true group) clients are ordered by group, and a top strip,
+    lines between groups and a legend mark the groups a method should find."""
     if not rows:
         return None
+    if groups is not None and len(groups) != clients:
+        groups = None
+    order = true_group_order(groups) if groups else list(range(clients))
+    position = {k: p for p, k in enumerate(order)}
     grid = np.full((len(rows), clients), np.nan)
     for n, coalitions in enumerate(rows.values()):
         for index, members in enumerate(sorted(coalitions, key=min)):
             for k in members:
                 if 0 <= k < clients:
-                    grid[n, k] = index
-    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.2))
+                    grid[n, position[k]] = index
+    fig = Figure(figsize=(7, 0.35 * len(rows) + 1.2 + (0.35 if groups else 0)))
     ax = fig.add_subplot()
     ax.imshow(grid, cmap="tab20", aspect="auto", interpolation="nearest", vmin=0, vmax=19)
-    ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
-    ax.set_xticks(range(clients), [str(k) for k in range(clients)], fontsize=6)
-    ax.set_xlabel("client (colour: its coalition)")
+    labels = list(rows)
+    ax.set_xticks(range(clients), [str(k) for k in order], fontsize=6)
+    if groups:
+        handles = mark_true_groups(ax, [groups[k] for k in order], rows=False)
+        ax.set_yticks([-1.1, *range(len(rows))], ["true group", *labels], fontsize=7)
+        ax.legend(
+            handles=handles, title="true group", fontsize=7, loc="upper left",
+            bbox_to_anchor=(1.01, 1),
+        )  # fmt: skip
+        ax.set_xlabel("client, by true group (colour: its coalition)")
+    else:
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.set_xlabel("client (colour: its coalition)")
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return fig

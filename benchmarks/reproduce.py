@@ -3,6 +3,7 @@
     python benchmarks/reproduce.py --jobs N [--seeds 0,1,2] [--clients 50] [--rounds 30]
         [--settings dir,label_flip,ce_synthetic] [--methods local --methods dpfl:budget=0.1]
         [--report-name results]
+    python benchmarks/reproduce.py --redraw-from-json [--report-name results]
 
 Each unit of work is one (setting, seed, method) run in the in-process runtime, in a worker
 process with one torch thread; units of one (setting, seed) share the same partition (the
@@ -16,7 +17,8 @@ what the figures need: per-round accuracy, the last collaboration graph, the ben
 on attackers by round; units from before it did lack them, and the report says so. The CE
 synthetic regression (``ce_synthetic``) runs in the main process: it takes seconds. Notes
 written by hand beside a setting's table live in ``docs/notes/<setting>.md``, and under the
-report's header in ``docs/notes/<report name>_intro.md``.
+report's header in ``docs/notes/<report name>_intro.md``. ``--redraw-from-json`` redraws,
+without the units, the figures the report's JSON holds enough for (accuracy vs variance).
 
 Cells: mean ± sample std over seeds of the mean over benign clients of the test accuracy of
 each client's best-validation model; its variance across clients; peer plus coordinator
@@ -162,6 +164,7 @@ def run_unit(unit: Unit) -> dict[str, Any]:
             "client_acc": {k: r.get("best_test_acc") for k, r in sorted(last.items())},
             "malicious": malicious,
             "curve": benign_curve(records.rows, set(malicious)),
+            "true_groups": (records.config.get("data") or {}).get("true_groups"),
             **graph_record(records.graphs, malicious),
             "error": None,
         }
@@ -199,6 +202,17 @@ def graph_record(graphs: dict[int, Any], malicious: list[int]) -> dict[str, Any]
             r: edges_to_group(g, np.array(group)) for r, g in sorted(graphs.items())
         }
     return record
+
+
+def unit_groups(unit: dict[str, Any], clients: int) -> list[str] | None:
+    """A unit's clients' true groups as recorded; for a unit from before they were, its
+    attackers against the rest; None when it knows of no groups."""
+    if unit.get("true_groups"):
+        return list(unit["true_groups"])
+    malicious = set(unit.get("malicious") or ())
+    if not malicious:
+        return None
+    return ["label-flipped" if k in malicious else "benign" for k in range(clients)]
 
 
 def spread(values: list[float]) -> tuple[float, float]:
@@ -471,10 +485,13 @@ def setting_figures(
     results: list[dict[str, Any]],
     folder: Path,
     report_name: str,
+    rounds: int,
 ) -> list[str]:
-    """Draw the setting's figures from its units; say for each one what it comes from."""
+    """Draw the setting's figures from its units; say for each one what it comes from.
+    ``rounds``: the planned rounds, where a unit's summary does not say."""
     setting = SETTINGS[name]
     units = [r for r in results if r["setting"] == name]
+    planned = min((u["summary"].get("rounds_planned") or rounds for u in units), default=rounds)
     lines = ["Figures (from the runs in the table above):", ""]
 
     def link(text: str, path: Path | None, missing: str) -> None:
@@ -498,7 +515,7 @@ def setting_figures(
         f"accuracy by round ({stored} of {len(units)} runs stored it)",
         report_figures.series_by_round(
             setting.title, "mean test accuracy of the round's model (%)", curves,
-            folder / f"{name}_by_round.png",
+            folder / f"{name}_by_round.png", planned,
         ),
         "these units predate per-round records: rerun them to draw it",
     )  # fmt: skip
@@ -513,7 +530,7 @@ def setting_figures(
             "benign weight on attackers by round",
             report_figures.series_by_round(
                 setting.title, "benign clients' weight on attackers (%)", shares,
-                folder / f"{name}_to_attackers.png",
+                folder / f"{name}_to_attackers.png", planned,
             ),
             "these units predate per-round graph records: rerun them to draw it",
         )  # fmt: skip
@@ -525,7 +542,8 @@ def setting_figures(
         + (f" (seed {with_graph[0]['seed']})" if with_graph else ""),
         report_figures.graph_heatmap(
             f"{setting.title}: {dpfl}, seed {with_graph[0]['seed']}",
-            with_graph[0]["graph_last"], with_graph[0]["malicious"],
+            with_graph[0]["graph_last"],
+            unit_groups(with_graph[0], len(with_graph[0]["graph_last"])),
             folder / f"{name}_graph.png",
         ) if with_graph else None,
         "these units predate graph records: rerun them to draw it",
@@ -537,10 +555,12 @@ def setting_figures(
             if u["summary"].get("coalitions_last")
         }
         clients = max((len(u["client_acc"]) for u in units), default=0)
+        groups = next((g for u in units if (g := unit_groups(u, clients))), None)
         link(
-            "coalition structure (each client's final coalition)",
+            "coalition structure (each client's final coalition"
+            + (", against the true groups)" if groups else ")"),
             report_figures.coalition_structure(
-                setting.title, strips, clients, folder / f"{name}_coalitions.png"
+                setting.title, strips, clients, folder / f"{name}_coalitions.png", groups
             ),
             "no coalition method finished",
         )
@@ -604,7 +624,7 @@ def write_report(
         cells = setting_cells(name, results, chosen)
         figures[name] = cells
         lines += setting_table(name, cells, seeds)
-        lines += setting_figures(name, cells, results, folder, args.report_name)
+        lines += setting_figures(name, cells, results, folder, args.report_name, args.rounds)
         lines += notes(name)
     DOCS.mkdir(exist_ok=True)
     path = DOCS / f"{args.report_name}.md"
@@ -617,6 +637,20 @@ def write_report(
     }
     (DOCS / f"{args.report_name}.json").write_text(json.dumps(payload, indent=1, default=str))
     return path
+
+
+def redraw_from_json(report_name: str) -> list[Path]:
+    """Redraw the figures that docs/<report_name>.json holds enough for (accuracy vs
+    variance, from its cells) when the units are not on this machine; the others need the
+    units' per-round and graph records."""
+    payload = json.loads((DOCS / f"{report_name}.json").read_text())
+    drawn = []
+    for name, cells in payload["settings"].items():
+        if name in SETTINGS:
+            path = DOCS / report_name / f"{name}_acc_var.png"
+            if report_figures.accuracy_vs_variance(SETTINGS[name].title, cells, path):
+                drawn.append(path)
+    return drawn
 
 
 def main() -> None:
@@ -644,6 +678,11 @@ def main() -> None:
     parser.add_argument(
         "--report-only", action="store_true", help="write the report from finished runs"
     )
+    parser.add_argument(
+        "--redraw-from-json",
+        action="store_true",
+        help="only redraw the figures docs/NAME.json holds enough for (accuracy vs variance)",
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -656,6 +695,10 @@ def main() -> None:
         raise SystemExit(f"unknown methods {sorted(methods - known)}; choose from {sorted(known)}")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", args.report_name):
         raise SystemExit(f"--report-name must be letters, digits, _ or -, got {args.report_name!r}")
+    if args.redraw_from_json:
+        for path in redraw_from_json(args.report_name):
+            print(f"redrew {path.relative_to(REPO_ROOT)}")
+        return
     base = (
         f"data.num_clients={args.clients}",
         f"rounds={args.rounds}",

@@ -5,6 +5,7 @@ rather than a jump of the curve."""
 
 from __future__ import annotations
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 
@@ -115,3 +116,76 @@ def test_the_reports_series_figures_tell_methods_apart_without_dashes() -> None:
     lines = [line for line in figure.axes[0].get_lines() if str(line.get_label()).startswith("m")]
     assert len({(str(line.get_color()), str(line.get_marker())) for line in lines}) == 13
     assert {line.get_linestyle() for line in lines} == {"-"}
+
+
+def _report_figures():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import report_figures
+
+    return report_figures
+
+
+def _styles(lines) -> dict[str, tuple[str, str]]:
+    return {
+        str(line.get_label()).split(" ")[0]: (str(line.get_color()), str(line.get_marker()))
+        for line in lines
+        if str(line.get_label()).startswith("m")
+    }
+
+
+def test_a_method_looks_the_same_in_every_figure_of_the_report() -> None:
+    """docs/results.md: 13 methods, each its own colour and marker, the same in the
+    accuracy-vs-variance and the by-round figure (they index the same method list)."""
+    figures = _report_figures()
+    methods = [f"m{k}" for k in range(13)]
+    cells = {m: {"acc": [50.0 + k, 51.0 + k], "var": [10.0, 12.0]} for k, m in enumerate(methods)}
+    scatter = figures.accuracy_vs_variance_figure("t", cells)
+    points = {
+        str(c.get_label()): (str(c.lines[0].get_color()), str(c.lines[0].get_marker()))
+        for c in scatter.axes[0].containers
+    }
+    curves = {m: [[0.5] * 4] for m in methods}
+    by_round = _styles(figures.series_by_round_figure("t", "acc", curves).axes[0].get_lines())
+    assert len(set(points.values())) == 13 and points == by_round
+
+
+def test_a_method_not_drawn_keeps_the_others_styles() -> None:
+    figures = _report_figures()
+    curves = {f"m{k}": [[0.5] * 4] if k != 3 else [] for k in range(12)}
+    styles = _styles(figures.series_by_round_figure("t", "acc", curves).axes[0].get_lines())
+    everything = {f"m{k}": [[0.5] * 4] for k in range(12)}
+    full = _styles(figures.series_by_round_figure("t", "acc", everything).axes[0].get_lines())
+    assert "m3" not in styles and styles == {m: s for m, s in full.items() if m != "m3"}
+
+
+def test_the_reports_error_bars_stay_inside_0_to_100_percent() -> None:
+    figures = _report_figures()
+    cells = {"local": {"acc": [99.0, 100.0, 100.0], "var": [0.0, 0.0, 3.0]}}
+    ax = figures.accuracy_vs_variance_figure("t", cells).axes[0]
+    (container,) = ax.containers
+    ends = np.concatenate([seg.get_segments() for seg in container.lines[2]])
+    assert ends[:, 1].max() <= 100 and ends[:, 0].min() >= 0  # accuracy <= 100, variance >= 0
+
+
+def test_the_reports_fine_tuning_step_is_a_labelled_star_not_a_jump() -> None:
+    figures = _report_figures()
+    curves = {"fedavg_ft": [[50.0, 55.0, 58.0, 80.0]]}  # 3 planned rounds, then fine-tuning
+    ax = figures.series_by_round_figure("t", "acc", curves, planned=3).axes[0]
+    (curve,) = [line for line in ax.get_lines() if line.get_label() == "fedavg_ft (n=1)"]
+    assert list(curve.get_xdata()) == [0, 1, 2]
+    (star,) = [line for line in ax.get_lines() if "fine-tuned" in str(line.get_label())]
+    assert list(star.get_xdata()) == [3] and star.get_marker() == "*"
+
+
+def test_the_run_scatter_gives_each_of_13_methods_its_own_colour_and_marker() -> None:
+    from collabfl.engine.report.plots import accuracy_vs_variance_figure
+
+    summaries = [
+        {"method": f"m{k}", "mean_test_acc": 0.5 + k / 100, "var_test_acc": 0.01} for k in range(13)
+    ]
+    ax = accuracy_vs_variance_figure(summaries).axes[0]
+    styles = {(str(c.lines[0].get_color()), str(c.lines[0].get_marker())) for c in ax.containers}
+    assert len(styles) == 13

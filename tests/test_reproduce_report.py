@@ -98,6 +98,9 @@ def test_figures_are_drawn_from_what_the_units_hold(docs: Path, tmp_path: Path):
     assert "](results/label_flip_by_round.png)" in text
     assert "](results/label_flip_graph.png)" in text and "(seed 0)" in text
     assert "](results/label_flip_to_attackers.png)" in text
+    # Units from before true groups were recorded: the graph marks their attackers.
+    assert reproduce.unit_groups(results[1], 4) == ["benign"] * 3 + ["label-flipped"]
+    assert reproduce.unit_groups(_unit("local", 0, stored=False) | {"malicious": []}, 4) is None
     assert "Measured by hand: see the commands." in text
     assert text.index("Which run made which figure.") < text.index("## MNIST-1D")
     for figure in ("acc_var", "by_round", "graph", "to_attackers"):
@@ -122,6 +125,7 @@ def test_units_without_records_say_why_a_figure_is_missing(docs: Path, tmp_path:
 def test_coalition_structure_and_the_synthetic_section(docs: Path, tmp_path: Path):
     coalitions = _unit("fedcollab", 0, stored=True, setting="label_groups")
     coalitions["summary"]["coalitions_last"] = [[0, 1], [2, 3]]
+    coalitions["true_groups"] = ["group 0", "group 0", "group 1", "group 1"]
     synthetic = [
         {
             "variant": variant,
@@ -139,6 +143,7 @@ def test_coalition_structure_and_the_synthetic_section(docs: Path, tmp_path: Pat
         [coalitions], synthetic, settings, {"fedcollab"}, [0], _args(tmp_path), total_units=3
     )
     text = path.read_text()
+    assert "final coalition, against the true groups): ![" in text
     assert "](results/label_groups_coalitions.png)" in text
     assert "| ρ = 0.1, n = 2000 | `official` | 1 | s0: {0,1,2} {3,4,5} | 1/1 |" in text
     assert "| ρ = 1.0, n = 20000 | `ours` | 1 | s0: {0,1} {2} {3} {4} {5} | 0/1 |" in text
@@ -151,3 +156,13 @@ def test_report_figures_draw_nothing_from_nothing(tmp_path: Path):
     assert report_figures.series_by_round("t", "y", {"m": []}, tmp_path / "b.png") is None
     assert report_figures.coalition_structure("t", {}, 4, tmp_path / "c.png") is None
     assert not list(tmp_path.iterdir())
+
+
+def test_the_scatter_is_redrawn_from_the_reports_json_alone(docs: Path, tmp_path: Path):
+    results = [_unit(m, 0, stored=True) for m in ("local", "dpfl:budget=0.1")]
+    reproduce.write_report(results, [], ["label_flip"], set(), [0], _args(tmp_path), total_units=2)
+    for png in (docs / "results").iterdir():
+        png.unlink()
+    drawn = reproduce.redraw_from_json("results")
+    assert drawn == [docs / "results" / "label_flip_acc_var.png"]
+    assert [p.name for p in (docs / "results").iterdir()] == ["label_flip_acc_var.png"]

@@ -24,6 +24,7 @@ from collabfl.client.data import (
     client_datasets,
     load_pool,
     make_partition,
+    true_groups,
 )
 from collabfl.client.node import ClientSplits
 from collabfl.engine.config import ConfigError, ExperimentConfig, model_name
@@ -302,8 +303,26 @@ def run_method(
                 on_round(round_update(spec.label, config.rounds, outcome, rows))
 
         return run_on_splits(
-            spec, splits, module, objective, device, run_dir, model_name(config), after_round
+            spec,
+            splits,
+            module,
+            objective,
+            device,
+            run_dir,
+            model_name(config),
+            after_round,
+            data=data_record(config, data.partition),
         )
+
+
+def data_record(config: ExperimentConfig, partition: Partition) -> dict[str, Any] | None:
+    """The record's ``data`` section when the partition has true groups: the config's, plus
+    each client's group (``true_groups``), which figures mark; None (the config's as it is)
+    otherwise."""
+    groups = true_groups(partition.meta)
+    if groups is None:
+        return None
+    return {**config.data.model_dump(mode="json"), "true_groups": groups}
 
 
 def run_on_splits(

@@ -7,7 +7,7 @@ two into every client's train/validation/test arrays.
 
 from .arrays import ArrayDataset, DataPool
 from .clients import ClientData, client_datasets
-from .partition import SCHEMES, make_partition
+from .partition import SCHEMES, make_partition, true_groups
 from .pools import POOLS, load_pool
 from .splits import ClientSplit, Partition
 
@@ -22,4 +22,5 @@ __all__ = [
     "client_datasets",
     "load_pool",
     "make_partition",
+    "true_groups",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -153,6 +154,26 @@ def make_partition(
         },
     }
     return Partition(clients=clients, meta=meta)
+
+
+def true_groups(meta: Mapping[str, Any]) -> list[str] | None:
+    """Each client's true group, named, from a partition's ``meta``; None when the
+    partition has none (no group scheme, no label flipping).
+
+    The group schemes' blocks are "group 0" to "group 3"; label-flipped clients form a group
+    of their own ("label-flipped", or "group g, label-flipped" inside a block), since they
+    share one concept no benign client holds. Figures use it to show whether a method's
+    graph or coalitions found the groups the partition built.
+    """
+    groups = meta.get("groups")
+    flipped = set(meta.get("malicious_clients") or ())
+    if groups is None and not flipped:
+        return None
+    clients = range(int(meta["num_clients"]))
+    names = [f"group {groups[k]}" if groups is not None else "benign" for k in clients]
+    for k in flipped:
+        names[k] = "label-flipped" if groups is None else f"{names[k]}, label-flipped"
+    return names
 
 
 def _validate(

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from collabfl.engine.report.graph_stats import sparsity, symmetry
@@ -90,8 +92,7 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
     for index, (method, records) in enumerate(by_method.items()):
         if not records:
             continue
-        colour = f"C{index % 10}"
-        marker = MARKERS[index % len(MARKERS)] if len(by_method) > 10 else None
+        colour, marker = method_style(index, len(by_method))
         planned = int(records[0].config.get("rounds") or 0)
         rounds, current, _ = _curve(records, "test_acc")
         kept = rounds < planned if planned else np.ones(len(rounds), dtype=bool)
@@ -164,6 +165,19 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 up to 70 methods."""
 
 
+def method_style(index: int, count: int) -> tuple[str, str | None]:
+    """The colour and marker of the ``index``-th of ``count`` methods: ten colours and, past
+    ten methods, a marker too (None up to ten). Figures of one setting index the same method
+    list, so a method looks the same in each of them."""
+    return f"C{index % 10}", MARKERS[index % len(MARKERS)] if count > 10 else None
+
+
+def clipped_error(value: float, spread: float, low: float = 0.0, high: float = 100.0) -> list:
+    """An error bar of ± ``spread`` around ``value`` that stops at ``low`` and ``high`` (a
+    percentage cannot leave 0-100, a variance cannot go below 0), as errorbar takes it."""
+    return [[max(0.0, min(spread, value - low))], [max(0.0, min(spread, high - value))]]
+
+
 def plot_accuracy_vs_variance(
     summaries: list[dict[str, Any]], path: Path | str, config: Mapping[str, Any] | None = None
 ) -> Path:
@@ -174,8 +188,9 @@ def plot_accuracy_vs_variance(
 def accuracy_vs_variance_figure(
     summaries: list[dict[str, Any]], config: Mapping[str, Any] | None = None
 ) -> Figure:
-    """Mean vs variance of per-client test accuracy, one labelled point per method, with the
-    std across seeds as an error bar for multi-seed aggregates; ``config`` names the setting.
+    """Mean vs variance of per-client test accuracy, one labelled point per method (colour
+    and marker as in accuracy_by_round.png), with the std across seeds as an error bar for
+    multi-seed aggregates (clipped to 0-100 %); ``config`` names the setting.
 
     Up and to the left is better: accurate on average and fair across clients. Methods
     without accuracy numbers are left out.
@@ -188,8 +203,9 @@ def accuracy_vs_variance_figure(
             continue
         x, y = var * 100**2, mean * 100
         seed_std = summary.get("seed_std_test_acc")
-        yerr = None if seed_std is None else [seed_std * 100]
-        ax.errorbar([x], [y], yerr=yerr, fmt="o", color=f"C{index % 10}", capsize=3)
+        yerr = None if seed_std is None else clipped_error(y, seed_std * 100)
+        colour, marker = method_style(index, len(summaries))
+        ax.errorbar([x], [y], yerr=yerr, fmt=marker or "o", color=colour, capsize=3)
         ax.annotate(summary["method"], (x, y), textcoords="offset points", xytext=(5, 5))
     ax.margins(0.15)
     ax.set_title(setting_title(config or {}))
@@ -200,30 +216,96 @@ def accuracy_vs_variance_figure(
 
 
 def plot_adjacency_heatmaps(records: RunRecords, path: Path | str) -> Path | None:
+    """Write ``adjacency_heatmaps_figure`` as a PNG; None, writing nothing, for a method
+    without graphs."""
+    fig = adjacency_heatmaps_figure(records)
+    return None if fig is None else _save(fig, path)
+
+
+def adjacency_heatmaps_figure(records: RunRecords) -> Figure | None:
     """The collaboration graph at the first, middle and last rounds that have one.
 
-    Panels share one colour scale so weights compare across rounds. Returns None, writing
-    nothing, for a method without graphs.
+    Panels share one colour scale so weights compare across rounds. When the record names
+    the clients' true groups (``data.true_groups``: a grouped or label-flipped partition),
+    clients are ordered by group, a coloured strip above and left of each panel marks them
+    and a legend titled "true group" names them; otherwise nothing is said about groups.
     """
     if not records.graphs:
         return None
     available = sorted(records.graphs)
     chosen = list(dict.fromkeys([available[0], available[len(available) // 2], available[-1]]))
     vmax = max(float(records.graphs[r].max()) for r in chosen) or 1.0
+    groups = (records.config.get("data") or {}).get("true_groups")
+    size = len(records.graphs[chosen[0]])
+    if groups is not None and len(groups) != size:
+        groups = None  # a record that does not match its graphs: say nothing rather than lie
+    order = true_group_order(groups) if groups else list(range(size))
 
     fig = Figure(figsize=(4.2 * len(chosen) + 1, 4.4), layout="constrained")
     axes = fig.subplots(1, len(chosen), squeeze=False)[0]
+    handles: list[Patch] = []
     for ax, round_index in zip(axes, chosen, strict=True):
         matrix = records.graphs[round_index]
-        image = ax.imshow(matrix, vmin=0.0, vmax=vmax, cmap="viridis", interpolation="nearest")
+        shown = matrix[np.ix_(order, order)]
+        image = ax.imshow(shown, vmin=0.0, vmax=vmax, cmap="viridis", interpolation="nearest")
         ax.set_title(
             f"round {round_index}\nsparsity {sparsity(matrix):.0%}, symmetry {symmetry(matrix):.0%}"
         )
-        ax.set_xlabel("peer j (model used)")
-        ax.set_ylabel("client i")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        by_group = ", by true group" if groups else ""
+        ax.set_xlabel(f"peer j (model used){by_group}")
+        ax.set_ylabel(f"client i{by_group}")
+        if groups:
+            handles = mark_true_groups(ax, [groups[k] for k in order])
+            client_ticks(ax, order)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.colorbar(image, ax=list(axes), label="weight client i puts on peer j")
+    if handles:
+        fig.legend(handles=handles, title="true group", loc="outside lower center", ncols=4)
     label = (records.config.get("resolved") or {}).get("label")
     fig.suptitle(setting_title(records.config, label))
-    return _save(fig, path)
+    return fig
+
+
+def true_group_order(groups: Sequence[str]) -> list[int]:
+    """Clients ordered by true group, groups in the order of their first client (stable:
+    a partition's consecutive blocks keep their order)."""
+    first = {name: n for n, name in enumerate(dict.fromkeys(groups))}
+    return sorted(range(len(groups)), key=lambda k: first[groups[k]])
+
+
+def mark_true_groups(ax: Axes, ordered: Sequence[str], *, rows: bool = True) -> list[Patch]:
+    """Mark the true groups of a client matrix drawn on ``ax`` (its clients in ``ordered``'s
+    order, one per column and, with ``rows``, per row): a strip of one colour per group
+    above the columns and left of the rows, and a white line between groups. Returns one
+    legend handle per group, labelled with its name."""
+    names = list(dict.fromkeys(ordered))
+    colour = {name: GROUP_COLOURS[n % len(GROUP_COLOURS)] for n, name in enumerate(names)}
+    n = len(ordered)
+    for k, name in enumerate(ordered):
+        ax.add_patch(Rectangle((k - 0.5, -1.6), 1, 1, color=colour[name], label="_group"))
+        if rows:
+            ax.add_patch(Rectangle((-1.6, k - 0.5), 1, 1, color=colour[name], label="_group"))
+    for k in range(1, n):
+        if ordered[k] != ordered[k - 1]:
+            ax.axvline(k - 0.5, color="white", linewidth=1.2)
+            if rows:
+                ax.axhline(k - 0.5, color="white", linewidth=1.2)
+    ax.set_xlim(-1.7 if rows else -0.5, n - 0.5)
+    ax.set_ylim(ax.get_ylim()[0], -1.7)
+    return [Patch(color=colour[name], label=name) for name in names]
+
+
+GROUP_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d")
+"""True groups' strip colours (ColorBrewer Dark2), apart from the heatmaps' viridis."""
+
+
+def client_ticks(ax: Axes, order: Sequence[int], *, rows: bool = True) -> None:
+    """Label a client matrix's positions with the client ids they show (about 25 at most)."""
+    step = -(-len(order) // 25)
+    positions = list(range(0, len(order), step))
+    labels = [str(order[p]) for p in positions]
+    ax.set_xticks(positions, labels, fontsize=6 if len(positions) > 12 else None)
+    if rows:
+        ax.set_yticks(positions, labels, fontsize=6 if len(positions) > 12 else None)
