@@ -41,6 +41,7 @@ def test_past_ten_methods_each_has_its_own_colour_and_marker() -> None:
         if str(line.get_label()).startswith("m")
     }
     assert len(styles) == 13
+    assert len({colour for colour, _ in styles}) == 13  # no two share a colour either
 
 
 def test_the_legends_sit_outside_the_axes() -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
@@ -160,16 +162,26 @@ def _rounds_missing_clients(by_method: Mapping[str, list[RunRecords]]) -> list[i
     return sorted(missing)
 
 
+TAB20 = tuple(to_hex(c) for c in colormaps["tab20"].colors)  # type: ignore[attr-defined]
+"""Pairs of a colour and its lighter shade; the darker ones are the default ten."""
+
+
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-"""Past ten methods the colours repeat; seven markers (prime to ten) keep each pair unique
-up to 70 methods."""
+"""Past ten methods each method gets a marker too; seven markers (prime to ten and twenty)
+keep each colour-and-marker pair unique up to 140 methods."""
 
 
 def method_style(index: int, count: int) -> tuple[str, str | None]:
-    """The colour and marker of the ``index``-th of ``count`` methods: ten colours and, past
-    ten methods, a marker too (None up to ten). Figures of one setting index the same method
-    list, so a method looks the same in each of them."""
-    return f"C{index % 10}", MARKERS[index % len(MARKERS)] if count > 10 else None
+    """The colour and marker of the ``index``-th of ``count`` methods. Up to ten methods:
+    matplotlib's ten default colours and no marker. Past ten: twenty colours (the ten, then
+    their lighter shades from tab20) so no two of the first twenty methods share a colour,
+    and a marker each. Figures of one setting index the same method list, so a method looks
+    the same in each of them."""
+    if count <= 10:
+        return f"C{index}", None
+    slot = index % 20
+    colour = TAB20[2 * slot] if slot < 10 else TAB20[2 * (slot - 10) + 1]
+    return colour, MARKERS[index % len(MARKERS)]
 
 
 def clipped_error(value: float, spread: float, low: float = 0.0, high: float = 100.0) -> list:
