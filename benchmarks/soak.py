@@ -13,8 +13,9 @@ completed round.
 
 The report: rounds done, the run's events by kind (every round completes or is recorded
 with its reason: ``offline``, ``no_reply``...), processes left running after teardown, and
-growth per 1,000 rounds: per process (fitted over its life after ``--warm-up`` seconds), of
-each database, of each folder and of each kind of file (graph files, metrics.jsonl,
+growth per 1,000 rounds: per process (fitted over the longest life of its kind after
+``--warm-up`` seconds; ``--kill-every 0`` runs without faults, so each lives the whole
+soak), of each database, of each folder and of each kind of file (graph files, metrics.jsonl,
 messages.jsonl, logs, databases, checkpoints, published models), with the run folder's
 retention on (``--graphs-keep-last``, ``--graphs-keep-every``: small by default, so a
 30-minute soak shows the pruning; docs/deployment.md#retention). A kind the retention bounds
@@ -266,6 +267,7 @@ def report(
                 "processes": 0,
                 "rss_mib": 0.0,
                 "rss_mib_per_1000_rounds": None,
+                "fitted_over_rounds": 0,
                 "fds": 0,
                 "fd_growth": 0,
             },
@@ -274,11 +276,13 @@ def report(
         entry["rss_mib"] = max(entry["rss_mib"], round(life[-1][3] / MIB, 1))
         entry["fds"] = max(entry["fds"], life[-1][4])
         if len(warm) >= 3:
+            # The longest warm life of the label gives its growth: a life of a few rounds
+            # between faults still holds the process's warm-up and says little of a leak.
+            span = int(warm[-1][1] or 0) - int(warm[0][1] or 0)
             slope = _slope([(r, rss) for _, r, _, rss, _ in warm if r is not None])
-            if slope is not None:
-                growth = round(slope * 1000 / MIB, 2)
-                known = entry["rss_mib_per_1000_rounds"]
-                entry["rss_mib_per_1000_rounds"] = growth if known is None else max(known, growth)
+            if slope is not None and span > entry["fitted_over_rounds"]:
+                entry["rss_mib_per_1000_rounds"] = round(slope * 1000 / MIB, 2)
+                entry["fitted_over_rounds"] = span
             entry["fd_growth"] = max(entry["fd_growth"], warm[-1][4] - warm[0][4])
     files: dict[str, dict[str, Any]] = {}
     warm_samples = [s for s in soak.samples if s.at_s >= warm_up_s and s.round is not None]
@@ -309,7 +313,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--kill-every", type=float, default=180.0, help="seconds between faults")
+    p.add_argument(
+        "--kill-every", type=float, default=180.0, help="seconds between faults (0: no faults)"
+    )
     p.add_argument("--down", type=float, default=5.0, help="seconds a killed daemon stays down")
     p.add_argument("--sample-every", type=float, default=15.0)
     p.add_argument("--warm-up", type=float, default=60.0, help="seconds of a process's life")
@@ -341,8 +347,10 @@ def main() -> None:
         soak = Soak(federation, run_id)
         clients = [n for n in federation.processes if n != "coordinator"]
         end = args.minutes * 60
-        next_fault, turn = args.kill_every, 0
+        next_fault, turn = args.kill_every or float("inf"), 0
         big = {round(end / 2): ["coordinator"], round(end * 3 / 4): clients}
+        if not args.kill_every:
+            big.clear()  # --kill-every 0: no faults, every process lives the whole soak
         while soak.now() < end:
             soak.sample()
             print(f"{soak.now():7.0f} s  round {soak.samples[-1].round}", flush=True)
@@ -374,6 +382,7 @@ def main() -> None:
             e["processes"],
             e["rss_mib"],
             e["rss_mib_per_1000_rounds"],
+            e["fitted_over_rounds"],
             e["fds"],
             e["fd_growth"],
         ]
@@ -381,7 +390,8 @@ def main() -> None:
     ]
     print(f"{figures['rounds']} rounds in {figures['minutes']} min; faults: {soak.faults}")
     print(f"events: {figures['events']}; left running: {leftovers or 'nothing'}")
-    print(format_table(["process", "n", "RSS MiB", "MiB/1000 rounds", "fds", "fd growth"], rows))
+    headers = ["process", "n", "RSS MiB", "MiB/1000 rounds", "over rounds", "fds", "fd growth"]
+    print(format_table(headers, rows))
     print(format_table(
         ["file", "MiB", "MiB/1000 rounds", "after the window"],
         [
