@@ -49,12 +49,14 @@ def run_accuracies(out: Path) -> dict[str, str]:
 
 
 def client_figures(out: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every method's per-client, per-round metrics, without the timings."""
+    """Every method's per-client, per-round metrics, without the timings and the metrics a
+    method does not report (written as null before metrics.jsonl left them out)."""
     figures = {}
     for rows in sorted(out.glob("*/metrics.jsonl")):
         parsed = [json.loads(line) for line in rows.read_text().splitlines() if line]
         figures[rows.parent.name] = [
-            {k: v for k, v in row.items() if not k.endswith("_s")} for row in parsed
+            {k: v for k, v in row.items() if not k.endswith("_s") and v is not None}
+            for row in parsed
         ]
     return figures
 

@@ -16,6 +16,7 @@ from collabfl.flower import pool as pool_module
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
 from collabfl.flower.fleet_signals import Polling
 from collabfl.flower.pool import NOTICES, FlowerClientPool
+from collabfl.flower.reply_pull import NODE_GONE
 from collabfl.flower.substeps import SessionEnd
 from collabfl.flower.timing import MessageTiming
 from collabfl.strategies.protocol import Instruction, Reply
@@ -96,10 +97,12 @@ class EchoRelay:
 
     def __init__(self) -> None:
         self.steps: list[dict[int, int]] = []
+        self.gone: set[int] = set()
+        """Clients whose seat's node went offline: the SuperLink's error is their outcome."""
 
     def send(self, instructions: dict[int, Instruction], nodes: dict[int, int]) -> dict:
         self.steps.append(dict(nodes))
-        return {k: Reply() for k in instructions}
+        return {k: f"{NODE_GONE} node_unavail" if k in self.gone else Reply() for k in instructions}
 
     def close(self) -> SessionEnd:
         return SessionEnd({}, [])
@@ -213,6 +216,17 @@ def test_sub_steps_read_the_online_nodes_once_a_second_not_once_a_step(monkeypat
     assert sorted(pool.send(_substep(5))) == [0, 2]
     assert grid.node_reads == 2 and (0, "offline", 1) in events
     assert relay.steps[-1] == {0: 10, 2: 12}
+
+
+def test_a_client_whose_seat_node_went_offline_is_skipped_as_offline_not_as_failed():
+    """A relayed step whose seat's node went offline (the daemon marked its killed SuperNode
+    offline) is the node's loss, as on the message path: an ``offline`` event, no failure."""
+    grid, events, relay = ScriptedGrid(), [], EchoRelay()
+    pool = _pool(grid, events, [], relay)
+    relay.gone.add(2)
+    assert sorted(pool.send(_substep(0))) == [0, 1]
+    assert [e for e in events if e[2] == 2] == [(0, "offline", 2)]
+    assert not pool.step_ledger.take()
 
 
 def test_below_its_quorum_a_round_waits_for_clients_and_an_operator_may_stop_it(

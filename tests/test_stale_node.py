@@ -11,6 +11,8 @@ gateway and SuperLink) is tests/test_client_waits.py's.
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
 
 from flwr.common import constant
 from flwr.proto.fleet_pb2 import DeactivateNodeRequest
@@ -18,7 +20,9 @@ from flwr.supernode import fleet_http_connection
 from flwr.supernode.fleet_http_client import FleetHttpClient
 from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
 
+from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.flower.stale_node import last_node_id
+from collabfl.flower.supernode_key import ensure_supernode_key
 
 
 def test_the_last_node_id_the_supernode_logged(tmp_path):
@@ -61,3 +65,24 @@ def test_the_fleet_client_and_signing_the_daemon_uses_keep_their_shape():
     ]
     assert callable(FleetHttpClient.DeactivateNode)
     assert DeactivateNodeRequest(node_id=2**64 - 1).node_id == 2**64 - 1
+
+
+def test_an_insecure_supernode_cannot_keep_a_key_so_its_old_node_cannot_be_retired(tmp_path):
+    """Why an insecure federation's restarted SuperNode still waits for the heartbeat lapse
+    (docs/deployment.md#when-a-machine-fails): Flower refuses a SuperNode key without TLS
+    (its exit code 303), so each insecure SuperNode signs with a key made in its process and
+    lost with it, and the SuperLink takes a node's deactivation only signed by its key. A
+    Flower that accepts the key (or lets a SuperNode send a shorter heartbeat interval, the
+    test above) fails this test: then the daemon could retire the old node as with TLS."""
+    private_key, _ = ensure_supernode_key(tmp_path)
+    command = [
+        flower_binary("flower-supernode"), "--insecure", "--superlink", "127.0.0.1:9",
+        "--auth-supernode-private-key", str(private_key),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, **flower_env(tmp_path / "flwr")},
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "requires a secure TLS connection" in said and "exit-codes/303" in said

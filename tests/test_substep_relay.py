@@ -15,6 +15,7 @@ import grpc
 import pytest
 import torch
 from flwr.app import RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
@@ -40,6 +41,7 @@ from collabfl.flower.codec import (
     encode_instruction,
 )
 from collabfl.flower.fleet_signals import Polling
+from collabfl.flower.reply_pull import node_gone
 from collabfl.flower.substeps import (
     RelayedSteps,
     Served,
@@ -54,6 +56,7 @@ from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Evaluate
 
 TOKENS = {0: b"a" * 32, 1: b"b" * 32}
+NODE_UNAVAILABLE = ErrorCode.NODE_UNAVAILABLE
 BUDGET = 1 << 20
 
 
@@ -274,9 +277,17 @@ class SeatGrid:
     """
 
     def __init__(
-        self, address: str, run_id: str, hung: set[int], failing: frozenset[int] = frozenset()
+        self,
+        address: str,
+        run_id: str,
+        hung: set[int],
+        failing: frozenset[int] = frozenset(),
+        lost: frozenset[int] = frozenset(),
     ) -> None:
         self.address, self.run_id, self.hung, self.failing = address, run_id, hung, failing
+        self.lost = lost
+        """Clients whose node goes offline with the seat (its SuperNode killed, and its
+        daemon marked the node offline): the SuperLink answers for it, as itself."""
         self.replies: dict[str, object] = {}
         self._count = 0
         self._threads: list[threading.Thread] = []
@@ -291,6 +302,9 @@ class SeatGrid:
             client = message.metadata.dst_node_id - 100
             if client in self.failing:  # its ClientApp failed before taking the seat
                 self._reply(message_id, message.metadata.dst_node_id, "no route to the relay")
+            elif client in self.lost:
+                unavailable = "node went offline"
+                self._reply(message_id, SUPERLINK_NODE_ID, unavailable, code=NODE_UNAVAILABLE)
             elif client not in self.hung:
                 seat = decode_seat(message.content)
                 thread = threading.Thread(
@@ -307,7 +321,12 @@ class SeatGrid:
         self._reply(message_id, node, None, encode_served(served))
 
     def _reply(
-        self, message_id: str, node: int, error: str | None, content: RecordDict | None = None
+        self,
+        message_id: str,
+        node: int,
+        error: str | None,
+        content: RecordDict | None = None,
+        code: int = 1,
     ) -> None:
         metadata = SimpleNamespace(
             reply_to_message_id=message_id, src_node_id=node, created_at=time.time()
@@ -315,7 +334,7 @@ class SeatGrid:
         self.replies[message_id] = SimpleNamespace(
             metadata=metadata,
             has_error=lambda: error is not None,
-            error=SimpleNamespace(code=1, reason=error),
+            error=SimpleNamespace(code=code, reason=error),
             content=content,
         )
 
@@ -381,6 +400,26 @@ def test_a_seat_that_failed_is_waited_for_no_longer(
         assert torch.equal(outcomes[0].model, torch.full((4,), 2.0))
         assert outcomes[1] == "relay seat: error 1: no route to the relay"
         assert relayed.close().failed == {1: "error 1: no route to the relay"}
+    grid.join()
+
+
+def test_a_seat_whose_node_went_offline_is_freed_at_once(
+    state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SuperLink answers a lost node's seat message itself (its own node id as the
+    sender) once the daemon has marked the node offline: the step is settled within a
+    heartbeat as the node's loss, not after the message deadline."""
+    for name, value in (("_task_id", 1), ("_run_id", 7), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    grid = SeatGrid(address, "r", hung=set(), lost=frozenset({1}))
+    with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
+        relayed = RelayedSteps(grid, feeder, timeout_s=40.0, signals=Polling(0.05))
+        started = time.monotonic()
+        outcomes = relayed.send({0: _step(1), 1: _step(1)}, {0: 100, 1: 101})
+        assert time.monotonic() - started < 20.0
+        assert torch.equal(outcomes[0].model, torch.full((4,), 2.0))
+        assert isinstance(outcomes[1], str) and node_gone(outcomes[1])
+        assert relayed.close().failed == {}  # told as the node's loss, not as a failure
     grid.join()
 
 

@@ -218,6 +218,9 @@ class FlowerClientPool:
             self.silent.add(client_id)
             if outcome is None:
                 self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
+            elif node_gone(outcome):  # its seat's node went offline: skipped, as on messages
+                self.offline.add(client_id)
+                self.on_event(round_index, "offline", client_id, LOST_WITH_NODE)
             else:  # the step raised on the client
                 self.on_event(round_index, "client_error", client_id, outcome)
                 self.step_ledger.failed(round_index, client_id, outcome)

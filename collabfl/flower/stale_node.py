@@ -13,6 +13,11 @@ only from that node's own key, so this deactivates nothing but our own node).
 
 This uses Flower's own Fleet HTTP client and SuperNode request signing (internals, pinned
 by tests/test_stale_node.py's contract test).
+
+Only with TLS: an insecure SuperNode may not keep a key (Flower 1.41 and 1.42 exit when
+given one without TLS, their exit code 303), so it signs with a key made in its process and
+lost with it, and nothing else can sign its deactivation; its node stays online until the
+heartbeat lapse.
 """
 
 from __future__ import annotations

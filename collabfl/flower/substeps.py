@@ -37,6 +37,7 @@ from collabfl.flower.codec import (
 )
 from collabfl.flower.exchange import Answer, collect, push
 from collabfl.flower.fleet_signals import POLLING, FleetSignals
+from collabfl.flower.reply_pull import node_gone
 from collabfl.flower.timing import WORK_FIELDS, MessageTiming, seat_timing
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Gradient
@@ -164,7 +165,8 @@ class RelayedSteps:
     ) -> dict[int, Outcome]:
         """Each client's outcome for its step (``nodes``: client -> Flower node); clients
         that do not answer within the deadline are absent. A client whose seat message
-        comes back (its ClientApp failed or gave up) is waited for no longer."""
+        comes back (its ClientApp failed or gave up, or its node went offline: the
+        SuperLink's error, passed on as it is) is waited for no longer."""
         round_index = next(iter(instructions.values())).round
         wanted = {k: nodes[k] for k in instructions}
         seated = all(self._seated.get(k) == node for k, node in wanted.items())
@@ -191,7 +193,8 @@ class RelayedSteps:
             if client in self._returned:
                 served = _served(self._returned[client])
                 reason = served if isinstance(served, str) else "its ClientApp left the session"
-                outcomes[client] = f"relay seat: {reason}"
+                # The SuperLink's word that the node went offline is passed on as it is.
+                outcomes[client] = reason if node_gone(reason) else f"relay seat: {reason}"
         return outcomes
 
     def close(self) -> SessionEnd:
@@ -213,6 +216,8 @@ class RelayedSteps:
         failed, timings = {}, []
         for client, answer in sorted(self._returned.items()):
             served = _served(answer)
+            if isinstance(served, str) and node_gone(served):
+                continue  # the node's loss, not the client's failure (its step says so)
             if isinstance(served, str):
                 failed[client] = served
             else:
@@ -228,7 +233,10 @@ class RelayedSteps:
             for message, sent in self._sent.items()
             if self._seat_of[message] not in self._returned
         }
-        for node, answer in collect(self.grid, pending, timeout_s, self.signals).items():
+        # Per destination: the SuperLink answers for a node that went offline as itself.
+        seat_nodes = {message: self._seated[self._seat_of[message]] for message in pending}
+        answers = collect(self.grid, pending, timeout_s, self.signals, seat_nodes)
+        for node, answer in answers.items():
             if node in by_node:
                 self._returned[by_node[node]] = answer
 
