@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
+import flwr.superlink.grid.http_grid  # noqa: F401  (see below)
 import grpc
 import pytest
 import torch
@@ -55,6 +56,10 @@ from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Evaluate
 
+# flwr.superlink.grid.http_grid is imported above because reply_pull imports it on its first
+# pull (0.7 s on a quiet machine, seconds on a loaded one). A ServerApp pulls long before it
+# relays, but here the first pull is in the relay's wait, and the stall outlasted a 2 s
+# seat's idle limit: the seat gave up.
 TOKENS = {0: b"a" * 32, 1: b"b" * 32}
 NODE_UNAVAILABLE = ErrorCode.NODE_UNAVAILABLE
 BUDGET = 1 << 20
