@@ -31,7 +31,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -98,8 +100,9 @@ from collabfl.kernel.leftovers import owner_env, reap_leftovers
 from collabfl.kernel.pki import issue, private_key_pem
 from collabfl.kernel.saved_args import save as save_args
 from collabfl.kernel.saved_args import with_saved
+from collabfl.kernel.sealed import CLOCK_LEEWAY_S
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor, stop_group
-from collabfl.kernel.tickets import TicketSigner
+from collabfl.kernel.tickets import RunEnd, TicketSigner
 from collabfl.kernel.tls import ServerTLS
 
 DESCRIPTION = """Run the federation's coordinator on this machine.
@@ -155,7 +158,8 @@ def parser() -> argparse.ArgumentParser:
         "--run-ticket-ttl",
         type=float,
         default=7 * 24 * 3600.0,
-        help="seconds a launch's run ticket stays valid (a relaunch issues a new one)",
+        help="seconds a launch's run ticket stays valid at most: participants refuse it once "
+        "its run has ended (a relaunch issues a new one)",
     )
     p.add_argument(
         "--fleet-max-body-mib",
@@ -301,10 +305,18 @@ def fleet_gateway(
         None if tls is None else tls.ca,
         public,
         activity=activity,
-        enrolment=None if enroller is None else JoinEndpoint(enroller),
+        enrolment=None
+        if enroller is None
+        else JoinEndpoint(enroller, partial(ended_runs, args, state)),
         limits=gateway_limits(args),
         on_refused_activation=ActivationRefusals(state).record,
     )
+
+
+def ended_runs(args: argparse.Namespace, state: CoordinatorState) -> dict[str, RunEnd]:
+    """The runs whose tickets may still be unexpired, with their ends: participants refuse
+    a ticket issued before its run's end (kernel/tickets.py)."""
+    return state.run_ends(since=time.time() - args.run_ticket_ttl - CLOCK_LEEWAY_S)
 
 
 def make_enroller(
