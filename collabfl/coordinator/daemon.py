@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -72,6 +73,7 @@ from collabfl.coordinator.launch import (
     Launch,
     flower_run_file,
     launch_app_config,
+    write_enrolled_sizes,
     write_launch_token,
 )
 from collabfl.coordinator.member_status import SupernodeList
@@ -478,8 +480,10 @@ class RunLauncher:
         wake: Doorbell | None = None,
         check_every_s: float = CHECK_RUNS_S,
         submitted: SubmittedRuns | None = None,
+        enrolled_sizes: Callable[[], Mapping[int, int]] = dict,
     ) -> None:
         self.state = state
+        self.enrolled_sizes = enrolled_sizes
         self.submitted = submitted or SubmittedRuns()
         self.wake = wake or Doorbell()
         self.check_every_s = check_every_s
@@ -543,6 +547,9 @@ class RunLauncher:
             launch_token_file=str(write_launch_token(self.state_dir, run.run_id, token)),
             run_ticket=self.tickets.issue(run.run_id, self.ticket_ttl_s),
             node_bindings=format_bindings(self.state.supernode_bindings()),
+            enrolled_sizes_file=str(
+                write_enrolled_sizes(self.state_dir, run.run_id, self.enrolled_sizes())
+            ),
         )
         settings = {**launch.to_run_config(), **options.to_run_config()}
         reply_path = flower_run_file(self.state_dir, run.run_id)
@@ -710,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         ticket_signer(args.state_dir),
         args.run_ticket_ttl,
         wake=activity.runs,
+        enrolled_sizes=dict if enroller is None else enroller.store.declared_samples,
     )
     runtime_tls = loopback_tls(args)
     serverapps = ServerAppLauncher(

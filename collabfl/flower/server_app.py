@@ -24,7 +24,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
 from collabfl.flower.pool import NOTICES, FlowerClientPool
-from collabfl.flower.reported_sizes import DeclaredSizes
+from collabfl.flower.reported_sizes import DeclaredSizes, declared_sizes
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
     Description,
@@ -86,8 +86,9 @@ def main(grid: Grid, context: Context) -> None:
                 signals = CoordinatorSignals(coordinator, run_id)
                 relay = RelayedSteps(grid, feeder, options.message_timeout_s, signals)
                 status, message = run_federated(
-                    grid, coordinator, run_id, spec, options, binder, relay, signals
-                )
+                    grid, coordinator, run_id, spec, options, binder, relay, signals,
+                    enrolled_sizes=launch.enrolled_sizes(),
+                )  # fmt: skip
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
@@ -122,10 +123,12 @@ def run_federated(
     binder: NodeBinder,
     relay: RelayedSteps,
     signals: FleetSignals,
+    enrolled_sizes: Mapping[int, int] | None = None,
 ) -> tuple[str, str]:
     """Join the clients, run every round, record it, and write the run directory; return how
     the run ended ("finished", "stopped" or "failed") and why (a failed run's sentence).
-    ``relay`` carries sub-round steps; ``signals`` say when to pull replies."""
+    ``relay`` carries sub-round steps; ``signals`` say when to pull replies;
+    ``enrolled_sizes``: the members' training samples declared at enrolment."""
     quorum = run_quorum(spec, options.expected_clients)
     if spec.config.threads:
         # As the in-process runtime does: the ServerApp's own tensor work (SPO trains its
@@ -143,7 +146,11 @@ def run_federated(
         coordinator.record_event(run_id, "anomaly", message, "warning", client_id=client_id)
 
     federation = spec.config.federation
-    declared = DeclaredSizes(federation.declared_sizes, federation.size_tolerance)
+    sizes, conflicts = declared_sizes(enrolled_sizes or {}, federation.declared_sizes)
+    for client_id, message in conflicts.items():
+        log.warning("client %s: %s", client_id, message)
+        coordinator.record_event(run_id, "declared_size", message, "warning", client_id=client_id)
+    declared = DeclaredSizes(sizes, federation.size_tolerance)
     gate = Gate(binder, refuse, declared, anomaly)
 
     def say(message: str) -> None:
