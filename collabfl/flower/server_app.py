@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
 from collabfl.flower.pool import NOTICES, FlowerClientPool
 from collabfl.flower.reported_sizes import DeclaredSizes, declared_sizes
+from collabfl.flower.run_consistency import FirstCounts
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
     Description,
@@ -229,6 +231,7 @@ def run_federated(
         on_pause=on_pause,
         while_paused=honour_stop,
         max_share=federation.max_share,
+        first_counts=gate.counts,
     )
     for k, weight in pool.sample_counts.items():
         if weight < (reported := pool.members[k].num_samples):
@@ -280,6 +283,8 @@ class Gate:
     refuse: Callable[[int, int, str], None]
     sizes: DeclaredSizes = field(default_factory=DeclaredSizes)
     anomaly: Callable[[int, str], None] = lambda client_id, message: None
+    counts: FirstCounts = field(default_factory=FirstCounts)
+    """Each member's first reported count in this run: a rejoin is held to it."""
 
 
 def admit(
@@ -315,7 +320,9 @@ def admit(
         if refusal is not None:
             gate.refuse(node, client_id, refusal)
             continue
-        num_samples, replaced = gate.sizes.admit(client_id, description.num_samples)
+        num_samples, replaced = gate.counts.admit(
+            client_id, description.num_samples, partial(gate.sizes.admit, client_id)
+        )
         if replaced is not None:
             gate.anomaly(client_id, replaced)
         members.append(
