@@ -10,8 +10,11 @@ them, read that file with the node config a client daemon sets.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import ssl
 import stat
+import urllib.request
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from collabfl.client.revocations import RevocationPoller
 from collabfl.coordinator.daemon import ended_runs, write_app
 from collabfl.flower.app_gate import RefusedTask, check_task, verify_ticket
 from collabfl.flower.client_app import RunNotAuthorized
-from collabfl.kernel.tickets import InvalidTicket, TicketSigner
+from collabfl.kernel.tickets import InvalidTicket, TicketSigner, run_key
 from tests.test_client_app_tickets import KEY, _context, _setup, flower_task  # noqa: F401
 from tests.test_enrolment import _start
 
@@ -94,3 +97,15 @@ def test_a_damaged_ended_runs_file_refuses_every_ticket(tmp_path, coordinator):
     Path(context.node_config["ended-runs"]).write_text('{"r4": "soon"}')
     with pytest.raises(InvalidTicket, match=r"ended runs in .* are unreadable"):
         verify_ticket(context.node_config, context.run_config)
+
+
+def test_the_public_list_names_no_run(tmp_path, coordinator):
+    """The list is served to anyone who reaches the public port: runs go by their id's hash."""
+    coordinator.state.create_run("hospital-a-study", "fedavg", {})
+    coordinator.state.finish_run("hospital-a-study", "finished")
+    context = ssl.create_default_context(cafile=str(coordinator.files.ca))
+    url = f"https://{coordinator.address}/collabfl/v1/revoked"
+    with urllib.request.urlopen(url, context=context, timeout=10) as response:
+        body = response.read().decode()
+    assert "hospital" not in body
+    assert run_key("hospital-a-study") in json.loads(body)["ended_runs"]

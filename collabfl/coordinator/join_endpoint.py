@@ -9,8 +9,9 @@ over its TLS, with no client certificate required:
   ``MAX_JOIN_BODY`` bytes), answered with the certificate, CA, grant key and where the
   service is (coordinator/enrolment.py);
 - ``GET revoked``: the revoked certificate serials and the runs that ended within a ticket's
-  lifetime (with how and when), which every client daemon asks for again every little
-  while, so that its peer server refuses the certificates and its ClientApp the tickets.
+  lifetime (with how and when; named by their id's hash, kernel/tickets.py ``run_key``),
+  which every client daemon asks for again every little while, so that its peer server
+  refuses the certificates and its ClientApp the tickets.
 
 Nothing else is reachable through it: every other path under the prefix is 404, and the
 body of a join is read only up to its limit.
@@ -33,7 +34,7 @@ from collabfl.coordinator.enrolment import (
     JoinRequest,
     TooManyAttempts,
 )
-from collabfl.kernel.tickets import RunEnd, run_ends_to_json
+from collabfl.kernel.tickets import RunEnd, published_run_ends
 
 PREFIX = "/collabfl/v1/"
 CA_PATH, JOIN_PATH, REVOKED_PATH = PREFIX + "ca", PREFIX + "join", PREFIX + "revoked"
@@ -68,7 +69,10 @@ class JoinEndpoint:
         if route == ("GET", REVOKED_PATH):
             ended = await asyncio.to_thread(self.ended_runs)
             return JSONResponse(
-                {"serials": self.enroller.revoked_serials(), "ended_runs": run_ends_to_json(ended)}
+                {
+                    "serials": self.enroller.revoked_serials(),
+                    "ended_runs": published_run_ends(ended),
+                }
             )
         if route == ("POST", JOIN_PATH):
             return await self._join(request)

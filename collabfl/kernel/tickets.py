@@ -17,6 +17,7 @@ that resumes gets a new ticket; the old ones stay dead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -63,12 +64,25 @@ MAX_RUN_ENDS = 100_000
 MAX_RUN_ENDS_BYTES = 32 << 20
 
 
-def run_ends_to_json(ends: Mapping[str, RunEnd]) -> dict[str, list[Any]]:
-    return {run: [end.status, end.ended_at] for run, end in ends.items()}
+def run_key(run: str) -> str:
+    """How a run is named in the published ends: its id's SHA-256, so that whoever reaches
+    the coordinator's public port learns no run names, while a participant looks up the run
+    its ticket names."""
+    return hashlib.sha256(run.encode()).hexdigest()
+
+
+def published_run_ends(ends: Mapping[str, RunEnd]) -> dict[str, list[Any]]:
+    """The JSON the coordinator publishes for ``ends`` (by run id), keyed by ``run_key``."""
+    return _as_json({run_key(run): end for run, end in ends.items()})
+
+
+def _as_json(ends: Mapping[str, RunEnd]) -> dict[str, list[Any]]:
+    return {key: [end.status, end.ended_at] for key, end in ends.items()}
 
 
 def run_ends_from_json(fields: Any) -> dict[str, RunEnd]:
-    """Parse the coordinator's published ends strictly; ValueError on anything else."""
+    """Parse the coordinator's published ends (keyed by ``run_key``) strictly; ValueError
+    on anything else."""
     if not isinstance(fields, dict) or len(fields) > MAX_RUN_ENDS:
         raise ValueError(f"ended runs: not an object of at most {MAX_RUN_ENDS} runs")
     ends = {}
@@ -85,8 +99,9 @@ def run_ends_from_json(fields: Any) -> dict[str, RunEnd]:
 
 
 def save_run_ends(path: Path, ends: Mapping[str, RunEnd]) -> None:
-    """Keep the coordinator's published ends where this participant's ClientApp reads them."""
-    write_text(path, json.dumps(run_ends_to_json(ends)))
+    """Keep the coordinator's published ends (keyed by ``run_key``) where this participant's
+    ClientApp reads them."""
+    write_text(path, json.dumps(_as_json(ends)))
 
 
 def load_run_ends(path: Path) -> dict[str, RunEnd]:
@@ -133,7 +148,8 @@ class TicketVerifier:
 
     def verify(self, token: str, *, run: str, ended: Mapping[str, RunEnd] | None = None) -> Ticket:
         """The ticket in ``token`` if it is genuine, unexpired, for collabfl run ``run`` and
-        issued after that run last ended (``ended``: the coordinator's published ends).
+        issued after that run last ended (``ended``: the coordinator's published ends, keyed
+        by ``run_key``).
 
         Expiry allows ``CLOCK_LEEWAY_S`` for clock skew. Raises InvalidTicket whose message
         says which check failed.
@@ -143,7 +159,7 @@ class TicketVerifier:
             raise InvalidTicket(reason)
         if ticket.run != run:
             raise InvalidTicket(f"ticket is for run {ticket.run!r}, not {run!r}")
-        end = (ended or {}).get(run)
+        end = (ended or {}).get(run_key(run))
         if end is not None and ticket.issued_at <= end.ended_at:
             raise InvalidTicket(
                 f"run {run!r} has ended ({end.status} at {_utc(end.ended_at)}); its ticket "
