@@ -88,6 +88,9 @@ def test_only_runs_ended_within_a_ticket_lifetime_are_published(tmp_path, coordi
     coordinator.state.finish_run("r3", "failed", "the ServerApp kept dying")
     assert set(ended_runs(argparse.Namespace(run_ticket_ttl=WEEK), coordinator.state)) == {"r3"}
     assert coordinator.state.run_ends(since=float("inf")) == {}
+    coordinator.state.create_run("r5", "fedavg", {})
+    coordinator.state.finish_run("r5", "finished")
+    assert set(coordinator.state.run_ends(since=0.0, limit=1)) == {"r5"}  # the latest
 
 
 def test_a_damaged_ended_runs_file_refuses_every_ticket(tmp_path, coordinator):

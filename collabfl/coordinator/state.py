@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collabfl.kernel.tickets import RunEnd
+from collabfl.kernel.tickets import MAX_RUN_ENDS, RunEnd
 
 SCHEMA_VERSION = 2
 """1: before coalitions (migrated in place when opened)."""
@@ -487,12 +487,15 @@ class CoordinatorState:
             )
         return self.run(run_id)
 
-    def run_ends(self, since: float) -> dict[str, RunEnd]:
-        """The runs that ended at or after ``since`` (coordinator clock), each with its
-        latest end: participants refuse the tickets issued before it (kernel/tickets.py)."""
+    def run_ends(self, since: float, limit: int = MAX_RUN_ENDS) -> dict[str, RunEnd]:
+        """The latest ``limit`` runs that ended at or after ``since`` (coordinator clock),
+        each with its latest end: participants refuse the tickets issued before it
+        (kernel/tickets.py)."""
         with self._transaction() as conn:
             rows = conn.execute(
-                "SELECT run_id, status, ended_at FROM run_ends WHERE ended_at >= ?", (since,)
+                "SELECT run_id, status, ended_at FROM run_ends WHERE ended_at >= ? "
+                "ORDER BY ended_at DESC LIMIT ?",
+                (since, limit),
             ).fetchall()
         return {row["run_id"]: RunEnd(row["status"], row["ended_at"]) for row in rows}
 

@@ -59,9 +59,10 @@ class RunEnd:
     ended_at: float
 
 
-MAX_RUN_ENDS = 100_000
-"""Far above the runs a federation ends within one ticket lifetime."""
-MAX_RUN_ENDS_BYTES = 32 << 20
+MAX_RUN_ENDS = 5_000
+"""The most ends published (the latest; far above the runs a federation ends within one
+ticket lifetime): about 100 bytes each, they stay within the poller's 1 MiB read."""
+MAX_RUN_ENDS_BYTES = 1 << 20
 
 
 def run_key(run: str) -> str:
