@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from collabfl.kernel.join_client import JoinFailed, join
 from collabfl.kernel.join_token import TokenParts
 from collabfl.kernel.pki import private_key_pem
 from collabfl.kernel.revocation import DENIED
+from collabfl.kernel.tickets import RunEnd
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 
 SUPERNODE_KEY = (
@@ -91,7 +92,12 @@ class Coordinator:
         return [e.message for e in self.state.events() if e.kind == kind]
 
 
-def _start(folder: Path, throttle: JoinThrottle | None = None) -> Iterator[Coordinator]:
+def _start(
+    folder: Path,
+    throttle: JoinThrottle | None = None,
+    ended_runs: Callable[[CoordinatorState], Callable[[], Mapping[str, RunEnd]]] | None = None,
+) -> Iterator[Coordinator]:
+    """``ended_runs``: what the gateway publishes as ended runs, given the state."""
     files = ensure_pki(folder / "pki", ["localhost"])
     state = CoordinatorState(folder / "coordinator.db")
     superlink, clock = FakeSuperLink(), Clock()
@@ -102,7 +108,7 @@ def _start(folder: Path, throttle: JoinThrottle | None = None) -> Iterator[Coord
     )  # fmt: skip
     gateway = FleetGateway(
         "127.0.0.1", 0, "http://127.0.0.1:9", None, GatewayTLS(files.cert, files.key),
-        enrolment=JoinEndpoint(enroller),
+        enrolment=JoinEndpoint(enroller, dict if ended_runs is None else ended_runs(state)),
     )  # fmt: skip
     port = gateway.start()
     try:
@@ -321,7 +327,7 @@ def test_the_ca_endpoint_serves_the_pinned_ca(coordinator):
         assert response.read() == coordinator.files.ca.read_bytes()
     url = f"https://{coordinator.address}/collabfl/v1/revoked"
     with urllib.request.urlopen(url, context=context, timeout=10) as response:
-        assert json.loads(response.read()) == {"serials": []}
+        assert json.loads(response.read()) == {"serials": [], "ended_runs": {}}
 
 
 def test_invitations_are_checked(coordinator):

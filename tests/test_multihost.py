@@ -28,9 +28,11 @@ from typer.testing import CliRunner
 
 from collabfl.cli.main import app
 from collabfl.engine.config import load_config
+from collabfl.flower.app_gate import verify_ticket
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import GrantSigner, load_private_key
 from collabfl.kernel.join_token import TokenParts
+from collabfl.kernel.tickets import InvalidTicket, TicketSigner, run_key
 from collabfl.launcher.federation import write_client_files
 from tests.support.netns import Link, NetworkBed, unavailable_reason
 from tests.support.runtime_equality import CLIENTS, ROUNDS, SETTINGS, assert_same_rows
@@ -258,6 +260,29 @@ def test_no_other_local_user_can_read_a_daemons_state(bed):
     open_to_others = [f"{oct(p.stat().st_mode & 0o777)} {p}" for p in found
                       if p.stat().st_mode & 0o077]  # fmt: skip
     assert open_to_others == []
+
+
+def test_each_lab_refuses_the_finished_runs_ticket(bed):
+    """Each lab's daemon learns from the coordinator's public list that the run ended and
+    keeps it in its state folder, where its gate reads it: a ticket the coordinator signed
+    before the end is refused there, long before its TTL."""
+    key = run_key(bed.run_id)
+    signing_key = load_private_key(bed.folder("coordinator") / "state" / "grant_key.pem")
+    for lab in LABS:
+        state = bed.folder(lab) / "state"
+        ended = state / "ended-runs.json"
+
+        def learnt(ended: Path = ended) -> bool:
+            return ended.exists() and key in json.loads(ended.read_text())
+
+        _wait(learnt, f"{lab} to learn that the run ended", 60)
+        status, ended_at = json.loads(ended.read_text())[key]
+        assert status == "finished"
+        before_end = TicketSigner(signing_key, clock=lambda at=ended_at: at - 1.0)
+        node = {"coordinator-key": str(state / "grant_key.pub.pem"), "ended-runs": str(ended)}
+        run = {"run-id": bed.run_id, "run-ticket": before_end.issue(bed.run_id, 3600.0)}
+        with pytest.raises(InvalidTicket, match=r"has ended \(finished at"):
+            verify_ticket(node, run)
 
 
 def test_restart_takes_the_state_dir_alone(bed):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import numpy as np
 import pytest
 import torch
 from flwr.app import Message
@@ -38,6 +39,7 @@ from collabfl.flower.reply_checks import refusal
 from collabfl.kernel.flat import FlatModel
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.robust import graph_aggregates
 from collabfl.strategies.verbs import Collaborate, Evaluate, Gradient
 from tests.test_node_binding import flower_task  # noqa: F401  (autouse fixture)
 
@@ -182,3 +184,36 @@ def test_aggregation_section_is_checked():
     for bad in ({"rule": "mode"}, {"clip_norm": 0}, {"trim": 0.5}):
         with pytest.raises(ConfigError, match="aggregation"):
             validate_config({"aggregation": bad})
+
+
+def _pfedgraph_under_attack(*aggregation: str) -> float:
+    """The honest clients' mean closeness to the target after 3 pFedGraph rounds: each is
+    sent its own graph-weighted aggregate."""
+    config = load_config(None, ["rounds=3", *aggregation])
+    workspace = FlatModel(torch.nn.Linear(49, 1))  # as many parameters as TARGET
+    method = build_method(
+        parse_method_spec("pfedgraph", config), SyntheticClients.sample_counts, workspace
+    )
+    outcomes = list(method.rounds(SyntheticClients(), config.rounds))
+    final = outcomes[-1].metrics
+    return sum(final[k].test_acc for k in range(1, 5)) / 4
+
+
+def test_pfedgraph_aggregates_hold_under_a_scaled_upload_with_a_robust_rule():
+    """pFedGraph weighs uploads by its graph, not by sample count: a scaled honest update
+    is as similar (cosine) to the others as theirs, so the mean drags every aggregate."""
+    assert _pfedgraph_under_attack() < 1e-3
+    for rule in ("rule=median", "rule=trimmed_mean", "clip_norm=1"):
+        assert _pfedgraph_under_attack(f"aggregation.{rule}") > 0.5, rule
+
+
+def test_graph_weighted_median_and_trimmed_mean_follow_the_weight_mass():
+    models = np.array([[0.0], [1.0], [2.0], [3.0], [1000.0]])
+    weights = np.array([[0.2] * 5, [0.6, 0.1, 0.1, 0.1, 0.1]])
+    assert graph_aggregates(weights, models, "median", 0.2).ravel().tolist() == [2.0, 0.0]
+    trimmed = graph_aggregates(weights, models, "trimmed_mean", 0.2).ravel()
+    # row 1 keeps 0.4 of the 0 (0.2 cut below), the 1 and the 2; 3 and 1000 are cut above
+    assert trimmed.tolist() == pytest.approx([2.0, 0.5])
+    assert graph_aggregates(weights, models, "mean", 0.2).ravel().tolist() == pytest.approx(
+        (weights @ models).ravel().tolist()
+    )

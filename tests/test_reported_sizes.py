@@ -26,6 +26,7 @@ from collabfl.flower.binding import NodeBinder
 from collabfl.flower.fleet_signals import POLLING
 from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.reported_sizes import DeclaredSizes, capped_counts, share_cap
+from collabfl.flower.run_consistency import FirstCounts
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Reply
 from collabfl.strategies.rounds import average_replies
@@ -37,8 +38,14 @@ def _members(counts: dict[int, int]) -> list[Member]:
     return [Member(k, 10 + k, f"h:{k}", n) for k, n in counts.items()]
 
 
-def _admit(monkeypatch, reported: dict[int, int], declared: DeclaredSizes):
-    """Run the ServerApp's admission on set-up replies claiming ``reported`` samples."""
+def _admit(
+    monkeypatch,
+    reported: dict[int, int],
+    declared: DeclaredSizes,
+    counts: FirstCounts | None = None,
+):
+    """Run the ServerApp's admission on set-up replies claiming ``reported`` samples
+    (``counts``: the run's first counts so far, as a rejoin meets them)."""
     from collabfl.flower.exchange import Answer
     from collabfl.flower.run_setup import Description, encode_description
 
@@ -53,8 +60,9 @@ def _admit(monkeypatch, reported: dict[int, int], declared: DeclaredSizes):
     monkeypatch.setattr(server_app, "exchange", exchange)
     anomalies: list[tuple[int, str]] = []
     gate = server_app.Gate(
-        NodeBinder({}), lambda *refused: None, declared, lambda k, m: anomalies.append((k, m))
-    )
+        NodeBinder({}), lambda *refused: None, declared, lambda k, m: anomalies.append((k, m)),
+        counts or FirstCounts(),
+    )  # fmt: skip
     nodes = [10 + k for k in reported]
     members, _, _ = server_app.admit(Grid(set(nodes)), nodes, _settings(), gate, 1.0, POLLING)
     return {m.client_id: m.num_samples for m in members}, anomalies

@@ -58,6 +58,14 @@ def invite(
     ] = None,
     operator: Annotated[str | None, typer.Option(help="invite this operator instead")] = None,
     ttl: Annotated[str, typer.Option(help="how long the token stays valid")] = DEFAULT_TTL,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="the participant's training samples, as you know them: runs hold its reported "
+            "count to this (a run's federation.declared_sizes wins, with an event)",
+        ),
+    ] = None,
     data: Annotated[
         str, typer.Option(help="the participant's data file, for the printed command")
     ] = "/path/to/your-data.npz",
@@ -68,8 +76,10 @@ def invite(
 ) -> None:
     """Mint a one-time join token and print the command that spends it."""
     role, subject = _identity(client_id, operator)
+    if samples is not None and role != "member":
+        raise typer.BadParameter("--samples declares a participant's data: use it with --client-id")
     with _client(ctx) as client:
-        made = client.invite(role, subject, host or [], parse_duration(ttl))
+        made = client.invite(role, subject, host or [], parse_duration(ttl), samples)
     if role == "member":
         command = (
             f"collabfl-client join {made.join_address} --token {made.token} --data {data} "
@@ -141,10 +151,11 @@ def enrolments(ctx: typer.Context, as_json: AsJson = False) -> None:
     if as_json:
         _print_json(found)
         return
-    table = Table("role", "name", "host", "certificate expires", "enrolled", "status")
+    table = Table("role", "name", "host", "samples", "certificate expires", "enrolled", "status")
     now = time.time()
     for e in found:
         status = "revoked" if e.revoked else ("expired" if e.cert_not_after < now else "active")
-        table.add_row(e.role, e.subject, e.host, _time(e.cert_not_after), _time(e.enrolled_at),
-                      status)  # fmt: skip
+        declared = "" if e.samples is None else str(e.samples)
+        table.add_row(e.role, e.subject, e.host, declared, _time(e.cert_not_after),
+                      _time(e.enrolled_at), status)  # fmt: skip
     console.print(table if found else "nobody enrolled by token yet")

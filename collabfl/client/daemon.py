@@ -214,6 +214,11 @@ def supernode_reasons(args: argparse.Namespace) -> SupernodeReasons:
     return SupernodeReasons(where)
 
 
+def ended_runs_file(args: argparse.Namespace) -> Path:
+    """Where the revocation poller keeps the coordinator's ended runs for the ClientApp."""
+    return args.state_dir / "ended-runs.json"
+
+
 def supernode_command(args: argparse.Namespace) -> list[str]:
     """The SuperNode invocation: node config carries what the ClientApp needs."""
     node_config = {
@@ -237,6 +242,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         if value is not None:
             node_config[key] = repr(float(value))
     if not args.insecure:  # the fetcher presents this member's certificate to its peers
+        node_config["ended-runs"] = f'"{ended_runs_file(args).resolve()}"'
         node_config["peer-ca"] = f'"{args.root_certificates.resolve()}"'
         node_config["peer-cert"] = f'"{args.peer_cert.resolve()}"'
         node_config["peer-key"] = f'"{args.peer_key.resolve()}"'
@@ -424,7 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     revocations = None
     if not args.insecure:
-        revocations = RevocationPoller(args.superlink, args.root_certificates)
+        revocations = RevocationPoller(
+            args.superlink, args.root_certificates, ended_runs=ended_runs_file(args)
+        )
         revocations.start()
     given_up: list[str] = []
 

@@ -31,7 +31,10 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -70,6 +73,7 @@ from collabfl.coordinator.launch import (
     Launch,
     flower_run_file,
     launch_app_config,
+    write_enrolled_sizes,
     write_launch_token,
 )
 from collabfl.coordinator.member_status import SupernodeList
@@ -99,8 +103,9 @@ from collabfl.kernel.log_rotation import rotate_copy
 from collabfl.kernel.pki import issue, private_key_pem
 from collabfl.kernel.saved_args import save as save_args
 from collabfl.kernel.saved_args import with_saved
+from collabfl.kernel.sealed import CLOCK_LEEWAY_S
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor, stop_group
-from collabfl.kernel.tickets import TicketSigner
+from collabfl.kernel.tickets import RunEnd, TicketSigner
 from collabfl.kernel.tls import ServerTLS
 
 DESCRIPTION = """Run the federation's coordinator on this machine.
@@ -156,7 +161,8 @@ def parser() -> argparse.ArgumentParser:
         "--run-ticket-ttl",
         type=float,
         default=7 * 24 * 3600.0,
-        help="seconds a launch's run ticket stays valid (a relaunch issues a new one)",
+        help="seconds a launch's run ticket stays valid at most: participants refuse it once "
+        "its run has ended (a relaunch issues a new one)",
     )
     p.add_argument(
         "--fleet-max-body-mib",
@@ -302,10 +308,18 @@ def fleet_gateway(
         None if tls is None else tls.ca,
         public,
         activity=activity,
-        enrolment=None if enroller is None else JoinEndpoint(enroller),
+        enrolment=None
+        if enroller is None
+        else JoinEndpoint(enroller, partial(ended_runs, args, state)),
         limits=gateway_limits(args),
         on_refused_activation=ActivationRefusals(state).record,
     )
+
+
+def ended_runs(args: argparse.Namespace, state: CoordinatorState) -> dict[str, RunEnd]:
+    """The runs whose tickets may still be unexpired, with their ends: participants refuse
+    a ticket issued before its run's end (kernel/tickets.py)."""
+    return state.run_ends(since=time.time() - args.run_ticket_ttl - CLOCK_LEEWAY_S)
 
 
 def make_enroller(
@@ -467,8 +481,10 @@ class RunLauncher:
         wake: Doorbell | None = None,
         check_every_s: float = CHECK_RUNS_S,
         submitted: SubmittedRuns | None = None,
+        enrolled_sizes: Callable[[], Mapping[int, int]] = dict,
     ) -> None:
         self.state = state
+        self.enrolled_sizes = enrolled_sizes
         self.submitted = submitted or SubmittedRuns()
         self.wake = wake or Doorbell()
         self.check_every_s = check_every_s
@@ -535,6 +551,9 @@ class RunLauncher:
             launch_token_file=str(write_launch_token(self.state_dir, run.run_id, token)),
             run_ticket=self.tickets.issue(run.run_id, self.ticket_ttl_s),
             node_bindings=format_bindings(self.state.supernode_bindings()),
+            enrolled_sizes_file=str(
+                write_enrolled_sizes(self.state_dir, run.run_id, self.enrolled_sizes())
+            ),
         )
         settings = {**launch.to_run_config(), **options.to_run_config()}
         reply_path = flower_run_file(self.state_dir, run.run_id)
@@ -703,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         ticket_signer(args.state_dir),
         args.run_ticket_ttl,
         wake=activity.runs,
+        enrolled_sizes=dict if enroller is None else enroller.store.declared_samples,
     )
     runtime_tls = loopback_tls(args)
     serverapps = ServerAppLauncher(

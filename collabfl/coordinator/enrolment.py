@@ -197,10 +197,22 @@ class Enroller:
         return self.tls.ca.read_bytes()
 
     def invite(
-        self, role: Role, subject: str, hosts: list[str], ttl_s: float = DEFAULT_TOKEN_TTL_S
+        self,
+        role: Role,
+        subject: str,
+        hosts: list[str],
+        ttl_s: float = DEFAULT_TOKEN_TTL_S,
+        samples: int | None = None,
     ) -> Invitation:
-        """A fresh single-use token for ``role``/``subject``; its certificate names ``hosts``."""
+        """A fresh single-use token for ``role``/``subject``; its certificate names ``hosts``;
+        ``samples``: the member's training samples the operator vouches for, kept with its
+        enrolment."""
         _check_subject(role, subject)
+        if samples is not None and (role is not Role.MEMBER or samples < 1):
+            raise ValueError(
+                f"--samples {samples}: a member's declared training samples are a positive "
+                "count, and only members have them"
+            )
         for host in hosts:
             if not _HOST.fullmatch(host):
                 raise ValueError(f"--host {host!r} is not a host name or IP address")
@@ -211,7 +223,9 @@ class Enroller:
         self.tls.signing_ca()  # fails now, with the remedy, when this coordinator cannot issue
         now = self.clock()
         parts = TokenParts(secrets.token_hex(4), secrets.token_urlsafe(16), ca_pin(self.ca_pem))
-        token = JoinToken(parts.token_id, role.value, subject, tuple(hosts), now, now + ttl_s)
+        token = JoinToken(
+            parts.token_id, role.value, subject, tuple(hosts), now, now + ttl_s, samples=samples
+        )
         self.store.add_token(token, secret_hash(parts.secret))
         self._event("invited", f"join token {parts.token_id} minted for {role.value} {subject}")
         return Invitation(parts.text(), parts.token_id, role.value, subject, token.expires_at)
@@ -253,6 +267,7 @@ class Enroller:
                 serial_hex(cert),
                 cert.not_valid_after_utc.timestamp(),
                 self.clock(),
+                samples=token.samples,
             )
         )
         self._event("joined", f"{identity} joined with token {token.token_id}", "info", identity)

@@ -4,7 +4,9 @@ A join token is stored only as the SHA-256 of its secret: a copy of the database
 one. A token names one identity (a member's client id or an operator's name), expires, and
 is spent by its first successful use. An enrolment is what a spent token produced: the
 certificate issued (serial, expiry) and the host it names; revoking it puts the serial on
-the deny list that the coordinator service and every peer server consult.
+the deny list that the coordinator service and every peer server consult. A member's token,
+and so its enrolment, may carry the training samples the operator vouches for
+(``admin invite --samples``): the ServerApp holds the member's reported count to it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ CREATE TABLE IF NOT EXISTS revoked_serials (
 """
 """Created when missing, as coordinator/state.py's SuperNode table: no version change."""
 
+_SAMPLES_COLUMN = "samples INTEGER"
+"""The declared training samples (NULL: none); added to older tables when opened."""
+
 
 @dataclass(frozen=True)
 class JoinToken:
@@ -61,6 +66,8 @@ class JoinToken:
     created_at: float
     expires_at: float
     used_at: float | None = None
+    samples: int | None = None
+    """The member's training samples the operator declared, if any."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class Enrolment:
     cert_not_after: float
     enrolled_at: float
     revoked_at: float | None = None
+    samples: int | None = None
 
     @property
     def revoked(self) -> bool:
@@ -94,6 +102,10 @@ class EnrolmentStore:
         self._conn.row_factory = sqlite3.Row
         with self._conn:
             self._conn.executescript(_SCHEMA)
+            for table in ("join_tokens", "enrolments"):
+                columns = {row["name"] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+                if "samples" not in columns:
+                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {_SAMPLES_COLUMN}")
 
     def close(self) -> None:
         self._conn.close()
@@ -106,7 +118,8 @@ class EnrolmentStore:
     def add_token(self, token: JoinToken, secret_sha256: str) -> None:
         with self._transaction() as conn:
             conn.execute(
-                "INSERT INTO join_tokens VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                "INSERT INTO join_tokens (token_id, secret_sha256, role, subject, hosts_json, "
+                "created_at, expires_at, used_at, samples) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                 (
                     token.token_id,
                     secret_sha256,
@@ -115,6 +128,7 @@ class EnrolmentStore:
                     json.dumps(list(token.hosts)),
                     token.created_at,
                     token.expires_at,
+                    token.samples,
                 ),
             )
 
@@ -146,7 +160,9 @@ class EnrolmentStore:
         """Keep what a token enrolled; a re-enrolment replaces the identity's record."""
         with self._transaction() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO enrolments VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                "INSERT OR REPLACE INTO enrolments (role, subject, host, cert_serial, "
+                "cert_not_after, enrolled_at, revoked_at, samples) VALUES (?, ?, ?, ?, ?, ?, "
+                "NULL, ?)",
                 (
                     enrolment.role,
                     enrolment.subject,
@@ -154,6 +170,7 @@ class EnrolmentStore:
                     enrolment.cert_serial,
                     enrolment.cert_not_after,
                     enrolment.enrolled_at,
+                    enrolment.samples,
                 ),
             )
 
@@ -172,9 +189,18 @@ class EnrolmentStore:
                 row["cert_not_after"],
                 row["enrolled_at"],
                 row["revoked_at"],
+                row["samples"],
             )
             for row in rows
         ]
+
+    def declared_samples(self) -> dict[int, int]:
+        """Client id -> training samples declared at enrolment, for members not revoked."""
+        return {
+            int(e.subject): e.samples
+            for e in self.enrolments("member")
+            if e.samples is not None and not e.revoked
+        }
 
     def revoke(self, role: str, subject: str, now: float | None = None) -> Enrolment | None:
         """Deny the identity's current certificate; its record, or None if never enrolled."""
@@ -222,4 +248,5 @@ def _token(row: sqlite3.Row, used_at: float | None) -> JoinToken:
         row["created_at"],
         row["expires_at"],
         used_at,
+        row["samples"],
     )

@@ -8,8 +8,10 @@ over its TLS, with no client certificate required:
 - ``POST join``: a join token, a CSR and a member's SuperNode key (JSON, at most
   ``MAX_JOIN_BODY`` bytes), answered with the certificate, CA, grant key and where the
   service is (coordinator/enrolment.py);
-- ``GET revoked``: the revoked certificate serials, which every client daemon asks for
-  again every little while so that its peer server refuses them.
+- ``GET revoked``: the revoked certificate serials and the runs that ended within a ticket's
+  lifetime (with how and when; named by their id's hash, kernel/tickets.py ``run_key``),
+  which every client daemon asks for again every little while, so that its peer server
+  refuses the certificates and its ClientApp the tickets.
 
 Nothing else is reachable through it: every other path under the prefix is 404, and the
 body of a join is read only up to its limit.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Mapping
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -31,6 +34,7 @@ from collabfl.coordinator.enrolment import (
     JoinRequest,
     TooManyAttempts,
 )
+from collabfl.kernel.tickets import RunEnd, published_run_ends
 
 PREFIX = "/collabfl/v1/"
 CA_PATH, JOIN_PATH, REVOKED_PATH = PREFIX + "ca", PREFIX + "join", PREFIX + "revoked"
@@ -45,8 +49,11 @@ class BodyTooLarge(ValueError):
 class JoinEndpoint:
     """ASGI app for the calls under ``PREFIX``."""
 
-    def __init__(self, enroller: Enroller) -> None:
+    def __init__(
+        self, enroller: Enroller, ended_runs: Callable[[], Mapping[str, RunEnd]] = dict
+    ) -> None:
         self.enroller = enroller
+        self.ended_runs = ended_runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -60,7 +67,13 @@ class JoinEndpoint:
                 self.enroller.ca_pem.decode(), media_type="application/x-pem-file"
             )
         if route == ("GET", REVOKED_PATH):
-            return JSONResponse({"serials": self.enroller.revoked_serials()})
+            ended = await asyncio.to_thread(self.ended_runs)
+            return JSONResponse(
+                {
+                    "serials": self.enroller.revoked_serials(),
+                    "ended_runs": published_run_ends(ended),
+                }
+            )
         if route == ("POST", JOIN_PATH):
             return await self._join(request)
         return PlainTextResponse("not found", 404)

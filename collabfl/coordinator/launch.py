@@ -40,6 +40,9 @@ class Launch:
     """The coordinator-signed ticket each ClientApp checks before it serves the run."""
     node_bindings: str = ""
     """Registered Flower node id <-> client id pairs (``flower.binding``)."""
+    enrolled_sizes_file: str = ""
+    """A 0600 file of the training samples declared at enrolment (client id -> count):
+    a path, so that members never see each other's sizes in the run config."""
 
     def to_run_config(self) -> dict[str, str]:
         return {name.replace("_", "-"): value for name, value in asdict(self).items()}
@@ -57,6 +60,13 @@ class Launch:
     def feeder(self) -> SessionFeeder:
         """The ServerApp's side of the sub-step relay, on the same address and credentials."""
         return SessionFeeder(self.coordinator, self.run_id, self._token(), self._tls())
+
+    def enrolled_sizes(self) -> dict[int, int]:
+        """The sizes declared at enrolment (``admin invite --samples``); none without a file."""
+        if not self.enrolled_sizes_file:
+            return {}
+        sizes = json.loads(Path(self.enrolled_sizes_file).read_text())
+        return {int(client): int(samples) for client, samples in sizes.items()}
 
     def _token(self) -> str:
         return Path(self.launch_token_file).read_text().strip() if self.launch_token_file else ""
@@ -76,6 +86,13 @@ def write_launch_token(state_dir: Path, run_id: str, token: str) -> Path:
     folder.chmod(0o700)
     path = folder / f"{run_id}.token"
     write_text(path, token)
+    return path.resolve()
+
+
+def write_enrolled_sizes(state_dir: Path, run_id: str, sizes: Mapping[int, int]) -> Path:
+    """Keep the sizes declared at enrolment for ``run_id``'s ServerApp (0600, like its token)."""
+    path = state_dir / LAUNCH_DIR / f"{run_id}.sizes.json"
+    write_text(path, json.dumps({str(k): v for k, v in sorted(sizes.items())}))
     return path.resolve()
 
 

@@ -324,7 +324,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def Invite(self, request: pb.InviteRequest, context: Any) -> pb.Invitation:
         role = enrolling_role(request.role)
         invitation = self._enrolment().invite(
-            role, request.subject, list(request.hosts), request.ttl_s or DEFAULT_TOKEN_TTL_S
+            role,
+            request.subject,
+            list(request.hosts),
+            request.ttl_s or DEFAULT_TOKEN_TTL_S,
+            samples=request.samples or None,
         )
         return pb.Invitation(
             token=invitation.token,

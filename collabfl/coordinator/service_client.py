@@ -305,9 +305,14 @@ class CoordinatorClient:
         )
         return self._call(self._stub.AwaitReplies, request).replies
 
-    def invite(self, role: str, subject: str, hosts: list[str], ttl_s: float) -> pb.Invitation:
-        """A single-use join token for ``role``/``subject`` (coordinator/enrolment.py)."""
-        request = pb.InviteRequest(role=role, subject=subject, hosts=hosts, ttl_s=ttl_s)
+    def invite(
+        self, role: str, subject: str, hosts: list[str], ttl_s: float, samples: int | None = None
+    ) -> pb.Invitation:
+        """A single-use join token for ``role``/``subject`` (coordinator/enrolment.py);
+        ``samples``: a member's declared training samples."""
+        request = pb.InviteRequest(
+            role=role, subject=subject, hosts=hosts, ttl_s=ttl_s, samples=samples or 0
+        )
         return self._call(self._stub.Invite, request)
 
     def revoke(self, role: str, subject: str) -> Enrolment:

@@ -164,6 +164,7 @@ def enrolment_to_pb(enrolment: Enrolment) -> pb.Enrolment:
         cert_not_after=enrolment.cert_not_after,
         enrolled_at=enrolment.enrolled_at,
         revoked_at=enrolment.revoked_at or 0.0,
+        samples=enrolment.samples or 0,
     )
 
 
@@ -176,6 +177,7 @@ def enrolment_from_pb(enrolment: pb.Enrolment) -> Enrolment:
         enrolment.cert_not_after,
         enrolment.enrolled_at,
         enrolment.revoked_at or None,
+        enrolment.samples or None,
     )
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabfl.kernel.tickets import MAX_RUN_ENDS, RunEnd
+
 SCHEMA_VERSION = 2
 """1: before coalitions (migrated in place when opened)."""
 
@@ -123,6 +125,16 @@ CREATE TABLE IF NOT EXISTS supernode_keys (  -- registered SuperNode keys (TLS f
 );
 """
 """Created when missing: older databases gain it on open, no version change needed."""
+
+_RUN_ENDS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS run_ends (  -- a run's latest end: its older tickets die with it
+    run_id TEXT PRIMARY KEY REFERENCES runs (run_id),
+    status TEXT NOT NULL,
+    ended_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_ends_by_time ON run_ends (ended_at);
+"""
+"""Created when missing, like the SuperNode keys; kept when a stopped run resumes."""
 
 
 class NotFound(KeyError):
@@ -249,7 +261,7 @@ class CoordinatorState:
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute("PRAGMA journal_mode = WAL")
             with self._conn:
-                self._conn.executescript(_SCHEMA + _SUPERNODE_SCHEMA)
+                self._conn.executescript(_SCHEMA + _SUPERNODE_SCHEMA + _RUN_ENDS_SCHEMA)
                 self._check_schema_version()
         except sqlite3.DatabaseError as error:
             self._conn.close()
@@ -463,11 +475,29 @@ class CoordinatorState:
                 return _run(row)
             if row["status"] in END_STATUSES:
                 raise RunNotActive(f"run {run_id} has already ended ({row['status']})")
+            now = time.time()
             conn.execute(
                 "UPDATE runs SET status = ?, message = ?, updated_at = ? WHERE run_id = ?",
-                (status, message, time.time(), run_id),
+                (status, message, now, run_id),
+            )
+            conn.execute(
+                "INSERT INTO run_ends VALUES (?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                "status = excluded.status, ended_at = excluded.ended_at",
+                (run_id, status, now),
             )
         return self.run(run_id)
+
+    def run_ends(self, since: float, limit: int = MAX_RUN_ENDS) -> dict[str, RunEnd]:
+        """The latest ``limit`` runs that ended at or after ``since`` (coordinator clock),
+        each with its latest end: participants refuse the tickets issued before it
+        (kernel/tickets.py)."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT run_id, status, ended_at FROM run_ends WHERE ended_at >= ? "
+                "ORDER BY ended_at DESC LIMIT ?",
+                (since, limit),
+            ).fetchall()
+        return {row["run_id"]: RunEnd(row["status"], row["ended_at"]) for row in rows}
 
     def set_run_message(self, run_id: str, message: str) -> Run:
         """Say what an active run is doing now ("" clears it); an ended run keeps the

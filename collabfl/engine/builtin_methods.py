@@ -109,6 +109,7 @@ def _pfedgraph(spec: MethodSpec, federation: FederationContext) -> PFedGraph:
         attackers=_attackers(spec, num_clients),
         score_local=scores_local(spec.config, "pfedgraph"),
         local_steps=options.local_steps,
+        aggregation=_aggregation(spec),
         name=spec.label,
     )
 

@@ -390,7 +390,8 @@ class TrackingConfig(_Section):
 
 class AggregationConfig(_Section):
     """How the coordinator combines uploads in the methods it averages (FedAvg, FedProx, their
-    +FT variants, Ditto, and coalition methods over them; strategies/robust.py)."""
+    +FT variants, Ditto, and coalition methods over them; pFedGraph's per-client aggregates,
+    weighted by its graph; strategies/robust.py)."""
 
     rule: Literal["mean", "median", "trimmed_mean"] = Field(
         "mean", description="mean: sample-weighted (FedAvg); median, trimmed_mean: coordinate-wise"

@@ -24,7 +24,7 @@ from typing import Any
 from flwr.clientapp import ClientApp
 
 from collabfl.kernel.grants import load_public_key_bytes
-from collabfl.kernel.tickets import InvalidTicket, TicketVerifier
+from collabfl.kernel.tickets import InvalidTicket, TicketVerifier, load_run_ends
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,17 @@ class RefusedTask(Exception):
 
 
 def verify_ticket(node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> str:
-    """The collabfl run id of a run whose ticket the coordinator signed; InvalidTicket
-    (saying which check failed) otherwise."""
+    """The collabfl run id of a run whose ticket the coordinator signed and whose run has
+    not ended since (node config ``ended-runs``: the file the client daemon keeps from the
+    coordinator's list); InvalidTicket (saying which check failed) otherwise."""
     key = str(node_config.get("coordinator-key", ""))
     if not key:
         raise InvalidTicket("node config lacks coordinator-key: no ticket can be checked")
     run_id = str(run_config.get("run-id", ""))
     verifier = TicketVerifier(load_public_key_bytes(Path(key)))
-    verifier.verify(str(run_config.get("run-ticket", "")), run=run_id)
+    ended_file = str(node_config.get("ended-runs", ""))
+    ended = load_run_ends(Path(ended_file)) if ended_file else {}
+    verifier.verify(str(run_config.get("run-ticket", "")), run=run_id, ended=ended)
     return run_id
 
 

@@ -11,8 +11,9 @@ coordinator only ever sends indices, sizes, addresses and grants.
 
 Only runs the coordinator launched are served: every message's run config must carry a
 ``run-ticket`` the coordinator signed for its ``run-id`` (kernel/tickets.py), checked
-against the coordinator's public key before the node's data or state is touched; anything
-else gets an error reply and a line in the log.
+against the coordinator's public key, and issued after that run last ended (the node config's
+``ended-runs`` file, which the client daemon keeps), before the node's data or state is
+touched; anything else gets an error reply and a line in the log.
 
 Node config (set by the client daemon on the SuperNode): ``client-id`` (int),
 ``data-path`` (this participant's data file), ``state-dir``, ``peer-address`` (where peers

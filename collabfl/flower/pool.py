@@ -34,6 +34,7 @@ from collabfl.flower.fleet_signals import POLLING, FleetSignals
 from collabfl.flower.reply_checks import refusal
 from collabfl.flower.reply_pull import node_gone
 from collabfl.flower.reported_sizes import MaxShare, capped_counts
+from collabfl.flower.run_consistency import FirstCounts
 from collabfl.flower.substeps import RelayedSteps, is_substep
 from collabfl.flower.timing import MessageTiming, message_timing
 from collabfl.strategies.protocol import Instruction, Program, Reply
@@ -82,6 +83,7 @@ class FlowerClientPool:
         on_pause: PauseSink = lambda kind, message: None,
         while_paused: Callable[[], None] = lambda: None,
         max_share: MaxShare = "auto",
+        first_counts: FirstCounts | None = None,
     ) -> None:
         self.grid = grid
         self.members: dict[int, Member] = {}
@@ -101,6 +103,9 @@ class FlowerClientPool:
         """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
         self.max_share = max_share
         """The most one member weighs in anything computed from sizes (reported_sizes.py)."""
+        self.first_counts = first_counts or FirstCounts()
+        """Each member's first reported count in the run: training replies are held to it
+        (run_consistency.py)."""
         self.step_ledger = StepLedger()
         """Which steps failed on clients, for the round driver."""
         self.quorum = quorum
@@ -250,12 +255,16 @@ class FlowerClientPool:
     def _refused(self, client_id: int, answered: Iterable[tuple[Instruction, Reply]]) -> bool:
         """Whether a reply to one of the client's steps holds a value outside its domain
         (reply_checks.py): then it is recorded as an ``anomaly`` and the client treated as
-        not answering."""
+        not answering. A sample count that disagrees with the client's first in the run is
+        an ``anomaly`` too, but refuses nothing: no method reads a reply's count."""
         for step, reply in answered:
             reason = refusal(reply, step)
             if reason is not None:
                 self.on_event(step.round, "anomaly", client_id, reason)
                 return True
+            count = reply.metrics.num_samples
+            if count is not None and (why := self.first_counts.disagreement(client_id, count)):
+                self.on_event(step.round, "anomaly", client_id, why)
         return False
 
     def _reachable(

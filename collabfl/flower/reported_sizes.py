@@ -3,10 +3,12 @@
 A count comes from the client's own set-up reply, and every method weighs members by it
 (FedAvg's and Ditto's averages, DPFL's p_j, pFedGraph's graph, FedCollab's coalition sizes,
 iPFL's gains and payments). Two defences, both applied by the ServerApp: a count outside the
-size the operator declared for that member is replaced by the declared one (the caller
-records an ``anomaly``), and the counts every method reads are capped so that no member
-weighs more than a share of their total (``capped_counts``, read through the pool's
-``sample_counts``). The in-process runtime trusts its clients and applies neither.
+size the operator declared for that member (at its enrolment, ``admin invite --samples``, or
+in the run config, ``federation.declared_sizes``, which wins: ``declared_sizes``) is
+replaced by the declared one (the caller records an ``anomaly``), and the counts every
+method reads are capped so that no member weighs more than a share of their total
+(``capped_counts``, read through the pool's ``sample_counts``). The in-process runtime
+trusts its clients and applies neither.
 """
 
 from __future__ import annotations
@@ -69,3 +71,25 @@ class DeclaredSizes:
             f"reported {reported} training samples, declared {declared} "
             f"(± {self.tolerance:.0%}): using {declared}"
         )
+
+
+def declared_sizes(
+    enrolled: Mapping[int, int], configured: Mapping[int, int]
+) -> tuple[dict[int, int], dict[int, str]]:
+    """The sizes a run holds reports to, and a sentence per member whose two declarations
+    disagree.
+
+    A size declared at enrolment holds for every run; the run config's
+    (``federation.declared_sizes``) is the operator's word for this run (e.g. a subset of the
+    member's data) and wins. A disagreement is not refused, but said, so that a typo in
+    either is seen.
+    """
+    conflicts = {
+        client: (
+            f"the run config declares {configured[client]} training samples, its enrolment "
+            f"{samples}: this run uses {configured[client]}"
+        )
+        for client, samples in enrolled.items()
+        if client in configured and configured[client] != samples
+    }
+    return {**enrolled, **configured}, conflicts

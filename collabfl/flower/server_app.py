@@ -24,8 +24,9 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
 from collabfl.flower.pool import NOTICES, FlowerClientPool
-from collabfl.flower.reported_sizes import DeclaredSizes
+from collabfl.flower.reported_sizes import DeclaredSizes, declared_sizes
+from collabfl.flower.run_consistency import FirstCounts
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
     Description,
@@ -86,8 +88,9 @@ def main(grid: Grid, context: Context) -> None:
                 signals = CoordinatorSignals(coordinator, run_id)
                 relay = RelayedSteps(grid, feeder, options.message_timeout_s, signals)
                 status, message = run_federated(
-                    grid, coordinator, run_id, spec, options, binder, relay, signals
-                )
+                    grid, coordinator, run_id, spec, options, binder, relay, signals,
+                    enrolled_sizes=launch.enrolled_sizes(),
+                )  # fmt: skip
         except ConfigError as error:  # e.g. a client reported an invalid market profile
             coordinator.finish_run(run_id, "failed", str(error))
             raise
@@ -122,10 +125,12 @@ def run_federated(
     binder: NodeBinder,
     relay: RelayedSteps,
     signals: FleetSignals,
+    enrolled_sizes: Mapping[int, int] | None = None,
 ) -> tuple[str, str]:
     """Join the clients, run every round, record it, and write the run directory; return how
     the run ended ("finished", "stopped" or "failed") and why (a failed run's sentence).
-    ``relay`` carries sub-round steps; ``signals`` say when to pull replies."""
+    ``relay`` carries sub-round steps; ``signals`` say when to pull replies;
+    ``enrolled_sizes``: the members' training samples declared at enrolment."""
     quorum = run_quorum(spec, options.expected_clients)
     if spec.config.threads:
         # As the in-process runtime does: the ServerApp's own tensor work (SPO trains its
@@ -143,7 +148,11 @@ def run_federated(
         coordinator.record_event(run_id, "anomaly", message, "warning", client_id=client_id)
 
     federation = spec.config.federation
-    declared = DeclaredSizes(federation.declared_sizes, federation.size_tolerance)
+    sizes, conflicts = declared_sizes(enrolled_sizes or {}, federation.declared_sizes)
+    for client_id, message in conflicts.items():
+        log.warning("client %s: %s", client_id, message)
+        coordinator.record_event(run_id, "declared_size", message, "warning", client_id=client_id)
+    declared = DeclaredSizes(sizes, federation.size_tolerance)
     gate = Gate(binder, refuse, declared, anomaly)
 
     def say(message: str) -> None:
@@ -222,6 +231,7 @@ def run_federated(
         on_pause=on_pause,
         while_paused=honour_stop,
         max_share=federation.max_share,
+        first_counts=gate.counts,
     )
     for k, weight in pool.sample_counts.items():
         if weight < (reported := pool.members[k].num_samples):
@@ -273,6 +283,8 @@ class Gate:
     refuse: Callable[[int, int, str], None]
     sizes: DeclaredSizes = field(default_factory=DeclaredSizes)
     anomaly: Callable[[int, str], None] = lambda client_id, message: None
+    counts: FirstCounts = field(default_factory=FirstCounts)
+    """Each member's first reported count in this run: a rejoin is held to it."""
 
 
 def admit(
@@ -308,7 +320,9 @@ def admit(
         if refusal is not None:
             gate.refuse(node, client_id, refusal)
             continue
-        num_samples, replaced = gate.sizes.admit(client_id, description.num_samples)
+        num_samples, replaced = gate.counts.admit(
+            client_id, description.num_samples, partial(gate.sizes.admit, client_id)
+        )
         if replaced is not None:
             gate.anomaly(client_id, replaced)
         members.append(

@@ -34,16 +34,18 @@ EVENT_LEVEL_WARNING: EventLevel
 EVENT_LEVEL_ERROR: EventLevel
 
 class InviteRequest(_message.Message):
-    __slots__ = ("role", "subject", "hosts", "ttl_s")
+    __slots__ = ("role", "subject", "hosts", "ttl_s", "samples")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
     role: str
     subject: str
     hosts: _containers.RepeatedScalarFieldContainer[str]
     ttl_s: float
-    def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ..., hosts: _Optional[_Iterable[str]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+    samples: int
+    def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ..., hosts: _Optional[_Iterable[str]] = ..., ttl_s: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class Invitation(_message.Message):
     __slots__ = ("token", "token_id", "role", "subject", "expires_at", "join_address")
@@ -70,7 +72,7 @@ class RevokeRequest(_message.Message):
     def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ...) -> None: ...
 
 class Enrolment(_message.Message):
-    __slots__ = ("role", "subject", "host", "cert_serial", "cert_not_after", "enrolled_at", "revoked_at")
+    __slots__ = ("role", "subject", "host", "cert_serial", "cert_not_after", "enrolled_at", "revoked_at", "samples")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +80,7 @@ class Enrolment(_message.Message):
     CERT_NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
     ENROLLED_AT_FIELD_NUMBER: _ClassVar[int]
     REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
     role: str
     subject: str
     host: str
@@ -85,7 +88,8 @@ class Enrolment(_message.Message):
     cert_not_after: float
     enrolled_at: float
     revoked_at: float
-    def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ..., host: _Optional[str] = ..., cert_serial: _Optional[str] = ..., cert_not_after: _Optional[float] = ..., enrolled_at: _Optional[float] = ..., revoked_at: _Optional[float] = ...) -> None: ...
+    samples: int
+    def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ..., host: _Optional[str] = ..., cert_serial: _Optional[str] = ..., cert_not_after: _Optional[float] = ..., enrolled_at: _Optional[float] = ..., revoked_at: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class ListEnrolmentsRequest(_message.Message):
     __slots__ = ()

@@ -6,6 +6,13 @@ uploads its model; the coordinator compares the clients' updates, solves each cl
 small QP for its row of W (strategies/pfedgraph.py) and sends client i its aggregate
 θ̃_i = Σ_j W_ij θ_j, which is also the model evaluated. The math runs in NumPy: uploads
 become arrays and aggregates become flat vectors at this module's boundary.
+
+``aggregation`` (strategies/robust.py) makes the coordinator robust to a crafted upload:
+``clip_norm`` clips each upload's update from the aggregate the client was sent last round
+(the uploads' coordinate-wise median where none is known) before the graph is inferred, and
+``median`` or ``trimmed_mean`` replace the W-weighted sum with the W-weighted
+coordinate-wise median or trimmed mean. The regulariser's pull (``normalized``) averages
+unit vectors, which no scaling moves further than its weight.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.pfedgraph import (
@@ -30,6 +38,7 @@ from collabfl.strategies.protocol import (
     as_array,
     as_vector,
 )
+from collabfl.strategies.robust import Aggregation, clipped_update, graph_aggregates
 from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
 from collabfl.strategies.verbs import AlignMode, Evaluate, Train
 
@@ -47,7 +56,7 @@ class PFedGraph:
     ``score_local``: the post-training model also competes for the reported best-validation
     model, beside the received aggregate (the official code evaluates both).
     ``local_steps`` > 0: that many SGD steps per round instead of ``epochs`` (the official
-    code runs 200).
+    code runs 200). ``aggregation``: the rule and clipping of the aggregates (module doc).
     """
 
     epochs: float
@@ -59,12 +68,14 @@ class PFedGraph:
     attackers: Attackers = field(default_factory=Attackers)
     score_local: bool = False
     local_steps: int = 0
+    aggregation: Aggregation = field(default_factory=Aggregation)
     name: str = "pfedgraph"
 
     def rounds(
         self, pool: ClientPool, num_rounds: int, resume: Resume | None = None
     ) -> Iterator[RoundOutcome]:
         references: dict[int, FlatVector] = {}
+        sent: dict[int, FlatVector] = {}  # with clip_norm: last round's aggregate per client
         if resume is not None:
             references = {
                 int(key.removeprefix("reference_")): as_vector(value)
@@ -80,6 +91,8 @@ class PFedGraph:
             uploads = {k: r.model for k, r in sorted(trained.items()) if r.model is not None}
             if not uploads:
                 raise RuntimeError(f"round {t}: no client uploaded a model")
+            if (bound := self.aggregation.clip_norm) is not None:
+                uploads = self._clipped(uploads, sent, bound)
             uploaded = list(uploads)
             weights, aggregates, pulls = self._graph(uploads, pool.sample_counts)
             evaluated = pool.send(
@@ -89,6 +102,8 @@ class PFedGraph:
                 }
             )
             references = {k: as_vector(pulls[i]) for i, k in enumerate(uploaded)}
+            if bound is not None:
+                sent = {k: as_vector(aggregates[i]) for i, k in enumerate(uploaded)}
             metrics = merge_metrics(trained, evaluated)
             self.attackers.mark(metrics)
             yield RoundOutcome(
@@ -111,6 +126,16 @@ class PFedGraph:
         )
         return self.attackers.train(client, task)
 
+    @staticmethod
+    def _clipped(
+        uploads: Mapping[int, FlatVector], sent: Mapping[int, FlatVector], bound: float
+    ) -> dict[int, FlatVector]:
+        """Each upload with its update clipped to ``bound``: from the aggregate the client
+        was sent, or, where none is known (round 0, a resumed run, a newcomer), from the
+        coordinate-wise median of the uploads."""
+        median = torch.stack(list(uploads.values())).median(dim=0).values
+        return {k: clipped_update(m, sent.get(k, median), bound) for k, m in uploads.items()}
+
     def _graph(
         self, uploads: Mapping[int, FlatVector], counts: Mapping[int, int]
     ) -> tuple[Matrix, Matrix, Matrix]:
@@ -121,7 +146,12 @@ class PFedGraph:
         updates = models[:, start:stop] - np.asarray(self.initial_model)[start:stop]
         prior = np.array([counts[k] for k in uploads], dtype=np.float64)
         weights = collaboration_graph(model_similarity(updates), prior / prior.sum(), self.alpha)
-        aggregates = personalized_aggregates(weights, models)
+        if self.aggregation.rule == "mean":
+            aggregates = personalized_aggregates(weights, models)
+        else:
+            aggregates = graph_aggregates(
+                weights, models, self.aggregation.rule, self.aggregation.trim
+            )
         pulls = (
             aggregates if self.regularizer == "cosine" else normalized_aggregate(weights, models)
         )

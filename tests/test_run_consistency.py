@@ -1,0 +1,69 @@
+"""A member's sample count may not change within a run (flower/run_consistency.py).
+
+A liar who joins honestly and rejoins (a restarted daemon is set up again) claiming more is
+held to its first count, with an ``anomaly`` naming it and both values; a training reply
+whose count differs from the first is recorded the same way, once per value. Driven through
+the ServerApp's admission and a FlowerClientPool as tests/test_reported_sizes.py and
+tests/test_reported_metrics.py drive them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from collabfl.coordinator.state import Member
+from collabfl.flower.pool import FlowerClientPool
+from collabfl.flower.reported_sizes import DeclaredSizes
+from collabfl.flower.run_consistency import FirstCounts
+from collabfl.strategies.metrics import ClientMetrics
+from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.verbs import Train
+from tests.test_node_binding import flower_task  # noqa: F401  (autouse fixture)
+from tests.test_reported_metrics import AnsweringGrid
+from tests.test_reported_sizes import _admit
+
+
+def test_a_rejoin_claiming_more_samples_keeps_the_first_count(monkeypatch):
+    counts = FirstCounts()
+    first, anomalies = _admit(monkeypatch, {0: 400, 1: 300}, DeclaredSizes(), counts)
+    assert (first, anomalies) == ({0: 400, 1: 300}, [])
+    again, anomalies = _admit(monkeypatch, {0: 40_000, 1: 300}, DeclaredSizes(), counts)
+    assert again == {0: 400, 1: 300}
+    [(client, message)] = anomalies
+    assert client == 0
+    assert "reported 40000 training samples, 400 earlier in this run" in message
+    assert message.endswith("keeping 400")
+
+
+def test_the_first_accepted_count_is_kept_when_a_declared_size_replaced_it(monkeypatch):
+    counts, declared = FirstCounts(), DeclaredSizes({0: 400})
+    first, [(_, replaced)] = _admit(monkeypatch, {0: 40_000}, declared, counts)
+    assert first == {0: 400} and "declared 400" in replaced
+    same, anomalies = _admit(monkeypatch, {0: 40_000}, declared, counts)
+    assert (same, anomalies) == ({0: 400}, [])  # the same lie again: nothing new to say
+    lower, [(_, changed)] = _admit(monkeypatch, {0: 420}, declared, counts)
+    assert lower == {0: 400} and "reported 420 training samples, 40000 earlier" in changed
+
+
+def test_a_training_reply_with_another_count_is_recorded_once_and_not_refused():
+    counts = FirstCounts({k: (100, 100) for k in range(3)})
+    events: list[tuple[str, int, str]] = []
+
+    def answer(client: int, step: Instruction) -> Reply:
+        return Reply(ClientMetrics(train_loss=0.1, num_samples=5_000 if client == 0 else 100),
+                     torch.zeros(4))  # fmt: skip
+
+    pool = FlowerClientPool(
+        AnsweringGrid(answer),
+        [Member(k, 10 + k, f"h:{k}", 100) for k in range(3)],
+        lambda fetcher, owners, round_index: {},
+        lambda round_index, kind, client, message: events.append((kind, client, message)),
+        lambda nodes: [],
+        first_counts=counts,
+    )
+    for round_index in range(2):
+        replies = pool.send(dict.fromkeys(range(3), Instruction(round_index, Train(epochs=1))))
+        assert sorted(replies) == [0, 1, 2]
+    [anomaly] = [e for e in events if e[0] == "anomaly"]
+    assert anomaly[1] == 0 and "reported 5000 training samples, 100 earlier" in anomaly[2]
+    assert pool.sample_counts[0] == 100
