@@ -560,6 +560,7 @@ class RunLauncher:
         self.stop_previous(run.run_id, reply_path)
         overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
         log.info("launching run %s (attempt %s)", run.run_id, count)
+        self.submitted.expect()  # its task may reach the ServerApp launcher before its id
         try:
             reply = submit_run(self.app_dir, CONNECTION, overrides, self.env)
             flower_run = submitted_run_id(reply)

@@ -17,7 +17,8 @@ import logging
 import os
 import subprocess
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
@@ -35,19 +36,59 @@ from collabfl.kernel.log_rotation import rotate_copy
 log = logging.getLogger(__name__)
 
 CLAIM_POLL_S = 0.1
-"""How often an idle launcher asks for a ServerApp task (Flower's SuperExec: 1 s)."""
+"""How often the launcher asks for a ServerApp task while a submission of the coordinator
+awaits its ServerApp (Flower's SuperExec: 1 s, always)."""
+IDLE_CLAIM_S = 2.0
+"""How often it asks otherwise. Every ask is an authenticated call that writes the
+SuperLink's database; at ``CLAIM_POLL_S`` all the time it was a third of the SuperLink's
+calls in a 4-client DPFL run. A task nobody announced (one the SuperLink put back after a
+failed start, a foreign submission to refuse) waits this long at most."""
 OWN_RUN_WAIT_S = 60.0
 """How long a claimed task may wait for ``flwr run`` to tell the coordinator its run id: the
-task can reach the launcher before the submitting command returns."""
+task can reach the launcher before the submitting command returns. Also how long an
+announced submission keeps the launcher asking every ``CLAIM_POLL_S``."""
 
 
 class SubmittedRuns:
-    """The Flower run ids the coordinator submitted, shared by its run launcher (which adds
-    them) and the ServerApp launcher (which waits for them)."""
+    """The Flower run ids the coordinator submitted, shared by its run launcher (which
+    announces each submission and adds its id) and the ServerApp launcher (which waits for
+    them, and claims tasks often only while a submission awaits its ServerApp)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._ids: set[int] = set()
         self._changed = threading.Condition()
+        self._clock = clock
+        self._expected: list[float] = []
+        """When each announced submission stops being awaited (its task unclaimed)."""
+
+    def expect(self) -> None:
+        """A submission starts: its ServerApp task will appear soon."""
+        with self._changed:
+            self._expected.append(self._clock() + OWN_RUN_WAIT_S)
+            self._changed.notify_all()
+
+    def claimed(self) -> None:
+        """The oldest awaited submission got its ServerApp."""
+        with self._changed:
+            del self._expected[:1]
+
+    def expecting(self) -> bool:
+        """Whether a submission awaits its ServerApp (announced within ``OWN_RUN_WAIT_S``)."""
+        with self._changed:
+            now = self._clock()
+            self._expected = [until for until in self._expected if until > now]
+            return bool(self._expected)
+
+    def wait_expected(self, timeout_s: float, stopping: threading.Event) -> None:
+        """Return once a submission is announced, ``stopping`` is set (then ``wake``), or
+        ``timeout_s`` passed."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._expected or stopping.is_set(), timeout_s)
+
+    def wake(self) -> None:
+        """Make every ``wait_expected`` look at its ``stopping`` again."""
+        with self._changed:
+            self._changed.notify_all()
 
     def add(self, flower_run_id: int) -> None:
         with self._changed:
@@ -101,6 +142,7 @@ class ServerAppLauncher:
     def stop(self) -> None:
         """Stop claiming and end every ServerApp this launcher started."""
         self.stopping.set()
+        self.submitted.wake()
         self._thread.join()
         for child in self.children.values():
             child.terminate()
@@ -130,8 +172,10 @@ class ServerAppLauncher:
                 continue
             if claimed.HasField("task") and claimed.token:
                 self._launch(claimed.task.task_id, claimed.task.run_id, claimed.token)
-            else:
+            elif self.submitted.expecting():
                 self.stopping.wait(CLAIM_POLL_S)
+            else:
+                self.submitted.wait_expected(IDLE_CLAIM_S, self.stopping)
 
     def _launch(self, task_id: int, flower_run_id: int, token: str) -> None:
         if not self.submitted.wait_for(flower_run_id, OWN_RUN_WAIT_S):
@@ -141,6 +185,7 @@ class ServerAppLauncher:
                 flower_run_id,
             )
             return
+        self.submitted.claimed()
         token_file = self.token_dir / f"task-{task_id}.token"
         write_text(token_file, token)  # 0600
         command = [
