@@ -8,6 +8,7 @@ import platform
 import shlex
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -67,6 +68,17 @@ def write_results(name: str, figures: dict[str, Any], settings: dict[str, Any]) 
     }
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
+
+
+def export_tree(rev: str, into: Path) -> Path:
+    """``rev``'s tree exported into ``into``, to put on PYTHONPATH for a side-by-side
+    baseline run."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev], cwd=REPO_ROOT, capture_output=True, check=True
+    )
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def median(values: Sequence[float]) -> float:

@@ -38,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import REPO_ROOT, exit_on_sigterm, format_table, median, write_results
+from _common import exit_on_sigterm, export_tree, format_table, median, write_results
 
 IDLE_SETTLE_S = 5.0
 """How long a federation whose nodes are all online settles before its idle cost is read."""
@@ -326,16 +326,6 @@ def run_side(
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise SystemExit(f"coordinator_cpu: a {clients}-client side failed ({done.returncode})")
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def export_tree(rev: str, into: Path) -> Path:
-    """``rev``'s tree in ``into`` (to put on PYTHONPATH)."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", rev], cwd=REPO_ROOT, capture_output=True, check=True
-    )
-    into.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def sizes(text: str) -> list[int]:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO_ROOT, format_table, median, write_results
+from _common import REPO_ROOT, export_tree, format_table, median, write_results
 
 CONFIG = "examples/quickstart.toml"
 README = REPO_ROOT / "README.md"
@@ -59,16 +59,6 @@ def client_figures(out: Path) -> dict[str, list[dict[str, Any]]]:
             for row in parsed
         ]
     return figures
-
-
-def export_baseline(rev: str, into: Path) -> Path:
-    """``rev``'s tree in ``into``; returns the folder to put on PYTHONPATH."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", rev], cwd=REPO_ROOT, capture_output=True, check=True
-    )
-    into.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def run_job(out: Path, extra: list[str], pythonpath: Path | None) -> dict[str, Any]:
@@ -113,7 +103,7 @@ def main() -> None:
         root = Path(tmp)
         old_code = None
         if args.baseline:
-            old_code = export_baseline(args.baseline, root / "baseline")
+            old_code = export_tree(args.baseline, root / "baseline")
         for rep in range(args.repeat):
             outs: dict[str, Path] = {}
             for side in sides if rep % 2 == 0 else sides[::-1]:

@@ -5,8 +5,6 @@ calls in a 4-client DPFL run (benchmarks/coordinator_cpu.py)."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from collabfl.flower.processes import flower_binary
 from collabfl.flower.serverapp_launcher import (
     CLAIM_POLL_S,
     IDLE_CLAIM_S,
@@ -22,13 +19,7 @@ from collabfl.flower.serverapp_launcher import (
     ServerAppLauncher,
     SubmittedRuns,
 )
-from collabfl.flower.superexec_auth import ensure_secret
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.task_claims import superexec_superlink
 
 
 class CountedLauncher:
@@ -58,28 +49,18 @@ class CountedLauncher:
 
 @pytest.fixture
 def launcher(tmp_path: Path) -> Iterator[CountedLauncher]:
-    secret = ensure_secret(tmp_path)
-    port = _free_port()
-    command = [
-        flower_binary("flower-superlink"), "--insecure", "--database", ":flwr-in-memory:",
-        "--host", "127.0.0.1", "--port", str(port), "--isolation", "process",
-        "--superexec-auth-secret-file", str(secret),
-    ]  # fmt: skip
-    with open(tmp_path / "superlink.log", "wb") as log:
-        superlink = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    counted = CountedLauncher(tmp_path, f"127.0.0.1:{port}", secret)
-    counted.launcher.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not counted.answered:  # the SuperLink is starting
-            assert superlink.poll() is None, (tmp_path / "superlink.log").read_text()
-            assert time.monotonic() < deadline, "the SuperLink never answered a claim"
-            time.sleep(0.1)
-        yield counted
-    finally:
-        counted.launcher.stop()
-        superlink.terminate()
-        superlink.wait(timeout=30)
+    with superexec_superlink(tmp_path) as (superlink, address, secret):
+        counted = CountedLauncher(tmp_path, address, secret)
+        counted.launcher.start()
+        try:
+            deadline = time.monotonic() + 120
+            while not counted.answered:  # the SuperLink is starting
+                assert superlink.poll() is None, (tmp_path / "superlink.log").read_text()
+                assert time.monotonic() < deadline, "the SuperLink never answered a claim"
+                time.sleep(0.1)
+            yield counted
+        finally:
+            counted.launcher.stop()
 
 
 def test_an_idle_launcher_asks_about_once_per_idle_interval(launcher: CountedLauncher) -> None:

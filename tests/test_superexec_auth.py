@@ -8,7 +8,6 @@ of them fails here by name, not as a federation whose runs never start.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from collabfl.flower.processes import flower_binary
-from collabfl.flower.superexec_auth import ensure_secret
 from tests.support.flower_api import assert_flower_has
-from tests.support.task_claims import claim_task
+from tests.support.task_claims import claim_task, superexec_superlink
 
 USED = [
     ("flwr.supercore.interceptors.http.superexec_auth", "SuperExecAuthHttpInterceptor",
@@ -51,25 +49,9 @@ def test_flower_programs_take_the_flags_we_pass(program: str, flags: list[str]) 
     assert all(flag in shown for flag in flags), f"{program} --help lacks one of {flags}"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_a_superlink_with_the_secret_answers_only_signed_claims(tmp_path: Path) -> None:
-    secret = ensure_secret(tmp_path)
-    assert secret.stat().st_mode & 0o777 == 0o600
-    port = _free_port()
-    command = [
-        flower_binary("flower-superlink"), "--insecure", "--database", ":flwr-in-memory:",
-        "--host", "127.0.0.1", "--port", str(port), "--isolation", "process",
-        "--superexec-auth-secret-file", str(secret),
-    ]  # fmt: skip
-    with open(tmp_path / "superlink.log", "wb") as log:
-        superlink = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        address = f"127.0.0.1:{port}"
+    with superexec_superlink(tmp_path) as (superlink, address, secret):
+        assert secret.stat().st_mode & 0o777 == 0o600
         deadline = time.monotonic() + 120
         signed = claim_task(address, secret=secret)
         while signed.startswith("refused") and time.monotonic() < deadline:
@@ -77,8 +59,5 @@ def test_a_superlink_with_the_secret_answers_only_signed_claims(tmp_path: Path) 
             time.sleep(0.5)  # still starting
             signed = claim_task(address, secret=secret)
         unsigned = claim_task(address)
-    finally:
-        superlink.terminate()
-        superlink.wait(timeout=30)
     assert signed == "answered: token ''", signed  # no task yet, but the claim is accepted
     assert "401" in unsigned, unsigned

@@ -1,14 +1,20 @@
-"""Claim a Flower task on a runtime API as any local process could: what it is answered."""
+"""Claim a Flower task on a runtime API as any local process could: what it is answered;
+and a SuperLink that takes only claims signed with its SuperExec secret."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from flwr.proto.runtime_pb2 import AcquireTaskRequest
 from flwr.supercore.constant import TaskType
 from flwr.supercore.runtime import RuntimeHttpClient
 
-from collabfl.flower.superexec_auth import claim_signer
+from collabfl.flower.processes import flower_binary
+from collabfl.flower.superexec_auth import claim_signer, ensure_secret
 
 
 def claim_task(
@@ -30,3 +36,26 @@ def claim_task(
     finally:
         client.close()
     return f"answered: token {reply.token!r}"
+
+
+@contextmanager
+def superexec_superlink(folder: Path) -> Iterator[tuple[subprocess.Popen, str, Path]]:
+    """A real SuperLink (in-memory database, process isolation) that takes only task claims
+    signed with the secret it makes in ``folder``: (its process, its address, the secret).
+    Its log is ``folder/superlink.log``; it is stopped on leaving."""
+    secret = ensure_secret(folder)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    command = [
+        flower_binary("flower-superlink"), "--insecure", "--database", ":flwr-in-memory:",
+        "--host", "127.0.0.1", "--port", str(port), "--isolation", "process",
+        "--superexec-auth-secret-file", str(secret),
+    ]  # fmt: skip
+    with open(folder / "superlink.log", "wb") as log:
+        superlink = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield superlink, f"127.0.0.1:{port}", secret
+    finally:
+        superlink.terminate()
+        superlink.wait(timeout=30)
