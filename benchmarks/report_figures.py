@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from collabfl.engine.report.plots import (
     client_ticks,
     clipped_error,
+    mark_fine_tuning,
     mark_true_groups,
     method_style,
     true_group_order,
@@ -123,15 +124,7 @@ def series_by_round_figure(
             label=f"{method} (n={len(runs)})",
         )
         if not kept.all():
-            ax.plot(
-                rounds[~kept],
-                mean[~kept],
-                color=colour,
-                marker="*",
-                markersize=10,
-                linestyle="None",
-                label=f"{method}: fine-tuned (after the last round)",
-            )
+            mark_fine_tuning(ax, rounds[~kept], mean[~kept], colour, method, markersize=10)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)

@@ -106,15 +106,7 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
         low, high = np.clip(best - spread, 0, 100), np.clip(best + spread, 0, 100)
         ax.fill_between(rounds[kept], low[kept], high[kept], color=colour, alpha=0.15)
         if not kept.all():  # a step after the planned rounds: fedavg_ft's fine-tuning
-            ax.plot(
-                rounds[~kept],
-                best[~kept],
-                color=colour,
-                marker="*",
-                markersize=12,
-                linestyle="None",
-                label=f"{method}: fine-tuned (after the last round)",
-            )
+            mark_fine_tuning(ax, rounds[~kept], best[~kept], colour, method, markersize=12)
     for count, missing in enumerate(_rounds_missing_clients(by_method)):
         label = "rounds missing clients" if count == 0 else "_missing"
         ax.axvspan(missing - 0.5, missing + 0.5, color="grey", alpha=0.12, label=label)
@@ -164,6 +156,22 @@ def _rounds_missing_clients(by_method: Mapping[str, list[RunRecords]]) -> list[i
 
 TAB20 = tuple(to_hex(c) for c in colormaps["tab20"].colors)  # type: ignore[attr-defined]
 """Pairs of a colour and its lighter shade; the darker ones are the default ten."""
+
+
+def mark_fine_tuning(
+    ax: Axes, rounds: Any, values: Any, colour: str, method: str, markersize: float
+) -> None:
+    """The steps after a method's planned rounds (fedavg_ft's fine-tuning) as a labelled
+    star of its colour, rather than a jump of its line."""
+    ax.plot(
+        rounds,
+        values,
+        color=colour,
+        marker="*",
+        markersize=markersize,
+        linestyle="None",
+        label=f"{method}: fine-tuned (after the last round)",
+    )
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
