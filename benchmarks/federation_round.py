@@ -134,7 +134,7 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
             memory = MemoryWatch(federation, clients)
             memory.start()
             with federation.client() as client:
-                request = run_request(spec, RunOptions(clients, out_dir=str(root)))
+                request = run_request(spec, RunOptions(clients, out_dir=str(root / "out")))
                 client.create_run("bench", spec.label, request)
                 first_round = None
                 while True:
@@ -147,9 +147,9 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
             peak = memory.stop()
             idle = memory.now()  # between runs, with everything loaded
             assert run.status == "finished", run.message
-        messages = (root / "dpfl" / MESSAGES_FILE).read_text().splitlines()
+        messages = (root / "out" / "dpfl" / MESSAGES_FILE).read_text().splitlines()
         return {
-            "rows": read_run(root / "dpfl").rows,
+            "rows": read_run(root / "out" / "dpfl").rows,
             "messages": [json.loads(line) for line in messages],
             "launch_to_online_s": online - launched,
             "launch_to_first_round_s": (first_round or online) - launched,
