@@ -30,7 +30,7 @@ import math
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +122,31 @@ def tree_rss_bytes(roots: Iterable[int]) -> dict[int, int]:
     return totals
 
 
-def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict[str, Any]:
-    """Run DPFL once on a fresh federation; its rows, message timings, launch and memory."""
+def dpfl_config(
+    clients: int, rounds: int, budget: int = 2, partition: str = "iid"
+) -> tuple[ExperimentConfig, list[str]]:
+    """The benchmark's DPFL setting (and its overrides, for the record)."""
+    overrides = [
+        f"data.num_clients={clients}",
+        f"rounds={rounds}",
+        f"dpfl.budget={budget}",
+        f"data.partition={partition}",
+        "data.num_train=4000",
+        "data.num_test=2000",
+        "epochs=1",
+        "dpfl.init_epochs=2",
+    ]
+    return load_config(None, overrides), overrides
+
+
+def run_federation(
+    config: ExperimentConfig,
+    clients: int,
+    runtime: str,
+    inspect: Callable[[Path], Any] | None = None,
+) -> dict[str, Any]:
+    """Run DPFL once on a fresh federation; its rows, message timings, launch and memory, and
+    what ``inspect`` found in the federation's folder (its logs) before it was removed."""
     spec = parse_method_spec("dpfl", config)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -134,7 +157,7 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
             memory = MemoryWatch(federation, clients)
             memory.start()
             with federation.client() as client:
-                request = run_request(spec, RunOptions(clients, out_dir=str(root)))
+                request = run_request(spec, RunOptions(clients, out_dir=str(root / "out")))
                 client.create_run("bench", spec.label, request)
                 first_round = None
                 while True:
@@ -147,9 +170,10 @@ def run_federation(config: ExperimentConfig, clients: int, runtime: str) -> dict
             peak = memory.stop()
             idle = memory.now()  # between runs, with everything loaded
             assert run.status == "finished", run.message
-        messages = (root / "dpfl" / MESSAGES_FILE).read_text().splitlines()
+        messages = (root / "out" / "dpfl" / MESSAGES_FILE).read_text().splitlines()
         return {
-            "rows": read_run(root / "dpfl").rows,
+            "inspected": None if inspect is None else inspect(root / "work"),
+            "rows": read_run(root / "out" / "dpfl").rows,
             "messages": [json.loads(line) for line in messages],
             "launch_to_online_s": online - launched,
             "launch_to_first_round_s": (first_round or online) - launched,
@@ -283,17 +307,7 @@ def main() -> None:
         parser.error("--rounds must be >= 2 (round 0 is set-up; steady rounds follow)")
     figures: dict[str, Any] = {}
     for clients in args.clients:
-        overrides = [
-            f"data.num_clients={clients}",
-            f"rounds={args.rounds}",
-            f"dpfl.budget={args.budget}",
-            f"data.partition={args.partition}",
-            "data.num_train=4000",
-            "data.num_test=2000",
-            "epochs=1",
-            "dpfl.init_epochs=2",
-        ]
-        config = load_config(None, overrides)
+        config, overrides = dpfl_config(clients, args.rounds, args.budget, args.partition)
         result: dict[str, Any] = {"overrides": overrides}
         for runtime in args.runtime:
             result[runtime] = measure(config, clients, args.rounds, runtime)
