@@ -1,6 +1,7 @@
 """The coordinator service over a real gRPC server and SQLite file, through CoordinatorClient."""
 
 import socket
+import sqlite3
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -101,6 +102,36 @@ def test_runs_rounds_and_history(client: CoordinatorClient, launch) -> None:
     assert [r.run_id for r in client.list_runs()] == ["exp-1"]
     resumed = client.create_run("exp-1", "dpfl", DPFL)
     assert resumed.last_completed_round == 1
+
+
+def _pages(db: Path) -> int:
+    """Pages the database file holds, free ones included (its WAL's too)."""
+    with sqlite3.connect(db) as conn:
+        return conn.execute("PRAGMA page_count").fetchone()[0]
+
+
+def test_a_long_run_keeps_a_window_of_rounds_and_its_database_stops_growing(
+    client: CoordinatorClient, launch, db: Path
+) -> None:
+    """Issue #32's soak: coordinator.db grew with every round (4 clients' metrics, graph,
+    events). A run's records keep the rounds its run folder keeps graphs of (``retention``):
+    the last ``graphs_keep_last`` and every ``graphs_keep_every``-th before; SQLite reuses
+    the pages freed, so once the window is full the file stops growing."""
+    asked = ("retention.graphs_keep_last=10", "retention.graphs_keep_every=25")
+    client.create_run("long", "dpfl", valid_request("dpfl", *asked))
+    launch("long")
+    metrics = {c: {"test_acc": 0.5 + c / 10, "note": "x" * 800} for c in range(4)}
+    pages = {}
+    for r in range(90):
+        client.record_round("long", r, [(0, 1, 0.5), (1, 0, 0.5)], metrics, num_clients=4)
+        client.record_event("long", "no_reply", "no valid reply in time", round=r, client_id=3)
+        pages[r] = _pages(db)
+    kept = [0, 25, 50, 75, *range(80, 90)]
+    assert [g.round for g in client.get_graph_history("long")] == kept
+    assert list(client.get_metrics("long")) == kept
+    assert [e.round for e in client.list_events("long")] == kept
+    assert client.get_run("long").last_completed_round == 89
+    assert pages[89] - pages[30] <= 4  # the kept multiples of 25: a page each at most
 
 
 def test_coalitions_round_trip(client: CoordinatorClient, launch) -> None:

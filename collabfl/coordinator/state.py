@@ -625,6 +625,22 @@ class CoordinatorState:
             )
         return self.run(run_id)
 
+    def prune_rounds(self, run_id: str, keep_last: int, keep_every: int) -> None:
+        """Forget the rounds that left the run's window, with their graph, metrics,
+        coalitions and events: those more than ``keep_last`` rounds before its last completed
+        round, but for multiples of ``keep_every`` (the run folder's graph retention,
+        engine/report/run_dir.py). SQLite reuses the freed pages for the rounds that follow,
+        so a long run's records stop growing once its window is full (issue #32)."""
+        with self._transaction() as conn:
+            last = self._run_row(conn, run_id)["last_completed_round"]
+            if last is None or last < keep_last:
+                return
+            for table in ("rounds", "events"):  # a round's graph, metrics... go with it
+                conn.execute(
+                    f"DELETE FROM {table} WHERE run_id = ? AND round <= ? AND round % ? != 0",
+                    (run_id, last - keep_last, keep_every),
+                )
+
     def round(self, run_id: str, round: int) -> RoundRecord:
         with self._transaction() as conn:
             self._run_row(conn, run_id)
