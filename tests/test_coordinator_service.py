@@ -13,6 +13,7 @@ import pytest
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
 
+from collabfl.coordinator import daemon
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import (
     CoordinatorClient,
@@ -132,6 +133,42 @@ def test_a_long_run_keeps_a_window_of_rounds_and_its_database_stops_growing(
     assert [e.round for e in client.list_events("long")] == kept
     assert client.get_run("long").last_completed_round == 89
     assert pages[89] - pages[30] <= 4  # the kept multiples of 25: a page each at most
+
+
+def test_ended_runs_beyond_the_latest_few_keep_only_their_run_row(db: Path) -> None:
+    """A coordinator that runs many runs: the rounds and events of the runs that ended
+    before the ``keep_ended_runs`` latest are dropped (their run folders hold them); the run
+    row stays, and a run that is still running keeps everything however old."""
+    with CoordinatorState(db, keep_ended_runs=2) as state:
+        server, port = serve(state, FakeSigner())
+        try:
+            with CoordinatorClient(f"127.0.0.1:{port}") as client:
+                for run_id in ("old", "middle", "new", "open"):
+                    client.create_run(run_id, "dpfl", DPFL)
+                    client.launch_token = state.new_launch(run_id)
+                    for r in range(3):
+                        client.record_round(run_id, r, [(0, 1, 0.5)], {0: {"test_acc": 0.5}})
+                    client.record_event(run_id, "no_reply", "no valid reply", round=2)
+                    if run_id != "open":
+                        client.finish_run(run_id, "finished")
+                assert client.get_graph_history("old") == []
+                assert client.get_metrics("old") == {} and client.list_events("old") == []
+                old = client.get_run("old")
+                assert (old.status, old.last_completed_round) == ("finished", 2)
+                kept = ("middle", "new", "open")
+                assert [len(client.get_graph_history(r)) for r in kept] == [3, 3, 3]
+                client.finish_run("open", "stopped")
+                assert client.get_graph_history("middle") == []  # "open" ended after it
+                assert [len(client.list_events(r)) for r in kept] == [0, 1, 1]
+        finally:
+            server.stop(None)
+
+
+def test_a_negative_keep_ended_runs_is_refused_before_anything_runs(tmp_path, capsys) -> None:
+    flags = ["--state-dir", str(tmp_path), "--insecure", "--keep-ended-runs", "-1"]
+    assert daemon.main(flags) == 2
+    assert "--keep-ended-runs (-1) must be at least 0" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 def test_coalitions_round_trip(client: CoordinatorClient, launch) -> None:

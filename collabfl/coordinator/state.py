@@ -247,10 +247,21 @@ class Event:
     client_id: int | None = None
 
 
-class CoordinatorState:
-    """All coordinator records in the SQLite file at ``db_path`` (created if missing)."""
+KEEP_ENDED_RUNS = 100
+"""Ended runs whose rounds and events the database keeps, the latest ended first."""
 
-    def __init__(self, db_path: Path | str) -> None:
+
+class CoordinatorState:
+    """All coordinator records in the SQLite file at ``db_path`` (created if missing).
+
+    Of the runs that ended, the ``keep_ended_runs`` that ended last keep their rounds and
+    events; older ones keep only their run row (config, status, last round, message): their
+    records are in their run folders."""
+
+    def __init__(self, db_path: Path | str, keep_ended_runs: int = KEEP_ENDED_RUNS) -> None:
+        if keep_ended_runs < 0:
+            raise ValueError(f"keep_ended_runs must be >= 0, got {keep_ended_runs}")
+        self.keep_ended_runs = keep_ended_runs
         self.path = Path(db_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -485,7 +496,19 @@ class CoordinatorState:
                 "status = excluded.status, ended_at = excluded.ended_at",
                 (run_id, status, now),
             )
+            self._prune_ended_runs(conn)
         return self.run(run_id)
+
+    def _prune_ended_runs(self, conn: sqlite3.Connection) -> None:
+        """Drop the rounds (with their graphs, metrics, coalitions) and events of the ended
+        runs beyond the ``keep_ended_runs`` that ended last."""
+        older = (
+            "SELECT run_id FROM run_ends WHERE run_id IN "
+            f"(SELECT run_id FROM runs WHERE status IN {END_STATUSES}) "
+            "ORDER BY ended_at DESC LIMIT -1 OFFSET ?"
+        )
+        for table in ("rounds", "events"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id IN ({older})", (self.keep_ended_runs,))
 
     def run_ends(self, since: float, limit: int = MAX_RUN_ENDS) -> dict[str, RunEnd]:
         """The latest ``limit`` runs that ended at or after ``since`` (coordinator clock),
