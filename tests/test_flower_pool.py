@@ -103,10 +103,15 @@ class EchoRelay:
         self.steps: list[dict[int, int]] = []
         self.gone: set[int] = set()
         """Clients whose seat's node went offline: the SuperLink's error is their outcome."""
+        self.lost: set[int] = set()
+        """Clients whose seat's reply lost its content on the way (its node killed)."""
 
     def send(self, instructions: dict[int, Instruction], nodes: dict[int, int]) -> dict:
         self.steps.append(dict(nodes))
-        return {k: f"{NODE_GONE} node_unavail" if k in self.gone else Reply() for k in instructions}
+        gone, lost = f"{NODE_GONE} node_unavail", lost_content(ObjectPullError("a", "timeout"))
+        return {
+            k: gone if k in self.gone else lost if k in self.lost else Reply() for k in instructions
+        }
 
     def close(self) -> SessionEnd:
         return SessionEnd({}, [])
@@ -256,6 +261,15 @@ def test_a_client_whose_seat_node_went_offline_is_skipped_as_offline_not_as_fail
     relay.gone.add(2)
     assert sorted(pool.send(_substep(0))) == [0, 1]
     assert [e for e in events if e[2] == 2] == [(0, "offline", 2)]
+    assert not pool.step_ledger.take()
+
+
+def test_a_relayed_step_whose_seat_reply_was_lost_is_no_reply_not_a_failure():
+    grid, events, relay = ScriptedGrid(), [], EchoRelay()
+    pool = _pool(grid, events, [], relay)
+    relay.lost.add(2)
+    assert sorted(pool.send(_substep(0))) == [0, 1]
+    assert [e for e in events if e[2] == 2] == [(0, "no_reply", 2)]
     assert not pool.step_ledger.take()
 
 

@@ -160,7 +160,7 @@ class FlowerClientPool:
                 self.on_event(round_index, "offline", sender, LOST_WITH_NODE)
                 continue
             if content_lost(answer.content):  # lost on the way (its node died sending it)
-                unanswered[sender] = f"its reply was lost on the way: {answer.content}"
+                unanswered[sender] = _lost(answer.content)
                 continue
             if isinstance(answer.content, str):
                 self.on_event(round_index, "client_error", sender, answer.content)
@@ -232,6 +232,8 @@ class FlowerClientPool:
             elif node_gone(outcome):  # its seat's node went offline: skipped, as on messages
                 self.offline.add(client_id)
                 self.on_event(round_index, "offline", client_id, LOST_WITH_NODE)
+            elif content_lost(outcome):  # its seat's reply was lost on the way
+                self.on_event(round_index, "no_reply", client_id, _lost(outcome))
             else:  # the step raised on the client
                 self.on_event(round_index, "client_error", client_id, outcome)
                 self.step_ledger.failed(round_index, client_id, outcome)
@@ -344,6 +346,11 @@ class FlowerClientPool:
             peer_wait_s=self.timeout_s / 2,
         )
         return replace(step, task=task)
+
+
+def _lost(content: str) -> str:
+    """The ``no_reply`` event's words for a reply whose content never arrived."""
+    return f"its reply was lost on the way: {content}"
 
 
 def _message(program: Program, node: int) -> Message:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, TypeGuard, cast
 
 from flwr.app import Message, RecordDict
 from flwr.common.constant import ErrorCode
@@ -59,7 +59,7 @@ def node_gone(content: RecordDict | str) -> bool:
     return isinstance(content, str) and content.startswith(NODE_GONE)
 
 
-def content_lost(content: RecordDict | str) -> bool:
+def content_lost(content: RecordDict | str) -> TypeGuard[str]:
     """Whether a reply's content never arrived (``lost_content``)."""
     return isinstance(content, str) and content.startswith(CONTENT_LOST)
 
