@@ -53,6 +53,7 @@ from collabfl.coordinator.service_codec import (
 from collabfl.coordinator.state import (
     CoordinatorState,
     InvalidRecord,
+    RoundWindow,
     check_run_id,
 )
 from collabfl.coordinator.substep_relay import SubstepRelay
@@ -185,7 +186,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             raise InvalidRecord("coalitions sent without has_coalitions set")
         with self._writes:
             self._check_launch("RecordRound", request.run_id, request.launch_token)
-            last = self._state.run(request.run_id).last_completed_round
+            current = self._state.run(request.run_id)
+            last = current.last_completed_round
             expected = _current_round(last)
             if request.round not in (expected, last):
                 raise RoundOutOfOrder(
@@ -199,8 +201,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 metrics,
                 request.num_clients,
                 coalitions_from_pb(request.coalitions) if request.has_coalitions else None,
+                round_window(current.config),
             )
-            self._state.prune_rounds(request.run_id, *round_window(run.config))
         return run_to_pb(run)
 
     @admitted
@@ -381,7 +383,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         return pb.FleetActivity(replies=replies)
 
 
-def round_window(config: Mapping[str, Any]) -> tuple[int, int]:
+def round_window(config: Mapping[str, Any]) -> RoundWindow:
     """(keep_last, keep_every): the rounds of a run the database keeps, as its config's
     ``retention`` keeps graph files (CreateRun validated it; a run stored otherwise keeps
     the defaults' window)."""

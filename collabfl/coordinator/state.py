@@ -45,6 +45,9 @@ Edge = tuple[int, int, float]
 Coalitions = list[list[int]]
 """Disjoint coalitions: sorted member lists, ordered by first member."""
 
+RoundWindow = tuple[int, int]
+"""(keep_last, keep_every): the rounds of a run its records keep (``record_round``)."""
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS members (
@@ -592,8 +595,10 @@ class CoordinatorState:
         metrics: Mapping[int, Mapping[str, Any]],
         num_clients: int = 0,
         coalitions: Iterable[Iterable[int]] | None = None,
+        window: RoundWindow | None = None,
     ) -> Run:
-        """Store one completed round, replacing any earlier record of the same round.
+        """Store one completed round, replacing any earlier record of the same round, and
+        with a ``window`` forget the rounds that left it (``_forget_old_rounds``).
 
         Replacing (rather than refusing) makes a resumed run's re-sent round harmless. The
         last completed round is the largest round recorded. ``num_clients`` 0 means one
@@ -641,28 +646,15 @@ class CoordinatorState:
                     for client in coalition
                 ],
             )
-            last = row["last_completed_round"]
+            last_row = row["last_completed_round"]
+            last = round if last_row is None else max(last_row, round)
             conn.execute(
                 "UPDATE runs SET last_completed_round = ?, updated_at = ? WHERE run_id = ?",
-                (round if last is None else max(last, round), now, run_id),
+                (last, now, run_id),
             )
+            if window is not None:
+                _forget_old_rounds(conn, run_id, last, window)
         return self.run(run_id)
-
-    def prune_rounds(self, run_id: str, keep_last: int, keep_every: int) -> None:
-        """Forget the rounds that left the run's window, with their graph, metrics,
-        coalitions and events: those more than ``keep_last`` rounds before its last completed
-        round, but for multiples of ``keep_every`` (the run folder's graph retention,
-        engine/report/run_dir.py). SQLite reuses the freed pages for the rounds that follow,
-        so a long run's records stop growing once its window is full (issue #32)."""
-        with self._transaction() as conn:
-            last = self._run_row(conn, run_id)["last_completed_round"]
-            if last is None or last < keep_last:
-                return
-            for table in ("rounds", "events"):  # a round's graph, metrics... go with it
-                conn.execute(
-                    f"DELETE FROM {table} WHERE run_id = ? AND round <= ? AND round % ? != 0",
-                    (run_id, last - keep_last, keep_every),
-                )
 
     def round(self, run_id: str, round: int) -> RoundRecord:
         with self._transaction() as conn:
@@ -872,6 +864,22 @@ def _checked_coalitions(coalitions: Iterable[Iterable[int]]) -> Coalitions:
             owner[client] = index
         result.append(sorted(members))
     return sorted(result)
+
+
+def _forget_old_rounds(
+    conn: sqlite3.Connection, run_id: str, last: int, window: RoundWindow
+) -> None:
+    """Delete the rounds that left the run's window, with their graph, metrics, coalitions
+    and events: those more than ``keep_last`` rounds before ``last``, but for multiples of
+    ``keep_every`` (the run folder's graph retention, engine/report/run_dir.py). SQLite
+    reuses the freed pages for the rounds that follow, so a long run's records stop growing
+    once its window is full (issue #32)."""
+    keep_last, keep_every = window
+    for table in ("rounds", "events"):  # a round's graph, metrics... go with it (cascade)
+        conn.execute(
+            f"DELETE FROM {table} WHERE run_id = ? AND round <= ? AND round % ? != 0",
+            (run_id, last - keep_last, keep_every),
+        )
 
 
 def _round_exists(conn: sqlite3.Connection, run_id: str, round: int) -> bool:
