@@ -132,6 +132,10 @@ def test_a_long_run_keeps_a_window_of_rounds_and_its_database_stops_growing(
     assert list(client.get_metrics("long")) == kept
     assert [e.round for e in client.list_events("long")] == kept
     assert client.get_run("long").last_completed_round == 89
+    with pytest.raises(CoordinatorError, match=r"no longer keeps round 30.*metrics\.jsonl"):
+        client.get_round("long", 30)
+    with pytest.raises(CoordinatorError, match="has no recorded round 90"):
+        client.get_round("long", 90)
     assert pages[89] - pages[30] <= 4  # the kept multiples of 25: a page each at most
 
 

@@ -658,12 +658,12 @@ class CoordinatorState:
 
     def round(self, run_id: str, round: int) -> RoundRecord:
         with self._transaction() as conn:
-            self._run_row(conn, run_id)
+            run = self._run_row(conn, run_id)
             row = conn.execute(
                 "SELECT * FROM rounds WHERE run_id = ? AND round = ?", (run_id, round)
             ).fetchone()
             if row is None:
-                raise UnknownRound(f"run {run_id} has no recorded round {round}")
+                raise _unknown_round(run, round)
             edges = self._edges(conn, run_id).get(round, [])
             metrics = self._metrics(conn, run_id).get(round, {})
             coalitions = self._coalitions(conn, run_id).get(round)
@@ -698,9 +698,9 @@ class CoordinatorState:
         a round never recorded is UnknownRound.
         """
         with self._transaction() as conn:
-            self._run_row(conn, run_id)
+            run = self._run_row(conn, run_id)
             if round is not None and not _round_exists(conn, run_id, round):
-                raise UnknownRound(f"run {run_id} has no recorded round {round}")
+                raise _unknown_round(run, round)
             by_round = self._coalitions(conn, run_id)
         return by_round if round is None else {r: c for r, c in by_round.items() if r == round}
 
@@ -880,6 +880,18 @@ def _forget_old_rounds(
             f"DELETE FROM {table} WHERE run_id = ? AND round <= ? AND round % ? != 0",
             (run_id, last - keep_last, keep_every),
         )
+
+
+def _unknown_round(run: sqlite3.Row, round: int) -> UnknownRound:
+    """A round the run never recorded, or one its records no longer keep."""
+    last = run["last_completed_round"]
+    if last is not None and 0 <= round <= last:
+        return UnknownRound(
+            f"run {run['run_id']} no longer keeps round {round}: the coordinator keeps the "
+            "rounds its retention keeps graphs of (docs/deployment.md#retention); every round's "
+            "metrics are in the run folder's metrics.jsonl"
+        )
+    return UnknownRound(f"run {run['run_id']} has no recorded round {round}")
 
 
 def _round_exists(conn: sqlite3.Connection, run_id: str, round: int) -> bool:
