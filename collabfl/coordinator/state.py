@@ -887,9 +887,10 @@ def _unknown_round(run: sqlite3.Row, round: int) -> UnknownRound:
     last = run["last_completed_round"]
     if last is not None and 0 <= round <= last:
         return UnknownRound(
-            f"run {run['run_id']} no longer keeps round {round}: the coordinator keeps the "
-            "rounds its retention keeps graphs of (docs/deployment.md#retention); every round's "
-            "metrics are in the run folder's metrics.jsonl"
+            f"run {run['run_id']} no longer keeps round {round}: the coordinator keeps a window "
+            "of a run's rounds, and none of runs that ended long ago "
+            "(docs/deployment.md#retention); every round's metrics are in the run folder's "
+            "metrics.jsonl"
         )
     return UnknownRound(f"run {run['run_id']} has no recorded round {round}")
 
