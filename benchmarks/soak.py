@@ -77,13 +77,21 @@ class Soak:
     started: float = field(default_factory=time.monotonic)
     rejoins: list[float] = field(default_factory=list)
     """Seconds from a SuperNode's SIGKILL (or its daemon's restart) to its new join."""
+    events: Counter[str] = field(default_factory=Counter)
+    """The run's events by kind, read as they come: the coordinator keeps only a window of
+    a run's rounds, and their events go with them (docs/deployment.md#retention)."""
+    last_event: int = 0
 
     def now(self) -> float:
         return time.monotonic() - self.started
 
     def last_round(self) -> int | None:
+        """The run's last completed round; the events since the last call are counted."""
         try:
             with self.federation.client(timeout_s=5.0) as client:
+                for event in client.list_events(self.run_id, after_id=self.last_event):
+                    self.events[event.kind] += 1
+                    self.last_event = event.event_id
                 return client.get_run(self.run_id).last_completed_round
         except CoordinatorUnreachable:
             return None  # the coordinator is down (a fault): the next sample asks again
@@ -348,7 +356,6 @@ def main() -> None:
     files = write_client_files(config, work / "data")
     federation = LocalFederation(work / "federation", files, tls=True, runs_dir=work)
     run_id = f"soak-{int(time.time())}"
-    events: Counter[str] = Counter()
     with federation:
         options = RunOptions(
             args.clients, out_dir=str(work / "run"), message_timeout_s=args.message_timeout
@@ -378,12 +385,11 @@ def main() -> None:
             time.sleep(max(0.0, min(args.sample_every, end - soak.now())))
         soak.sample()
         with federation.client() as client:
-            events.update(e.kind for e in client.list_events(run_id))
             client.stop_run(run_id)
     time.sleep(5.0)
     seen = {pid: label for s in soak.samples for pid, (label, _, _) in s.processes.items()}
     leftovers = sorted(f"{pid} {label}" for pid, label in seen.items() if _process(pid))
-    figures = report(soak, args.warm_up, events, leftovers, args.graphs_keep_last)
+    figures = report(soak, args.warm_up, soak.events, leftovers, args.graphs_keep_last)
     figures["retention"] = config.retention.model_dump()
     figures["command"] = command_line()
     figures["environment"] = environment()
