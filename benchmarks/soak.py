@@ -15,12 +15,15 @@ The report: rounds done, the run's events by kind (every round completes or is r
 with its reason: ``offline``, ``no_reply``...), processes left running after teardown, and
 growth per 1,000 rounds: per process (fitted over the longest life of its kind after
 ``--warm-up`` seconds; ``--kill-every 0`` runs without faults, so each lives the whole
-soak), of each database, of each folder and of each kind of file (graph files, metrics.jsonl,
-messages.jsonl, logs, databases, checkpoints, published models), with the run folder's
-retention on (``--graphs-keep-last``, ``--graphs-keep-every``: small by default, so a
-30-minute soak shows the pruning; docs/deployment.md#retention). A kind the retention bounds
-stops growing once its window is full, so its slope is fitted over the samples after the
-first ``--graphs-keep-last`` rounds too (``mib_per_1000_rounds_after_window``).
+soak; open file descriptors also as ``fd_growth_late``, the last count over the most the
+first half of that life reached: a pool filling after the warm-up shows in ``fd_growth``
+only, a leak in both), of each database, of each folder and of each kind of file (graph
+files, metrics.jsonl, messages.jsonl, logs, databases, checkpoints, published models),
+with the run folder's retention on (``--graphs-keep-last``, ``--graphs-keep-every``: small
+by default, so a 30-minute soak shows the pruning; docs/deployment.md#retention). A kind
+the retention bounds stops growing once its window is full, so its slope is fitted over the
+samples after the first ``--graphs-keep-last`` rounds too
+(``mib_per_1000_rounds_after_window``).
 
     python benchmarks/soak.py --minutes 30 [--clients 4] [--kill-every 180] [--json OUT]
 """
@@ -74,13 +77,21 @@ class Soak:
     started: float = field(default_factory=time.monotonic)
     rejoins: list[float] = field(default_factory=list)
     """Seconds from a SuperNode's SIGKILL (or its daemon's restart) to its new join."""
+    events: Counter[str] = field(default_factory=Counter)
+    """The run's events by kind, read as they come: the coordinator keeps only a window of
+    a run's rounds, and their events go with them (docs/deployment.md#retention)."""
+    last_event: int = 0
 
     def now(self) -> float:
         return time.monotonic() - self.started
 
     def last_round(self) -> int | None:
+        """The run's last completed round; the events since the last call are counted."""
         try:
             with self.federation.client(timeout_s=5.0) as client:
+                for event in client.list_events(self.run_id, after_id=self.last_event):
+                    self.events[event.kind] += 1
+                    self.last_event = event.event_id
                 return client.get_run(self.run_id).last_completed_round
         except CoordinatorUnreachable:
             return None  # the coordinator is down (a fault): the next sample asks again
@@ -270,6 +281,7 @@ def report(
                 "fitted_over_rounds": 0,
                 "fds": 0,
                 "fd_growth": 0,
+                "fd_growth_late": None,
             },
         )
         entry["processes"] += 1
@@ -284,6 +296,13 @@ def report(
                 entry["rss_mib_per_1000_rounds"] = round(slope * 1000 / MIB, 2)
                 entry["fitted_over_rounds"] = span
             entry["fd_growth"] = max(entry["fd_growth"], warm[-1][4] - warm[0][4])
+            # A pool that fills after the warm-up (Flower's SQLAlchemy connections, a held
+            # pull per SuperNode) is growth above, but no leak: past the first half of the
+            # life, a leak still climbs over what the first half reached; a full pool does not.
+            first_half = max(x[4] for x in warm[: len(warm) // 2 + 1])
+            late = warm[-1][4] - first_half
+            before = entry["fd_growth_late"]
+            entry["fd_growth_late"] = late if before is None else max(before, late)
     files: dict[str, dict[str, Any]] = {}
     warm_samples = [s for s in soak.samples if s.at_s >= warm_up_s and s.round is not None]
     for name in soak.samples[-1].files:
@@ -337,7 +356,6 @@ def main() -> None:
     files = write_client_files(config, work / "data")
     federation = LocalFederation(work / "federation", files, tls=True, runs_dir=work)
     run_id = f"soak-{int(time.time())}"
-    events: Counter[str] = Counter()
     with federation:
         options = RunOptions(
             args.clients, out_dir=str(work / "run"), message_timeout_s=args.message_timeout
@@ -367,12 +385,11 @@ def main() -> None:
             time.sleep(max(0.0, min(args.sample_every, end - soak.now())))
         soak.sample()
         with federation.client() as client:
-            events.update(e.kind for e in client.list_events(run_id))
             client.stop_run(run_id)
     time.sleep(5.0)
     seen = {pid: label for s in soak.samples for pid, (label, _, _) in s.processes.items()}
     leftovers = sorted(f"{pid} {label}" for pid, label in seen.items() if _process(pid))
-    figures = report(soak, args.warm_up, events, leftovers, args.graphs_keep_last)
+    figures = report(soak, args.warm_up, soak.events, leftovers, args.graphs_keep_last)
     figures["retention"] = config.retention.model_dump()
     figures["command"] = command_line()
     figures["environment"] = environment()
@@ -385,12 +402,16 @@ def main() -> None:
             e["fitted_over_rounds"],
             e["fds"],
             e["fd_growth"],
+            e["fd_growth_late"],
         ]
         for label, e in sorted(figures["processes"].items())
     ]
     print(f"{figures['rounds']} rounds in {figures['minutes']} min; faults: {soak.faults}")
     print(f"events: {figures['events']}; left running: {leftovers or 'nothing'}")
-    headers = ["process", "n", "RSS MiB", "MiB/1000 rounds", "over rounds", "fds", "fd growth"]
+    headers = [
+        "process", "n", "RSS MiB", "MiB/1000 rounds", "over rounds", "fds", "fd growth",
+        "late fd growth",
+    ]  # fmt: skip
     print(format_table(headers, rows))
     print(format_table(
         ["file", "MiB", "MiB/1000 rounds", "after the window"],

@@ -1,6 +1,7 @@
 """The coordinator service over a real gRPC server and SQLite file, through CoordinatorClient."""
 
 import socket
+import sqlite3
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -12,6 +13,7 @@ import pytest
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
 
+from collabfl.coordinator import daemon
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import (
     CoordinatorClient,
@@ -101,6 +103,76 @@ def test_runs_rounds_and_history(client: CoordinatorClient, launch) -> None:
     assert [r.run_id for r in client.list_runs()] == ["exp-1"]
     resumed = client.create_run("exp-1", "dpfl", DPFL)
     assert resumed.last_completed_round == 1
+
+
+def _pages(db: Path) -> int:
+    """Pages the database file holds, free ones included (its WAL's too)."""
+    with sqlite3.connect(db) as conn:
+        return conn.execute("PRAGMA page_count").fetchone()[0]
+
+
+def test_a_long_run_keeps_a_window_of_rounds_and_its_database_stops_growing(
+    client: CoordinatorClient, launch, db: Path
+) -> None:
+    """Issue #32's soak: coordinator.db grew with every round (4 clients' metrics, graph,
+    events). A run's records keep the rounds its run folder keeps graphs of (``retention``):
+    the last ``graphs_keep_last`` and every ``graphs_keep_every``-th before; SQLite reuses
+    the pages freed, so once the window is full the file stops growing."""
+    asked = ("retention.graphs_keep_last=10", "retention.graphs_keep_every=25")
+    client.create_run("long", "dpfl", valid_request("dpfl", *asked))
+    launch("long")
+    metrics = {c: {"test_acc": 0.5 + c / 10, "note": "x" * 800} for c in range(4)}
+    pages = {}
+    for r in range(90):
+        client.record_round("long", r, [(0, 1, 0.5), (1, 0, 0.5)], metrics, num_clients=4)
+        client.record_event("long", "no_reply", "no valid reply in time", round=r, client_id=3)
+        pages[r] = _pages(db)
+    kept = [0, 25, 50, 75, *range(80, 90)]
+    assert [g.round for g in client.get_graph_history("long")] == kept
+    assert list(client.get_metrics("long")) == kept
+    assert [e.round for e in client.list_events("long")] == kept
+    assert client.get_run("long").last_completed_round == 89
+    with pytest.raises(CoordinatorError, match=r"no longer keeps round 30.*metrics\.jsonl"):
+        client.get_round("long", 30)
+    with pytest.raises(CoordinatorError, match="has no recorded round 90"):
+        client.get_round("long", 90)
+    assert pages[89] - pages[30] <= 4  # the kept multiples of 25: a page each at most
+
+
+def test_ended_runs_beyond_the_latest_few_keep_only_their_run_row(db: Path) -> None:
+    """A coordinator that runs many runs: the rounds and events of the runs that ended
+    before the ``keep_ended_runs`` latest are dropped (their run folders hold them); the run
+    row stays, and a run that is still running keeps everything however old."""
+    with CoordinatorState(db, keep_ended_runs=2) as state:
+        server, port = serve(state, FakeSigner())
+        try:
+            with CoordinatorClient(f"127.0.0.1:{port}") as client:
+                for run_id in ("old", "middle", "new", "open"):
+                    client.create_run(run_id, "dpfl", DPFL)
+                    client.launch_token = state.new_launch(run_id)
+                    for r in range(3):
+                        client.record_round(run_id, r, [(0, 1, 0.5)], {0: {"test_acc": 0.5}})
+                    client.record_event(run_id, "no_reply", "no valid reply", round=2)
+                    if run_id != "open":
+                        client.finish_run(run_id, "finished")
+                assert client.get_graph_history("old") == []
+                assert client.get_metrics("old") == {} and client.list_events("old") == []
+                old = client.get_run("old")
+                assert (old.status, old.last_completed_round) == ("finished", 2)
+                kept = ("middle", "new", "open")
+                assert [len(client.get_graph_history(r)) for r in kept] == [3, 3, 3]
+                client.finish_run("open", "stopped")
+                assert client.get_graph_history("middle") == []  # "open" ended after it
+                assert [len(client.list_events(r)) for r in kept] == [0, 1, 1]
+        finally:
+            server.stop(None)
+
+
+def test_a_negative_keep_ended_runs_is_refused_before_anything_runs(tmp_path, capsys) -> None:
+    flags = ["--state-dir", str(tmp_path), "--insecure", "--keep-ended-runs", "-1"]
+    assert daemon.main(flags) == 2
+    assert "--keep-ended-runs (-1) must be at least 0" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 def test_coalitions_round_trip(client: CoordinatorClient, launch) -> None:

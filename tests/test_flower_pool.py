@@ -6,17 +6,21 @@ it answers each program with one reply per step, except from nodes the test made
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from flwr.app import Message
 from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
+from flwr.supercore.inflatable.inflatable_utils import ObjectPullError
 from flwr.supercore.task_identity import TaskIdentity
 
 from collabfl.coordinator.state import Member
+from collabfl.flower import exchange as exchange_module
 from collabfl.flower import pool as pool_module
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
 from collabfl.flower.fleet_signals import Polling
 from collabfl.flower.pool import NOTICES, FlowerClientPool
-from collabfl.flower.reply_pull import NODE_GONE
+from collabfl.flower.reply_pull import NODE_GONE, lost_content, pull_replies
 from collabfl.flower.substeps import SessionEnd
 from collabfl.flower.timing import MessageTiming
 from collabfl.strategies.protocol import Instruction, Reply
@@ -99,10 +103,15 @@ class EchoRelay:
         self.steps: list[dict[int, int]] = []
         self.gone: set[int] = set()
         """Clients whose seat's node went offline: the SuperLink's error is their outcome."""
+        self.lost: set[int] = set()
+        """Clients whose seat's reply lost its content on the way (its node killed)."""
 
     def send(self, instructions: dict[int, Instruction], nodes: dict[int, int]) -> dict:
         self.steps.append(dict(nodes))
-        return {k: f"{NODE_GONE} node_unavail" if k in self.gone else Reply() for k in instructions}
+        gone, lost = f"{NODE_GONE} node_unavail", lost_content(ObjectPullError("a", "timeout"))
+        return {
+            k: gone if k in self.gone else lost if k in self.lost else Reply() for k in instructions
+        }
 
     def close(self) -> SessionEnd:
         return SessionEnd({}, [])
@@ -179,6 +188,32 @@ def test_a_client_whose_node_went_offline_mid_round_is_skipped_as_offline_with_i
     assert (2, "rejoined", 2) in events
 
 
+def test_a_reply_whose_content_never_arrived_is_no_reply_not_a_failed_step(monkeypatch):
+    """Every client SIGKILLed at once (issue #32's soak): a SuperNode killed while pushing its
+    reply leaves the message at the SuperLink without its content. That reply is lost on the
+    way, like an offline node's: one ``no_reply`` event saying so, and no failed step (a
+    step failed on every client ends the run ``failed``)."""
+    grid, events, timings = ScriptedGrid(), [], []
+    pool = _pool(grid, events, timings)
+    lost = {10, 11, 12}
+
+    def pull_losing_content(grid, message_ids):
+        return [
+            replace(p, content=lost_content(ObjectPullError("dba6", "retry limit reached")))
+            if p.src_node_id in lost
+            else p
+            for p in pull_replies(grid, message_ids)
+        ]
+
+    monkeypatch.setattr(exchange_module, "pull_replies", pull_losing_content)
+    assert pool.send_programs(_round(0)) == {}
+    assert sorted(events) == [(0, "no_reply", 0), (0, "no_reply", 1), (0, "no_reply", 2)]
+    assert pool.step_ledger.take() == []
+    assert pool.silent == {0, 1, 2}  # nobody waits for their models until they answer
+    lost.clear()
+    assert sorted(pool.send_programs(_round(1))) == [0, 1, 2]
+
+
 def test_an_offline_client_is_skipped_and_nobodys_peer():
     grid, events, timings = ScriptedGrid(), [], []
     grid.online.discard(11)
@@ -226,6 +261,15 @@ def test_a_client_whose_seat_node_went_offline_is_skipped_as_offline_not_as_fail
     relay.gone.add(2)
     assert sorted(pool.send(_substep(0))) == [0, 1]
     assert [e for e in events if e[2] == 2] == [(0, "offline", 2)]
+    assert not pool.step_ledger.take()
+
+
+def test_a_relayed_step_whose_seat_reply_was_lost_is_no_reply_not_a_failure():
+    grid, events, relay = ScriptedGrid(), [], EchoRelay()
+    pool = _pool(grid, events, [], relay)
+    relay.lost.add(2)
+    assert sorted(pool.send(_substep(0))) == [0, 1]
+    assert [e for e in events if e[2] == 2] == [(0, "no_reply", 2)]
     assert not pool.step_ledger.take()
 
 

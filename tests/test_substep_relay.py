@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ import pytest
 import torch
 from flwr.app import RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
+from flwr.supercore.inflatable.inflatable_utils import ObjectPullError
 from flwr.supercore.task_identity import TaskIdentity
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
@@ -34,7 +36,7 @@ from collabfl.coordinator.substep_relay import (
     UnknownSession,
     Work,
 )
-from collabfl.flower import substeps
+from collabfl.flower import exchange, substeps
 from collabfl.flower.codec import (
     content_bytes,
     content_from_bytes,
@@ -42,7 +44,7 @@ from collabfl.flower.codec import (
     encode_instruction,
 )
 from collabfl.flower.fleet_signals import Polling
-from collabfl.flower.reply_pull import node_gone
+from collabfl.flower.reply_pull import lost_content, node_gone, pull_replies
 from collabfl.flower.substeps import (
     RelayedSteps,
     Served,
@@ -425,6 +427,32 @@ def test_a_seat_whose_node_went_offline_is_freed_at_once(
         assert torch.equal(outcomes[0].model, torch.full((4,), 2.0))
         assert isinstance(outcomes[1], str) and node_gone(outcomes[1])
         assert relayed.close().failed == {}  # told as the node's loss, not as a failure
+    grid.join()
+
+
+def test_a_seat_reply_lost_on_the_way_is_the_nodes_loss_not_a_failure(
+    state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seat's SuperNode killed while pushing the seat's reply (issue #32's soak killed
+    every client at once): client 1's steps came back through the relay, only the reply that
+    says so is lost; client 2's seat reply, lost before it served its step, is its node's
+    loss, passed on as it is (the pool records ``no_reply``). Neither is a failure."""
+    for name, value in (("_task_id", 1), ("_run_id", 7), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    grid = SeatGrid(address, "r", hung=set(), failing=frozenset({2}))
+    lost = lost_content(ObjectPullError("dba6", "retry limit reached"))
+
+    def losing(grid, message_ids):
+        pulled = pull_replies(grid, message_ids)
+        return [replace(p, content=lost) if p.src_node_id in (101, 102) else p for p in pulled]
+
+    monkeypatch.setattr(exchange, "pull_replies", losing)
+    with SessionFeeder(address, "r", state.new_launch("r")) as feeder:
+        relayed = RelayedSteps(grid, feeder, timeout_s=40.0, signals=Polling(0.05))
+        outcomes = relayed.send({k: _step(1) for k in range(3)}, {k: 100 + k for k in range(3)})
+        assert all(torch.equal(outcomes[k].model, torch.full((4,), 2.0)) for k in (0, 1))
+        assert outcomes[2] == lost
+        assert relayed.close().failed == {}
     grid.join()
 
 

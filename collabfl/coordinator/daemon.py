@@ -81,7 +81,13 @@ from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
 from collabfl.coordinator.operator_credential import OperatorCredential
 from collabfl.coordinator.operator_credential import default_path as default_operator_path
 from collabfl.coordinator.service import serve
-from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, Run, SchemaMismatch
+from collabfl.coordinator.state import (
+    KEEP_ENDED_RUNS,
+    CoordinatorState,
+    CorruptDatabase,
+    Run,
+    SchemaMismatch,
+)
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
@@ -163,6 +169,13 @@ def parser() -> argparse.ArgumentParser:
         default=7 * 24 * 3600.0,
         help="seconds a launch's run ticket stays valid at most: participants refuse it once "
         "its run has ended (a relaunch issues a new one)",
+    )
+    p.add_argument(
+        "--keep-ended-runs",
+        type=int,
+        default=KEEP_ENDED_RUNS,
+        help="ended runs whose rounds and events the database keeps, latest first; older "
+        "ones keep their status line (their records are in their run folders)",
     )
     p.add_argument(
         "--fleet-max-body-mib",
@@ -656,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded Fleet call
     try:
         gateway_limits(args)
+        if args.keep_ended_runs < 0:
+            raise ValueError(f"--keep-ended-runs ({args.keep_ended_runs}) must be at least 0")
     except ValueError as error:
         print(f"collabfl-coordinator: {error}", file=sys.stderr)
         return exit_status.USAGE
@@ -670,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.superlink_internal_port:
         args.superlink_internal_port = free_loopback_port()
     try:
-        state = CoordinatorState(args.state_dir / "coordinator.db")
+        state = CoordinatorState(args.state_dir / "coordinator.db", args.keep_ended_runs)
     except (CorruptDatabase, SchemaMismatch) as error:
         log.error("%s", error)
         return exit_status.FAILURE

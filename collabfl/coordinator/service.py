@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
+from pydantic import ValidationError
 
 from collabfl.coordinator.admission import (
     AnotherRunActive,
@@ -51,6 +53,7 @@ from collabfl.coordinator.service_codec import (
 from collabfl.coordinator.state import (
     CoordinatorState,
     InvalidRecord,
+    RoundWindow,
     check_run_id,
 )
 from collabfl.coordinator.substep_relay import SubstepRelay
@@ -183,7 +186,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             raise InvalidRecord("coalitions sent without has_coalitions set")
         with self._writes:
             self._check_launch("RecordRound", request.run_id, request.launch_token)
-            last = self._state.run(request.run_id).last_completed_round
+            current = self._state.run(request.run_id)
+            last = current.last_completed_round
             expected = _current_round(last)
             if request.round not in (expected, last):
                 raise RoundOutOfOrder(
@@ -197,6 +201,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 metrics,
                 request.num_clients,
                 coalitions_from_pb(request.coalitions) if request.has_coalitions else None,
+                round_window(current.config),
             )
         return run_to_pb(run)
 
@@ -376,6 +381,21 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         self._check_launch("AwaitReplies", request.run_id, request.launch_token)
         replies = self._activity.replies.wait(request.seen, request.timeout_s)
         return pb.FleetActivity(replies=replies)
+
+
+def round_window(config: Mapping[str, Any]) -> RoundWindow:
+    """(keep_last, keep_every): the rounds of a run the database keeps, as its config's
+    ``retention`` keeps graph files (CreateRun validated it; a run stored otherwise keeps
+    the defaults' window)."""
+    from collabfl.engine.config import RetentionConfig  # imported by CreateRun already
+
+    experiment = config.get("experiment")
+    asked = experiment.get("retention") if isinstance(experiment, Mapping) else None
+    try:
+        retention = RetentionConfig.model_validate(asked if isinstance(asked, Mapping) else {})
+    except ValidationError:
+        retention = RetentionConfig()
+    return retention.graphs_keep_last, retention.graphs_keep_every
 
 
 def _current_round(last_completed: int | None) -> int:

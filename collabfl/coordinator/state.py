@@ -45,6 +45,9 @@ Edge = tuple[int, int, float]
 Coalitions = list[list[int]]
 """Disjoint coalitions: sorted member lists, ordered by first member."""
 
+RoundWindow = tuple[int, int]
+"""(keep_last, keep_every): the rounds of a run its records keep (``record_round``)."""
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS members (
@@ -247,10 +250,21 @@ class Event:
     client_id: int | None = None
 
 
-class CoordinatorState:
-    """All coordinator records in the SQLite file at ``db_path`` (created if missing)."""
+KEEP_ENDED_RUNS = 100
+"""Ended runs whose rounds and events the database keeps, the latest ended first."""
 
-    def __init__(self, db_path: Path | str) -> None:
+
+class CoordinatorState:
+    """All coordinator records in the SQLite file at ``db_path`` (created if missing).
+
+    Of the runs that ended, the ``keep_ended_runs`` that ended last keep their rounds and
+    events; older ones keep only their run row (config, status, last round, message): their
+    records are in their run folders."""
+
+    def __init__(self, db_path: Path | str, keep_ended_runs: int = KEEP_ENDED_RUNS) -> None:
+        if keep_ended_runs < 0:
+            raise ValueError(f"keep_ended_runs must be >= 0, got {keep_ended_runs}")
+        self.keep_ended_runs = keep_ended_runs
         self.path = Path(db_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -485,7 +499,19 @@ class CoordinatorState:
                 "status = excluded.status, ended_at = excluded.ended_at",
                 (run_id, status, now),
             )
+            self._prune_ended_runs(conn)
         return self.run(run_id)
+
+    def _prune_ended_runs(self, conn: sqlite3.Connection) -> None:
+        """Drop the rounds (with their graphs, metrics, coalitions) and events of the ended
+        runs beyond the ``keep_ended_runs`` that ended last."""
+        older = (
+            "SELECT run_id FROM run_ends WHERE run_id IN "
+            f"(SELECT run_id FROM runs WHERE status IN {END_STATUSES}) "
+            "ORDER BY ended_at DESC LIMIT -1 OFFSET ?"
+        )
+        for table in ("rounds", "events"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id IN ({older})", (self.keep_ended_runs,))
 
     def run_ends(self, since: float, limit: int = MAX_RUN_ENDS) -> dict[str, RunEnd]:
         """The latest ``limit`` runs that ended at or after ``since`` (coordinator clock),
@@ -569,8 +595,10 @@ class CoordinatorState:
         metrics: Mapping[int, Mapping[str, Any]],
         num_clients: int = 0,
         coalitions: Iterable[Iterable[int]] | None = None,
+        window: RoundWindow | None = None,
     ) -> Run:
-        """Store one completed round, replacing any earlier record of the same round.
+        """Store one completed round, replacing any earlier record of the same round, and
+        with a ``window`` forget the rounds that left it (``_forget_old_rounds``).
 
         Replacing (rather than refusing) makes a resumed run's re-sent round harmless. The
         last completed round is the largest round recorded. ``num_clients`` 0 means one
@@ -618,21 +646,24 @@ class CoordinatorState:
                     for client in coalition
                 ],
             )
-            last = row["last_completed_round"]
+            last_row = row["last_completed_round"]
+            last = round if last_row is None else max(last_row, round)
             conn.execute(
                 "UPDATE runs SET last_completed_round = ?, updated_at = ? WHERE run_id = ?",
-                (round if last is None else max(last, round), now, run_id),
+                (last, now, run_id),
             )
+            if window is not None:
+                _forget_old_rounds(conn, run_id, last, window)
         return self.run(run_id)
 
     def round(self, run_id: str, round: int) -> RoundRecord:
         with self._transaction() as conn:
-            self._run_row(conn, run_id)
+            run = self._run_row(conn, run_id)
             row = conn.execute(
                 "SELECT * FROM rounds WHERE run_id = ? AND round = ?", (run_id, round)
             ).fetchone()
             if row is None:
-                raise UnknownRound(f"run {run_id} has no recorded round {round}")
+                raise _unknown_round(run, round)
             edges = self._edges(conn, run_id).get(round, [])
             metrics = self._metrics(conn, run_id).get(round, {})
             coalitions = self._coalitions(conn, run_id).get(round)
@@ -667,9 +698,9 @@ class CoordinatorState:
         a round never recorded is UnknownRound.
         """
         with self._transaction() as conn:
-            self._run_row(conn, run_id)
+            run = self._run_row(conn, run_id)
             if round is not None and not _round_exists(conn, run_id, round):
-                raise UnknownRound(f"run {run_id} has no recorded round {round}")
+                raise _unknown_round(run, round)
             by_round = self._coalitions(conn, run_id)
         return by_round if round is None else {r: c for r, c in by_round.items() if r == round}
 
@@ -833,6 +864,35 @@ def _checked_coalitions(coalitions: Iterable[Iterable[int]]) -> Coalitions:
             owner[client] = index
         result.append(sorted(members))
     return sorted(result)
+
+
+def _forget_old_rounds(
+    conn: sqlite3.Connection, run_id: str, last: int, window: RoundWindow
+) -> None:
+    """Delete the rounds that left the run's window, with their graph, metrics, coalitions
+    and events: those more than ``keep_last`` rounds before ``last``, but for multiples of
+    ``keep_every`` (the run folder's graph retention, engine/report/run_dir.py). SQLite
+    reuses the freed pages for the rounds that follow, so a long run's records stop growing
+    once its window is full (issue #32)."""
+    keep_last, keep_every = window
+    for table in ("rounds", "events"):  # a round's graph, metrics... go with it (cascade)
+        conn.execute(
+            f"DELETE FROM {table} WHERE run_id = ? AND round <= ? AND round % ? != 0",
+            (run_id, last - keep_last, keep_every),
+        )
+
+
+def _unknown_round(run: sqlite3.Row, round: int) -> UnknownRound:
+    """A round the run never recorded, or one its records no longer keep."""
+    last = run["last_completed_round"]
+    if last is not None and 0 <= round <= last:
+        return UnknownRound(
+            f"run {run['run_id']} no longer keeps round {round}: the coordinator keeps a window "
+            "of a run's rounds, and none of runs that ended long ago "
+            "(docs/deployment.md#retention); every round's metrics are in the run folder's "
+            "metrics.jsonl"
+        )
+    return UnknownRound(f"run {run['run_id']} has no recorded round {round}")
 
 
 def _round_exists(conn: sqlite3.Connection, run_id: str, round: int) -> bool:

@@ -355,10 +355,16 @@ class FederationConfig(_Section):
 class RetentionConfig(_Section):
     """What a run folder keeps of what grows with every round, so a run of many rounds
     (a federation up for weeks) does not fill its disk (engine/report/run_dir.py;
-    docs/deployment.md#retention). metrics.jsonl, the run's result, is always kept whole."""
+    docs/deployment.md#retention); the coordinator's database keeps a federated run's round
+    records for the same rounds as its graph files. metrics.jsonl, the run's result, is
+    always kept whole."""
 
     graphs_keep_last: int = Field(
-        1000, ge=1, le=100_000, description="per-round graph files kept for the latest rounds"
+        1000,
+        ge=1,
+        le=100_000,
+        description="per-round graph files (and coordinator round records) kept for the "
+        "latest rounds",
     )
     graphs_keep_every: int = Field(
         100,

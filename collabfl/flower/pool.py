@@ -32,7 +32,7 @@ from collabfl.flower.codec import (
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import POLLING, FleetSignals
 from collabfl.flower.reply_checks import refusal
-from collabfl.flower.reply_pull import node_gone
+from collabfl.flower.reply_pull import content_lost, node_gone
 from collabfl.flower.reported_sizes import MaxShare, capped_counts
 from collabfl.flower.run_consistency import FirstCounts
 from collabfl.flower.substeps import RelayedSteps, is_substep
@@ -56,6 +56,7 @@ Admitter = Callable[[Sequence[int]], list[Member]]
 """Sends the run's set-up to new Flower nodes and returns the members they turned out to be."""
 
 LOST_WITH_NODE = "node went offline during the step; its reply is lost; skipped"
+NO_REPLY = "no valid reply in time"
 
 ONLINE_FRESH_S = 1.0
 """How long a sub-round step trusts the online nodes last read from the SuperLink. Asking
@@ -149,6 +150,7 @@ class FlowerClientPool:
             messages.append(_message(program, node))
             self.step_ledger.sent({client_id: program})
         replies: dict[int, list[Reply]] = {}
+        unanswered: dict[int, str] = {}  # why a client has no reply, when more is known
         for node, answer in exchange(self.grid, messages, self.timeout_s, self.signals).items():
             sender = self.by_node.get(node)
             if sender is None:
@@ -156,6 +158,9 @@ class FlowerClientPool:
             if node_gone(answer.content):  # not an error of the client's: skipped
                 self.offline.add(sender)
                 self.on_event(round_index, "offline", sender, LOST_WITH_NODE)
+                continue
+            if content_lost(answer.content):  # lost on the way (its node died sending it)
+                unanswered[sender] = _lost(answer.content)
                 continue
             if isinstance(answer.content, str):
                 self.on_event(round_index, "client_error", sender, answer.content)
@@ -181,7 +186,8 @@ class FlowerClientPool:
                 self.silent.discard(client_id)
             else:
                 self.silent.add(client_id)
-                self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
+                why = unanswered.get(client_id, NO_REPLY)
+                self.on_event(round_index, "no_reply", client_id, why)
         return dict(sorted(replies.items()))  # arrival order must not leak into the method
 
     def close_relay(self) -> None:
@@ -222,10 +228,12 @@ class FlowerClientPool:
                 continue
             self.silent.add(client_id)
             if outcome is None:
-                self.on_event(round_index, "no_reply", client_id, "no valid reply in time")
+                self.on_event(round_index, "no_reply", client_id, NO_REPLY)
             elif node_gone(outcome):  # its seat's node went offline: skipped, as on messages
                 self.offline.add(client_id)
                 self.on_event(round_index, "offline", client_id, LOST_WITH_NODE)
+            elif content_lost(outcome):  # its seat's reply was lost on the way
+                self.on_event(round_index, "no_reply", client_id, _lost(outcome))
             else:  # the step raised on the client
                 self.on_event(round_index, "client_error", client_id, outcome)
                 self.step_ledger.failed(round_index, client_id, outcome)
@@ -338,6 +346,11 @@ class FlowerClientPool:
             peer_wait_s=self.timeout_s / 2,
         )
         return replace(step, task=task)
+
+
+def _lost(content: str) -> str:
+    """The ``no_reply`` event's words for a reply whose content never arrived."""
+    return f"its reply was lost on the way: {content}"
 
 
 def _message(program: Program, node: int) -> Message:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, TypeGuard, cast
 
 from flwr.app import Message, RecordDict
 from flwr.common.constant import ErrorCode
@@ -48,11 +48,25 @@ NODE_GONE = f"error {ErrorCode.NODE_UNAVAILABLE}:"
 """How the error the SuperLink answers for a node that went offline before replying begins:
 its SuperNode stopped, was killed (its daemon says so at once, flower/stale_node.py) or
 missed its heartbeats; the message it held is lost."""
+CONTENT_LOST = "reply content unavailable:"
+"""How a reply whose content never reached the SuperLink begins: its SuperNode was killed
+while pushing it (a soak's SIGKILL of every client at once left two). The reply is lost on
+the way, like a node's that went offline; the client's step did not fail."""
 
 
 def node_gone(content: RecordDict | str) -> bool:
     """Whether a reply is the SuperLink's word that its node went offline."""
     return isinstance(content, str) and content.startswith(NODE_GONE)
+
+
+def content_lost(content: RecordDict | str) -> TypeGuard[str]:
+    """Whether a reply's content never arrived (``lost_content``)."""
+    return isinstance(content, str) and content.startswith(CONTENT_LOST)
+
+
+def lost_content(error: Exception) -> str:
+    """The answer for a reply whose content could not be pulled."""
+    return f"{CONTENT_LOST} {error}"
 
 
 @dataclass(frozen=True)
@@ -104,7 +118,7 @@ def pull_from_runtime(
             contents = _pull_contents(pull_object, tree, wait_s)
         except ObjectPullError as error:
             log.warning("reply %s from node %s lost: %s", meta.message_id, meta.src_node_id, error)
-            lost = f"reply content unavailable: {error}"
+            lost = lost_content(error)
             pulled.append(Pulled(meta.reply_to_message_id, meta.src_node_id, meta.created_at, lost))
             continue
         confirm = ConfirmMessageReceivedRequest(

@@ -37,7 +37,7 @@ from collabfl.flower.codec import (
 )
 from collabfl.flower.exchange import Answer, collect, push
 from collabfl.flower.fleet_signals import POLLING, FleetSignals
-from collabfl.flower.reply_pull import node_gone
+from collabfl.flower.reply_pull import content_lost, node_gone
 from collabfl.flower.timing import WORK_FIELDS, MessageTiming, seat_timing
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Gradient
@@ -193,8 +193,9 @@ class RelayedSteps:
             if client in self._returned:
                 served = _served(self._returned[client])
                 reason = served if isinstance(served, str) else "its ClientApp left the session"
-                # The SuperLink's word that the node went offline is passed on as it is.
-                outcomes[client] = reason if node_gone(reason) else f"relay seat: {reason}"
+                # The node's loss (offline, or its reply lost on the way) is passed on as it is.
+                lost = node_gone(reason) or content_lost(reason)
+                outcomes[client] = reason if lost else f"relay seat: {reason}"
         return outcomes
 
     def close(self) -> SessionEnd:
@@ -216,7 +217,7 @@ class RelayedSteps:
         failed, timings = {}, []
         for client, answer in sorted(self._returned.items()):
             served = _served(answer)
-            if isinstance(served, str) and node_gone(served):
+            if isinstance(served, str) and (node_gone(served) or content_lost(served)):
                 continue  # the node's loss, not the client's failure (its step says so)
             if isinstance(served, str):
                 failed[client] = served
