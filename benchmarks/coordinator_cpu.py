@@ -17,9 +17,14 @@ Before the run, with every node online, the coordinator side's idle cost is read
 ``--idle-s`` seconds: what one connected participant costs it per second with no run.
 With ``--profile`` py-spy samples each coordinator-side process over the steady rounds and
 the self time is split into ours (collabfl), Flower's (flwr) and the libraries under them.
+With ``--superlink-state disk,memory`` each repetition runs this tree once per SuperLink state
+named: ``disk`` is the daemon's own (SQLite in its state dir), ``memory`` swaps the daemon's
+``--database`` for Flower's in-memory state (no SQLAlchemy) in this benchmark only: the
+daemon is started through a wrapper that patches its SuperLink command. With both named, the
+memory side's per-client results must agree with the disk side's (``results_agree_with_baseline``).
 
     python benchmarks/coordinator_cpu.py [--clients 4,16] [--rounds 5] [--baseline REV]
-        [--repeat 1] [--profile DIR]
+        [--superlink-state disk,memory] [--repeat 1] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -53,6 +58,17 @@ OWNERS = (
 """The code a profile's self time is split into (the first that a frame's file matches)."""
 PROFILE_RATE = 97
 """py-spy samples per second (prime: no lock-step with the round's timers)."""
+IN_MEMORY_DATABASE = ":flwr-in-memory:"
+"""The ``--database`` that makes flower-superlink keep its state and objects in memory, no
+SQLAlchemy (Flower's FLWR_IN_MEMORY_DB_NAME; tests/test_flower_contract_linkstate.py pins it)."""
+MEMORY_STATE_DAEMON = (
+    "import sys, collabfl.coordinator.daemon as d; disk = d.superlink_command; "
+    "d.superlink_command = lambda a: "
+    f"[{IN_MEMORY_DATABASE!r} if x.endswith('superlink.db') else x for x in disk(a)]; "
+    "sys.exit(d.main())"
+)
+"""``python -c`` code: the coordinator daemon (its arguments after the code) with its SuperLink
+on the in-memory state; its command line still names the daemon (``role`` finds it)."""
 
 
 def role(cmdline: list[str]) -> str:
@@ -226,8 +242,28 @@ def same_results(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     return len(a) == len(b) and all(agree(x, y) for x, y in zip(a, b, strict=True))
 
 
+def on_memory_state() -> None:
+    """Start this process's federations' coordinators with the SuperLink state in memory."""
+    from collabfl.launcher import federation
+
+    disk = federation.coordinator_command
+
+    def command(*args: Any, **kwargs: Any) -> list[str]:
+        daemon = disk(*args, **kwargs)
+        start = daemon.index("collabfl.coordinator.daemon")
+        assert daemon[start - 1] == "-m", daemon
+        return [daemon[0], "-c", MEMORY_STATE_DAEMON, *daemon[start + 1 :]]
+
+    federation.coordinator_command = command
+
+
 def measure(
-    clients: int, warmup: int, rounds: int, idle_s: float, profile_dir: Path | None
+    clients: int,
+    warmup: int,
+    rounds: int,
+    idle_s: float,
+    profile_dir: Path | None,
+    superlink_state: str = "disk",
 ) -> dict[str, Any]:
     """One side, one size: the coordinator tree's CPU over ``idle_s`` with every node
     online and no run, then over ``rounds`` steady rounds of a run."""
@@ -235,6 +271,9 @@ def measure(
     from collabfl.engine.methods import parse_method_spec, run_request
     from collabfl.engine.run_options import RunOptions
     from collabfl.launcher.federation import LocalFederation, write_client_files
+
+    if superlink_state == "memory":
+        on_memory_state()
 
     total_rounds = warmup + rounds + 1  # one more: the last measured round is not the last
     overrides = [
@@ -281,6 +320,11 @@ def measure(
                 profiler.start(before, 3600)
             reached(warmup - 1 + rounds)
             wall, after = time.perf_counter() - started, snapshot(coordinator)
+            databases = [
+                cmdline[cmdline.index("--database") + 1]
+                for cmdline in process_tree(coordinator).values()
+                if role(cmdline) == "superlink" and "--database" in cmdline
+            ]
             profiles = profiler.stop() if profiler else None
             lost = sorted(pid for pid in before if pid not in after)
             while client.get_run("bench").active:
@@ -290,6 +334,8 @@ def measure(
     per = {k: 1000 * v / (clients * rounds) for k, v in used.items()}
     return {
         "clients": clients,
+        "superlink_state": superlink_state,
+        "superlink_database": databases,
         "steady_rounds": rounds,
         "wall_s": wall,
         "round_s": wall / rounds,
@@ -310,11 +356,13 @@ def run_side(
     clients: int,
     args: argparse.Namespace,
     profile_dir: Path | None,
+    superlink_state: str = "disk",
 ) -> dict[str, Any]:
     """This script's ``--one`` mode in a fresh interpreter (with ``pythonpath``'s collabfl)."""
     command = [
         sys.executable, __file__, "--one", str(clients), "--warmup", str(args.warmup),
         "--rounds", str(args.rounds), "--idle-s", str(args.idle_s),
+        "--one-superlink-state", superlink_state,
     ]  # fmt: skip
     if profile_dir:
         command += ["--profile-dir", str(profile_dir)]
@@ -333,6 +381,13 @@ def sizes(text: str) -> list[int]:
     if min(counts) < 2:
         raise argparse.ArgumentTypeError("at least 2 clients")
     return counts
+
+
+def states(text: str) -> list[str]:
+    named = text.split(",")
+    if not named or set(named) - {"disk", "memory"} or len(set(named)) != len(named):
+        raise argparse.ArgumentTypeError(f"{text!r}: name disk and/or memory, each once")
+    return named
 
 
 def rounded(figures: dict[str, float]) -> dict[str, float]:
@@ -360,6 +415,11 @@ def main() -> None:
         "--idle-s", type=float, default=15.0, help="seconds of idle cost measured first"
     )
     parser.add_argument("--baseline", help="git revision to run beside this tree")
+    parser.add_argument(
+        "--superlink-state",
+        type=states,
+        help="run this tree once per SuperLink state named (disk,memory) instead of new",
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="py-spy each process; raw profiles in DIR"
@@ -367,11 +427,21 @@ def main() -> None:
     parser.add_argument("--name", default="coordinator_cpu", help="results/<name>.json")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--one-superlink-state", default="disk", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warmup < 1 or args.rounds < 1:
         parser.error("--warmup and --rounds must be >= 1")
+    if args.baseline and args.superlink_state:
+        parser.error("--baseline and --superlink-state: give one of them")
     if args.one:
-        result = measure(args.one, args.warmup, args.rounds, args.idle_s, args.profile_dir)
+        result = measure(
+            args.one,
+            args.warmup,
+            args.rounds,
+            args.idle_s,
+            args.profile_dir,
+            args.one_superlink_state,
+        )
         print(json.dumps(result))
         return
     figures: dict[str, Any] = {}
@@ -379,15 +449,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         baseline = export_tree(args.baseline, Path(tmp) / "baseline") if args.baseline else None
         for clients in args.clients:
-            sides: dict[str, list[dict[str, Any]]] = {"new": []}
+            named = args.superlink_state or ["new"]
+            sides: dict[str, list[dict[str, Any]]] = {side: [] for side in named}
             if baseline:
                 sides["baseline"] = []
             for rep in range(args.repeat):
                 for side in sides:
                     spy = args.profile / f"{side}-{clients}-{rep}" if args.profile else None
                     path = baseline if side == "baseline" else None
+                    state = side if side in ("disk", "memory") else "disk"
                     load = os.getloadavg()
-                    result = run_side(path, clients, args, spy)
+                    result = run_side(path, clients, args, spy, state)
                     result["load_average_before"] = list(load)
                     result["load_average_after"] = list(os.getloadavg())
                     print(
@@ -399,10 +471,11 @@ def main() -> None:
                     )
                     sides[side].append(result)
             same = None
-            if baseline:
+            pair = ("new", "baseline") if baseline else ("memory", "disk")
+            if all(side in sides for side in pair):
                 same = all(
                     same_results(new["client_figures"], old["client_figures"])
-                    for new, old in zip(sides["new"], sides["baseline"], strict=True)
+                    for new, old in zip(sides[pair[0]], sides[pair[1]], strict=True)
                 )
             for runs in sides.values():
                 for r in runs:
