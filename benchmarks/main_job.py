@@ -8,6 +8,9 @@ machine load. It prints wall time, the children's CPU time and each method's in-
 time, the medians over ``--repeat`` and the ratio new / baseline, and writes
 ``benchmarks/results/main_job.json`` (``main_job-set.json`` with ``--set``).
 
+It also sums each method's step timings (metrics.jsonl's ``*_s`` fields: train, collaborate,
+fetch, evaluate, over clients and rounds) into ``step_s``, to show where the time goes.
+
 It checks what the job shows: every method's Test acc cell of ``results.md`` must equal the
 README's quickstart table, and every per-client figure of every round (each method's
 metrics.jsonl without its timings, the ``*_s`` fields) must be identical to the baseline's.
@@ -61,6 +64,32 @@ def client_figures(out: Path) -> dict[str, list[dict[str, Any]]]:
     return figures
 
 
+def step_seconds(out: Path) -> dict[str, dict[str, float]]:
+    """Where each method's time went: its clients' step timings (train_s, collaborate_s,
+    fetch_s, evaluate_s, ...) summed over clients and rounds; ``round_s``, the same on every
+    client's row, once per round."""
+    seconds: dict[str, dict[str, float]] = {}
+    for method, rows in client_timings(out).items():
+        sums: dict[str, float] = {}
+        rounds: dict[int, float] = {}
+        for row in rows:
+            for key, value in row.items():
+                if key == "round_s":
+                    rounds[row["round"]] = value
+                elif key.endswith("_s") and value is not None:
+                    sums[key] = sums.get(key, 0.0) + value
+        seconds[method] = {**sums, "round_s": sum(rounds.values())}
+    return seconds
+
+
+def client_timings(out: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every method's metrics.jsonl rows, as written."""
+    return {
+        rows.parent.name: [json.loads(line) for line in rows.read_text().splitlines() if line]
+        for rows in sorted(out.glob("*/metrics.jsonl"))
+    }
+
+
 def run_job(out: Path, extra: list[str], pythonpath: Path | None) -> dict[str, Any]:
     """One timed run of the command; its wall and CPU seconds and per-method seconds."""
     collabfl = Path(sys.executable).parent / "collabfl"
@@ -81,7 +110,18 @@ def run_job(out: Path, extra: list[str], pythonpath: Path | None) -> dict[str, A
         "wall_s": wall,
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "method_s": {s["method"]: s["wall_time_s"] for s in summaries},
+        "step_s": step_seconds(out),
     }
+
+
+def print_step_seconds(step_s: dict[str, dict[str, float]]) -> None:
+    """The last run of this tree: each method's seconds by step, summed over clients."""
+    steps = ["train_s", "collaborate_s", "fetch_s", "evaluate_s", "round_s"]
+    rows = [
+        [method, *(f"{seconds.get(step, 0.0):.1f}" for step in steps)]
+        for method, seconds in step_s.items()
+    ]
+    print(format_table(["method (this tree, last run)", *steps], rows))
 
 
 def main() -> None:
@@ -139,6 +179,8 @@ def main() -> None:
     methods = list(runs["new"][0]["method_s"])
     print()
     print(format_table(["code", "wall s", "CPU s", *(f"{m} s" for m in methods)], rows))
+    print()
+    print_step_seconds(runs["new"][-1]["step_s"])
     figures: dict[str, Any] = {"runs": runs}
     for side in sides:
         figures[f"{side}_median_wall_s"] = median([r["wall_s"] for r in runs[side]])

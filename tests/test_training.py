@@ -9,6 +9,7 @@ import torch
 
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import MODELS, build_model
+from collabfl.kernel.objective import Objective
 from collabfl.kernel.training import (
     TensorData,
     TrainingConfig,
@@ -127,6 +128,44 @@ def test_a_loss_only_evaluation_gives_the_same_loss_bit_for_bit():
         assert loss_only == loss
         assert math.isnan(no_accuracy)  # nothing counted
         assert 0 < accuracy <= 1
+
+
+def test_a_one_batch_evaluation_gives_the_running_sums_figures_bit_for_bit():
+    # Data that fits one batch skips the running sums; its figures must be what the sums
+    # gave (a float32 zero plus the batch's), or GGC's choices (and the README's figures)
+    # would move.
+    flat, data = _flat(seed=5), _data(n=100, seed=6)
+    loss_one, accuracy_one = evaluate(flat, data, batch_size=2048)
+    flat.set_training(False)
+    with torch.inference_mode():
+        logits = flat.module(data.x)
+        loss_sum = torch.zeros(()) + torch.nn.functional.cross_entropy(
+            logits, data.y, reduction="sum"
+        )
+        correct = torch.zeros((), dtype=torch.long) + (logits.argmax(dim=1) == data.y).sum()
+    assert (loss_one, accuracy_one) == (float(loss_sum) / 100, float(correct) / 100)
+
+
+def test_a_loss_of_minus_zero_is_reported_as_plus_zero_in_one_batch():
+    # A user's loss can come out as -0.0; the running sum (0 + -0.0) reported +0.0, and
+    # the one-batch path must too (metrics files would show "-0.0").
+    def minus_zero(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return outputs.abs().sum() * -0.0
+
+    flat, data = _flat(), _data(n=10)
+    loss, _ = evaluate(flat, data, objective=Objective(loss=minus_zero))
+    assert math.copysign(1.0, loss) == 1.0
+
+
+def test_set_training_follows_a_mode_set_elsewhere():
+    flat = _flat()
+    flat.module[0].eval()  # a user's half-frozen module: the first call still applies
+    flat.set_training(True)
+    assert all(m.training for m in flat.module.modules())
+    flat.set_training(False)
+    flat.module.train()  # someone else's call (the gradient oracle does this)
+    flat.set_training(False)
+    assert not any(m.training for m in flat.module.modules())
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ class FlatModel:
         self.module = module.to(device)
         params = list(self.module.parameters())
         buffers = [b for b in self.module.buffers() if b.is_floating_point()]
+        self._training: bool | None = None
+        """The mode ``set_training`` last gave the module (None: not set yet)."""
         self.num_parameters = sum(p.numel() for p in params)
         self.numel = self.num_parameters + sum(b.numel() for b in buffers)
         self.vector = torch.empty(self.numel, dtype=torch.float32, device=device)
@@ -40,6 +42,15 @@ class FlatModel:
     @property
     def nbytes(self) -> int:
         return self.numel * self.vector.element_size()
+
+    def set_training(self, training: bool) -> None:
+        """Put the module in training or evaluation mode, skipping the call when it is already
+        there: ``Module.train`` walks every submodule, which GGC's thousands of small
+        evaluations per round would pay each time."""
+        if self._training is training and self.module.training is training:
+            return
+        self.module.train(training)
+        self._training = training
 
     def get(self) -> torch.Tensor:
         """A detached copy of the current state."""

@@ -112,7 +112,7 @@ def train(
         align_to[:n_params].to(weights.device) if align_lam > 0 and align_to is not None else None
     )
     update = _update_rule(model, config, objective)
-    model.module.train()
+    model.set_training(True)
     total_loss = torch.zeros((), device=weights.device)
     order = torch.empty(0, dtype=torch.long)
     position = 0
@@ -187,13 +187,20 @@ def evaluate(
     """
     if len(data) == 0:
         return float("nan"), float("nan")
-    model.module.eval()
+    model.set_training(False)
+    if len(data) <= batch_size:  # one batch (GGC's rewards): no running sums to allocate
+        logits = model.module(data.x)
+        # + 0.0: the sum as the running sum below gives it (0 + -0.0 is +0.0).
+        loss = float(objective.summed_loss(logits, data.y)) + 0.0
+        correct = int((logits.argmax(dim=1) == data.y).sum()) if accuracy else 0
+        return loss / len(data), correct / len(data) if accuracy else float("nan")
     loss_sum = torch.zeros((), device=data.x.device)
-    correct = torch.zeros((), device=data.x.device, dtype=torch.long)
+    correct_sum = torch.zeros((), device=data.x.device, dtype=torch.long)
     for start in range(0, len(data), batch_size):
         x, y = data.x[start : start + batch_size], data.y[start : start + batch_size]
         logits = model.module(x)
         loss_sum += objective.summed_loss(logits, y)
         if accuracy:
-            correct += (logits.argmax(dim=1) == y).sum()
-    return float(loss_sum) / len(data), float(correct) / len(data) if accuracy else float("nan")
+            correct_sum += (logits.argmax(dim=1) == y).sum()
+    accuracy_value = float(correct_sum) / len(data) if accuracy else float("nan")
+    return float(loss_sum) / len(data), accuracy_value

@@ -180,8 +180,9 @@ class _SearchState(Generic[V]):
                 continue
             w_j, p_j = models[j], weights[j]
             require_same_device(self.sum_x, w_j, f"weighing peer {j}'s model")
-            sum_x_add, total_x_add = self.sum_x + w_j * p_j, self.total_x + p_j
-            sum_y_remove, total_y_remove = self.sum_y - w_j * p_j, self.total_y - p_j
+            weighted = w_j * p_j  # once for both sides: the same product, one pass fewer
+            sum_x_add, total_x_add = self.sum_x + weighted, self.total_x + p_j
+            sum_y_remove, total_y_remove = self.sum_y - weighted, self.total_y - p_j
             reward_x_add = -self.loss(sum_x_add / total_x_add)
             reward_y_remove = -self.loss(sum_y_remove / total_y_remove)
             self.evaluations += 2
