@@ -1,8 +1,9 @@
 """benchmarks/readme_table.py: the README's quickstart table comes from a fresh run.
 
-The quickstart itself takes ~85 s, too long for the suite, so the check runs the same
-script on a tiny federation: a fresh run rewrites a stale table, a second fresh run agrees
-with it, and the README's own table has the markers and the columns the script renders.
+The quickstart itself takes 100-110 s on 2 idle cores (docs/performance.md), too long for
+the suite, so the check runs the same script on a tiny federation: a fresh run rewrites a
+stale table, a second fresh run agrees with it, and the README's own table has the markers
+and the columns the script renders.
 """
 
 from __future__ import annotations
