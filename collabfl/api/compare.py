@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from collabfl.api.data import Split, tensors
+from collabfl.api.data import Split, samples
 from collabfl.api.methods import MethodLike, method_spec
 from collabfl.api.results import Comparison, MethodComparison, RunResult
 from collabfl.api.runner import ConfigSource, Overrides, client_count, resolve_spec, run
@@ -26,6 +26,7 @@ from collabfl.engine.report.run_dir import SEEDS_FILE, claim_output_dir
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.models import ModelFactory
 from collabfl.kernel.objective import LossFn, OptimizerFactory
+from collabfl.kernel.streamed import StreamedData
 
 
 def compare(
@@ -44,6 +45,7 @@ def compare(
     batch_size: int | None = None,
     device: str | None = None,
     val_fraction: float | None = None,
+    stream: bool = False,
     loss: LossFn | str | None = None,
     optimizer: OptimizerFactory | str | None = None,
     config: ConfigSource = None,
@@ -68,8 +70,8 @@ def compare(
         for seed in plan:
             settings = {**chosen, "seed": seed}
             resolve_spec(spec, config, overrides, settings, code, client_count(train))
-    train, test = _stacked(train, "train"), _stacked(test, "test")
-    val = None if val is None else _stacked(val, "val")
+    train, test = _loaded(train, "train", stream), _loaded(test, "test", stream)
+    val = None if val is None else _loaded(val, "val", False)
     by_seed: dict[int, list[RunResult]] = {}
     with _out_dir(out, overwrite) as folder:
         write_text(folder / SEEDS_FILE, json.dumps({"seeds": plan, "methods": specs}) + "\n")
@@ -84,6 +86,7 @@ def compare(
                     test,
                     seed=seed,
                     val_fraction=val_fraction,
+                    stream=stream,
                     loss=loss,
                     optimizer=optimizer,
                     config=config,
@@ -141,13 +144,15 @@ def _method(
     )
 
 
-def _stacked(splits: Sequence[Split], name: str) -> Sequence[Split]:
-    """A list of splits stacked once into CPU tensor pairs, so that every run reuses them
-    (anything else is left for ``run`` to refuse in its own words)."""
+def _loaded(splits: Sequence[Split], name: str, stream: bool) -> Sequence[Split]:
+    """A list of splits loaded once on the CPU, so that every run reuses them: stacked
+    into tensor pairs, or with ``stream`` a Dataset's labels read for streaming (anything
+    else is left for ``run`` to refuse in its own words)."""
     if not isinstance(splits, list):
         return splits
-    stacked = (tensors(s, f"{name}[{k}]", torch.device("cpu")) for k, s in enumerate(splits))
-    return [(data.x, data.y) for data in stacked]
+    cpu = torch.device("cpu")
+    loaded = (samples(s, f"{name}[{k}]", cpu, stream) for k, s in enumerate(splits))
+    return [data if isinstance(data, StreamedData) else (data.x, data.y) for data in loaded]
 
 
 @contextlib.contextmanager

@@ -3,12 +3,15 @@
 Each client has a train, a validation and a test split. A split is a map-style
 ``torch.utils.data.Dataset`` whose items are ``(input, label)`` pairs, or a pair of arrays
 ``(x, y)`` (numpy arrays or tensors) with the samples along the first axis. Either way the
-samples are stacked once into tensors on the compute device, as the built-in datasets are.
+samples are stacked once into tensors on the compute device, as the built-in datasets are,
+unless the run streams: then a Dataset's train and test inputs stay in it and are read a
+batch at a time (kernel/streamed.py), and only its labels are loaded. Validation splits are
+stacked either way: GGC evaluates them thousands of times a round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,10 +19,12 @@ import torch
 from torch.utils.data import Dataset
 
 from collabfl.client.node import ClientSplits
-from collabfl.kernel.training import TensorData
+from collabfl.kernel.streamed import StreamedData
+from collabfl.kernel.training import Samples, TensorData
 
-Split = Dataset[Any] | tuple[Any, Any]
-"""One split of one client: a Dataset of (input, label) items, or arrays (x, y)."""
+Split = Dataset[Any] | tuple[Any, Any] | StreamedData
+"""One split of one client: a Dataset of (input, label) items, or arrays (x, y); or, from
+``compare``, a Dataset it has already loaded for streaming."""
 
 
 def client_splits(
@@ -29,10 +34,12 @@ def client_splits(
     device: torch.device,
     val_fraction: float | None = None,
     seed: int = 0,
+    stream: bool = False,
 ) -> list[ClientSplits]:
     """Every client's three splits on ``device``; ValueError naming the client and split
     when the lists disagree or a split is unusable. With ``val=None``, each client's
-    validation split is ``val_fraction`` of its train split, drawn with ``seed``."""
+    validation split is ``val_fraction`` of its train split, drawn with ``seed``. With
+    ``stream``, Dataset train and test splits are read a batch at a time."""
     if (val is None) == (val_fraction is None):
         raise ValueError(
             "give either val (one validation split per client) or val_fraction "
@@ -49,19 +56,20 @@ def client_splits(
         raise ValueError(f"{names} must list the same clients; got {counts}")
     if not train:
         raise ValueError(f"no clients: {names} are empty lists")
-    trains = [tensors(split, f"train[{k}]", device) for k, split in enumerate(train)]
-    tests = [tensors(split, f"test[{k}]", device) for k, split in enumerate(test)]
+    trains = [samples(split, f"train[{k}]", device, stream) for k, split in enumerate(train)]
+    tests = [samples(split, f"test[{k}]", device, stream) for k, split in enumerate(test)]
     if val is None:
         pairs = [_carve(data, val_fraction or 0.0, seed, k) for k, data in enumerate(trains)]
     else:
-        pairs = [(data, tensors(val[k], f"val[{k}]", device)) for k, data in enumerate(trains)]
+        pairs = [(data, stacked(val[k], f"val[{k}]", device)) for k, data in enumerate(trains)]
     return [
         ClientSplits(train=t, val=v, test=test) for (t, v), test in zip(pairs, tests, strict=True)
     ]
 
 
-def _carve(data: TensorData, fraction: float, seed: int, k: int) -> tuple[TensorData, TensorData]:
-    """Client ``k``'s train split, less a random ``fraction`` held out as its val split."""
+def _carve(data: Samples, fraction: float, seed: int, k: int) -> tuple[Samples, TensorData]:
+    """Client ``k``'s train split, less a random ``fraction`` held out as its val split
+    (stacked, as every val split is)."""
     if not 0 < fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {fraction!r}")
     count = max(1, round(fraction * len(data.y)))
@@ -73,11 +81,44 @@ def _carve(data: TensorData, fraction: float, seed: int, k: int) -> tuple[Tensor
     generator = torch.Generator().manual_seed(seed * 100_003 + k)
     order = torch.randperm(len(data.y), generator=generator).to(data.y.device)
     held, kept = order[:count], order[count:]
-    return TensorData(data.x[kept], data.y[kept]), TensorData(data.x[held], data.y[held])
+    return data.subset(kept), _stacked_subset(data, held)
 
 
-def tensors(split: Split, where: str, device: torch.device) -> TensorData:
+def _stacked_subset(data: Samples, index: torch.Tensor) -> TensorData:
+    """The samples at ``index``, their inputs in memory."""
+    return TensorData(data.inputs(index), data.y[index])
+
+
+def samples(split: Split, where: str, device: torch.device, stream: bool) -> Samples:
+    """One split on ``device``: streamed when asked and it is a Dataset, else stacked."""
+    if isinstance(split, StreamedData):
+        return split.on(device)
+    if stream and isinstance(split, Dataset):
+        return streamed(split, where, device)
+    return stacked(split, where, device)
+
+
+def streamed(dataset: Dataset[Any], where: str, device: torch.device) -> StreamedData:
+    """``dataset`` for reading a batch at a time: every item is read once now, to check it
+    as a stacked split's items are checked and to keep its label; its input is not kept."""
+    shape: tuple[int, ...] | None = None
+    labels = []
+    for i, (x, label) in enumerate(_items(dataset, where)):
+        _inputs(x.unsqueeze(0), f"{where} item {i}")
+        if shape is None:
+            shape = tuple(x.shape)
+        elif tuple(x.shape) != shape:
+            raise ValueError(f"{where}: inputs differ in shape: {shape} and {tuple(x.shape)}")
+        labels.append(label)
+    y = _labels(torch.stack(labels).reshape(-1), len(labels), where)
+    rows = torch.arange(len(labels))
+    return StreamedData(dataset, rows, y.to(device), shape or (), device)
+
+
+def stacked(split: Split, where: str, device: torch.device) -> TensorData:
     """One split as float32 inputs and int64 labels on ``device``."""
+    if isinstance(split, StreamedData):
+        return TensorData(split.inputs(slice(None)).to(device), split.y.to(device))
     if isinstance(split, tuple):
         if len(split) != 2:
             raise ValueError(f"{where}: a split of arrays is a pair (x, y), got {len(split)} items")
@@ -90,20 +131,28 @@ def tensors(split: Split, where: str, device: torch.device) -> TensorData:
     return TensorData(_inputs(x, where).to(device), _labels(y, len(x), where).to(device))
 
 
-def _stack(dataset: Dataset[Any], where: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _items(dataset: Dataset[Any], where: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each item of ``dataset`` as (input, label) tensors; ValueError for a Dataset without
+    len(), an empty one, or an item that is not such a pair."""
     try:
         size = len(dataset)  # type: ignore[arg-type]
     except TypeError:
         raise ValueError(f"{where}: the Dataset has no len(); give a map-style Dataset") from None
     if size == 0:
         raise ValueError(f"{where} is empty")
-    inputs, labels = [], []
     for i in range(size):
         item = dataset[i]
         if not isinstance(item, tuple | list) or len(item) != 2:
             raise ValueError(f"{where}: item {i} is not an (input, label) pair")
-        inputs.append(_as_tensor(item[0], where, f"item {i}'s input"))
-        labels.append(_as_tensor(item[1], where, f"item {i}'s label"))
+        x = _as_tensor(item[0], where, f"item {i}'s input")
+        yield x, _as_tensor(item[1], where, f"item {i}'s label")
+
+
+def _stack(dataset: Dataset[Any], where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    inputs, labels = [], []
+    for x, label in _items(dataset, where):
+        inputs.append(x)
+        labels.append(label)
     shapes = {tuple(t.shape) for t in inputs}
     if len(shapes) != 1:
         raise ValueError(f"{where}: inputs differ in shape: {sorted(shapes)}")

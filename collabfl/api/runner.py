@@ -55,6 +55,7 @@ def run(
     batch_size: int | None = None,
     device: str | None = None,
     val_fraction: float | None = None,
+    stream: bool = False,
     loss: LossFn | str | None = None,
     optimizer: OptimizerFactory | str | None = None,
     config: ConfigSource = None,
@@ -71,6 +72,9 @@ def run(
     ``"cuda:0"``...) set those config keys; None keeps the config's value.
     ``val_fraction``: with ``val=None``, each client's validation split is that share of its
     train split, drawn with the run's seed (the rest stays for training).
+    ``stream``: Dataset train and test splits stay in their Datasets and are read a batch
+    at a time (for data that does not fit in memory; transforms then apply at every read);
+    without it every split is stacked into tensors once, which is faster.
 
     ``model``: a function of no arguments returning a fresh ``torch.nn.Module`` (seeded, so
     every client starts from the same weights), a module instance (a copy of its weights is
@@ -94,7 +98,7 @@ def run(
     spec = resolve_spec(method, config, overrides, chosen, named_code, client_count(train))
     settings = spec.config
     compute = resolve_device(settings.device)
-    splits = client_splits(train, val, test, compute, val_fraction, settings.seed)
+    splits = client_splits(train, val, test, compute, val_fraction, settings.seed, stream)
     named = objective_from_names(settings.training.loss, settings.training.optimizer)
     objective = Objective(
         loss if callable(loss) else named.loss,
@@ -113,7 +117,8 @@ def run(
     if objective.loss is F.cross_entropy:
         _check_outputs(module, splits)
     given = {
-        "data": f"{len(splits)} clients' splits given to collabfl.api.run",
+        "data": f"{len(splits)} clients' splits given to collabfl.api.run"
+        + (", Dataset train and test inputs read a batch at a time" if stream else ""),
         "model": model_label,
         "loss": loss if isinstance(loss, str) else _describe(objective.loss),
         "optimizer": _describe(objective.optimizer) if callable(optimizer) else "config",
@@ -270,13 +275,13 @@ def _all(splits: ClientSplits) -> tuple[Any, ...]:
 
 def _check_outputs(module: nn.Module, splits: list[ClientSplits]) -> None:
     """Cross-entropy needs one output per class: say so before training, not mid-round."""
-    first = splits[0].train
+    first = splits[0].train.inputs(slice(0, 1))
     with torch.no_grad():
-        outputs = module.to(first.x.device).eval()(first.x[:1])
+        outputs = module.to(first.device).eval()(first)
     top = max(int(split.y.max()) for s in splits for split in _all(s))
     if outputs.ndim != 2 or outputs.shape[1] <= top:
         raise ValueError(
-            f"the model maps an input of shape {tuple(first.x.shape[1:])} to outputs of shape "
+            f"the model maps an input of shape {tuple(first.shape[1:])} to outputs of shape "
             f"{tuple(outputs.shape[1:])}; cross-entropy needs one output per class "
             f"(labels go up to {top})"
         )

@@ -24,7 +24,7 @@ from torch.nn import functional
 from collabfl.client.randomness import batch_generator
 from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
-from collabfl.kernel.training import TensorData
+from collabfl.kernel.training import Samples
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import FlatVector, Reply
 from collabfl.strategies.verbs import Discriminate, Features
@@ -157,8 +157,8 @@ class ClientDiscriminators:
         self,
         client_id: int,
         seed: int,
-        train: TensorData,
-        val: TensorData,
+        train: Samples,
+        val: Samples,
         workspace: FlatModel,
         initial_model: torch.Tensor,
     ) -> None:
@@ -224,7 +224,7 @@ class ClientDiscriminators:
                 )
             shuffle = batch_generator(self.seed, self.client_id, 0, "discriminator")
             order = torch.randperm(len(train), generator=shuffle).to(train.y.device)
-            x = torch.cat([train.x[order], val.x])
+            x = torch.cat([train.inputs(order), val.inputs(slice(None))])
             y = torch.cat([train.y[order], val.y])
             self.workspace.load(self.initial_model)
             with torch.no_grad():

@@ -14,7 +14,7 @@ import torch
 from collabfl.client.randomness import batch_generator
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
-from collabfl.kernel.training import TensorData
+from collabfl.kernel.training import Samples
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import FlatVector, Reply
 from collabfl.strategies.verbs import Gradient, Split
@@ -27,7 +27,7 @@ class GradientOracle:
         self,
         client_id: int,
         seed: int,
-        splits: Mapping[Split, TensorData],
+        splits: Mapping[Split, Samples],
         workspace: FlatModel,
         objective: Objective = DEFAULT_OBJECTIVE,
     ) -> None:
@@ -59,7 +59,7 @@ class GradientOracle:
         total = torch.zeros((), device=data.y.device)
         for start in range(0, len(rows), chunk):
             index = rows[start : start + chunk]
-            loss = self.objective.summed_loss(module(data.x[index]), data.y[index])
+            loss = self.objective.summed_loss(module(data.inputs(index)), data.y[index])
             (loss / len(rows)).backward()
             total += loss.detach()
         gradient = torch.zeros_like(self.workspace.vector)

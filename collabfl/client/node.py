@@ -26,7 +26,7 @@ from collabfl.client.randomness import batch_generator
 from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
-from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
+from collabfl.kernel.training import Samples, TensorData, TrainingConfig, evaluate, train
 from collabfl.strategies.greedy import bggc
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph import Attack, poison
@@ -39,9 +39,9 @@ from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Gradi
 class ClientSplits:
     """A client's private data on the compute device."""
 
-    train: TensorData
-    val: TensorData
-    test: TensorData
+    train: Samples
+    val: Samples
+    test: Samples
     malicious: bool = False
 
     @classmethod

@@ -27,6 +27,7 @@ from collabfl.kernel.objective import (
     check_optimizer_name,
     make_optimizer,
 )
+from collabfl.kernel.streamed import Index, StreamedData
 
 
 class TrainingConfig(BaseModel):
@@ -58,6 +59,18 @@ class TensorData:
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
+    def inputs(self, index: Index) -> torch.Tensor:
+        """The inputs at ``index`` (a streamed split reads them from its Dataset instead)."""
+        return self.x[index]
+
+    def subset(self, index: torch.Tensor) -> TensorData:
+        """The samples at ``index``."""
+        return TensorData(self.x[index], self.y[index])
+
+
+Samples = TensorData | StreamedData
+"""A split as training and evaluation read it: labels held, inputs by index."""
+
 
 def steps_for(epochs: float, num_samples: int, batch_size: int) -> int:
     """Number of SGD steps that make ``epochs`` passes (at least one step)."""
@@ -67,7 +80,7 @@ def steps_for(epochs: float, num_samples: int, batch_size: int) -> int:
 
 def train(
     model: FlatModel,
-    data: TensorData,
+    data: Samples,
     epochs: float,
     config: TrainingConfig,
     generator: torch.Generator,
@@ -118,12 +131,12 @@ def train(
     position = 0
     for step in range(steps):
         if position >= len(order):
-            order = torch.randperm(len(data), generator=generator).to(data.x.device)
+            order = torch.randperm(len(data), generator=generator).to(data.y.device)
             position = 0
         index = order[position : position + config.batch_size]
         position += config.batch_size
         grad.zero_()
-        loss = objective.loss(model.module(data.x[index]), data.y[index])
+        loss = objective.loss(model.module(data.inputs(index)), data.y[index])
         loss.backward()
         with torch.no_grad():
             if reference is not None:
@@ -175,7 +188,7 @@ def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.
 @torch.inference_mode()  # lighter than no_grad: no version counters on what it makes
 def evaluate(
     model: FlatModel,
-    data: TensorData,
+    data: Samples,
     batch_size: int = 2048,
     objective: Objective = DEFAULT_OBJECTIVE,
     accuracy: bool = True,
@@ -189,15 +202,16 @@ def evaluate(
         return float("nan"), float("nan")
     model.set_training(False)
     if len(data) <= batch_size:  # one batch (GGC's rewards): no running sums to allocate
-        logits = model.module(data.x)
+        logits = model.module(data.inputs(slice(None)))
         # + 0.0: the sum as the running sum below gives it (0 + -0.0 is +0.0).
         loss = float(objective.summed_loss(logits, data.y)) + 0.0
         correct = int((logits.argmax(dim=1) == data.y).sum()) if accuracy else 0
         return loss / len(data), correct / len(data) if accuracy else float("nan")
-    loss_sum = torch.zeros((), device=data.x.device)
-    correct_sum = torch.zeros((), device=data.x.device, dtype=torch.long)
+    loss_sum = torch.zeros((), device=data.y.device)
+    correct_sum = torch.zeros((), device=data.y.device, dtype=torch.long)
     for start in range(0, len(data), batch_size):
-        x, y = data.x[start : start + batch_size], data.y[start : start + batch_size]
+        rows = slice(start, start + batch_size)
+        x, y = data.inputs(rows), data.y[rows]
         logits = model.module(x)
         loss_sum += objective.summed_loss(logits, y)
         if accuracy:
