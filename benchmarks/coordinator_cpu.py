@@ -219,6 +219,13 @@ def client_figures(run_dir: Path) -> list[dict[str, Any]]:
     return [{k: r[k] for k in (*RESULT_KEYS, *RESULT_COUNTS)} for r in rows if r]
 
 
+def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The pairs of rows on which two runs disagree (``same_results``), to say what differed."""
+    if len(a) != len(b):
+        return [[{"rows": len(a)}, {"rows": len(b)}]]
+    return [[x, y] for x, y in zip(a, b, strict=True) if not same_results([x], [y])]
+
+
 def same_results(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     """The two runs' rows agree as the equality tests require (accuracies to 1e-9, the
     validation loss to 1e-5 relative, counts exactly)."""
@@ -459,13 +466,14 @@ def main() -> None:
                         flush=True,
                     )
                     sides[side].append(result)
-            same = None
+            same, differed = None, []
             pair = ("new", "baseline") if baseline else ("memory", "disk")
             if all(side in sides for side in pair):
-                same = all(
-                    same_results(new["client_figures"], old["client_figures"])
+                differed = [
+                    differences(new["client_figures"], old["client_figures"])
                     for new, old in zip(sides[pair[0]], sides[pair[1]], strict=True)
-                )
+                ]
+                same = not any(differed)
             for runs in sides.values():
                 for r in runs:
                     r.pop("client_figures")
@@ -486,6 +494,7 @@ def main() -> None:
                     for side, runs in sides.items()
                 },
                 "results_agree_with_baseline": same,
+                "differing_rows_per_pair": differed,
             }
             table += [summary_row(side, clients, runs) for side, runs in sides.items()]
             settings = vars(args) | {
