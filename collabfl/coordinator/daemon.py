@@ -353,7 +353,7 @@ def fleet_gateway(
         if enroller is None
         else JoinEndpoint(enroller, partial(ended_runs, args, state)),
         limits=gateway_limits(args),
-        on_refused_activation=ActivationRefusals(state).record,
+        on_refused_activation=ActivationRefusals(state, keys_ready=keys_ready).record,
         keys_ready=keys_ready,
     )
 
