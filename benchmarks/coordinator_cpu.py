@@ -18,10 +18,12 @@ Before the run, with every node online, the coordinator side's idle cost is read
 With ``--profile`` py-spy samples each coordinator-side process over the steady rounds and
 the self time is split into ours (collabfl), Flower's (flwr) and the libraries under them.
 With ``--superlink-state disk,memory`` each repetition runs this tree once per SuperLink state
-named: ``disk`` is the daemon's own (SQLite in its state dir), ``memory`` swaps the daemon's
-``--database`` for Flower's in-memory state (no SQLAlchemy) in this benchmark only: the
-daemon is started through a wrapper that patches its SuperLink command. With both named, the
-memory side's per-client results must agree with the disk side's (``results_agree_with_baseline``).
+named, given to the daemon as ``--superlink-state``: ``disk`` is SQLite in its state dir,
+``memory`` (the daemon's default) Flower's in-memory state, no SQLAlchemy. With both named,
+the memory side's per-client results must agree with the disk side's
+(``results_agree_with_baseline``). The federation is insecure, as in every run of this
+script: without TLS no SuperNode key is registered, so a restart's re-registration is not
+part of what it measures.
 
     python benchmarks/coordinator_cpu.py [--clients 4,16] [--rounds 5] [--baseline REV]
         [--superlink-state disk,memory] [--repeat 1] [--profile DIR]
@@ -58,17 +60,6 @@ OWNERS = (
 """The code a profile's self time is split into (the first that a frame's file matches)."""
 PROFILE_RATE = 97
 """py-spy samples per second (prime: no lock-step with the round's timers)."""
-IN_MEMORY_DATABASE = ":flwr-in-memory:"
-"""The ``--database`` that makes flower-superlink keep its state and objects in memory, no
-SQLAlchemy (Flower's FLWR_IN_MEMORY_DB_NAME; tests/test_flower_contract_linkstate.py pins it)."""
-MEMORY_STATE_DAEMON = (
-    "import sys, collabfl.coordinator.daemon as d; disk = d.superlink_command; "
-    "d.superlink_command = lambda a: "
-    f"[{IN_MEMORY_DATABASE!r} if x.endswith('superlink.db') else x for x in disk(a)]; "
-    "sys.exit(d.main())"
-)
-"""``python -c`` code: the coordinator daemon (its arguments after the code) with its SuperLink
-on the in-memory state; its command line still names the daemon (``role`` finds it)."""
 
 
 def role(cmdline: list[str]) -> str:
@@ -228,6 +219,13 @@ def client_figures(run_dir: Path) -> list[dict[str, Any]]:
     return [{k: r[k] for k in (*RESULT_KEYS, *RESULT_COUNTS)} for r in rows if r]
 
 
+def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The pairs of rows on which two runs disagree (``same_results``), to say what differed."""
+    if len(a) != len(b):
+        return [[{"rows": len(a)}, {"rows": len(b)}]]
+    return [[x, y] for x, y in zip(a, b, strict=True) if not same_results([x], [y])]
+
+
 def same_results(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     """The two runs' rows agree as the equality tests require (accuracies to 1e-9, the
     validation loss to 1e-5 relative, counts exactly)."""
@@ -242,17 +240,14 @@ def same_results(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     return len(a) == len(b) and all(agree(x, y) for x, y in zip(a, b, strict=True))
 
 
-def on_memory_state() -> None:
-    """Start this process's federations' coordinators with the SuperLink state in memory."""
+def on_superlink_state(superlink_state: str) -> None:
+    """Start this process's federations' coordinators with ``--superlink-state``."""
     from collabfl.launcher import federation
 
-    disk = federation.coordinator_command
+    default = federation.coordinator_command
 
     def command(*args: Any, **kwargs: Any) -> list[str]:
-        daemon = disk(*args, **kwargs)
-        start = daemon.index("collabfl.coordinator.daemon")
-        assert daemon[start - 1] == "-m", daemon
-        return [daemon[0], "-c", MEMORY_STATE_DAEMON, *daemon[start + 1 :]]
+        return [*default(*args, **kwargs), "--superlink-state", superlink_state]
 
     federation.coordinator_command = command
 
@@ -263,17 +258,18 @@ def measure(
     rounds: int,
     idle_s: float,
     profile_dir: Path | None,
-    superlink_state: str = "disk",
+    superlink_state: str = "",
 ) -> dict[str, Any]:
     """One side, one size: the coordinator tree's CPU over ``idle_s`` with every node
-    online and no run, then over ``rounds`` steady rounds of a run."""
+    online and no run, then over ``rounds`` steady rounds of a run; ``superlink_state``:
+    the daemon's ``--superlink-state`` (empty: its default, e.g. a baseline's)."""
     from collabfl.engine.config import load_config
     from collabfl.engine.methods import parse_method_spec, run_request
     from collabfl.engine.run_options import RunOptions
     from collabfl.launcher.federation import LocalFederation, write_client_files
 
-    if superlink_state == "memory":
-        on_memory_state()
+    if superlink_state:
+        on_superlink_state(superlink_state)
 
     total_rounds = warmup + rounds + 1  # one more: the last measured round is not the last
     overrides = [
@@ -356,7 +352,7 @@ def run_side(
     clients: int,
     args: argparse.Namespace,
     profile_dir: Path | None,
-    superlink_state: str = "disk",
+    superlink_state: str = "",
 ) -> dict[str, Any]:
     """This script's ``--one`` mode in a fresh interpreter (with ``pythonpath``'s collabfl)."""
     command = [
@@ -427,7 +423,7 @@ def main() -> None:
     parser.add_argument("--name", default="coordinator_cpu", help="results/<name>.json")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-dir", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--one-superlink-state", default="disk", help=argparse.SUPPRESS)
+    parser.add_argument("--one-superlink-state", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warmup < 1 or args.rounds < 1:
         parser.error("--warmup and --rounds must be >= 1")
@@ -457,7 +453,7 @@ def main() -> None:
                 for side in sides:
                     spy = args.profile / f"{side}-{clients}-{rep}" if args.profile else None
                     path = baseline if side == "baseline" else None
-                    state = side if side in ("disk", "memory") else "disk"
+                    state = side if side in ("disk", "memory") else ""
                     load = os.getloadavg()
                     result = run_side(path, clients, args, spy, state)
                     result["load_average_before"] = list(load)
@@ -470,13 +466,14 @@ def main() -> None:
                         flush=True,
                     )
                     sides[side].append(result)
-            same = None
+            same, differed = None, []
             pair = ("new", "baseline") if baseline else ("memory", "disk")
             if all(side in sides for side in pair):
-                same = all(
-                    same_results(new["client_figures"], old["client_figures"])
+                differed = [
+                    differences(new["client_figures"], old["client_figures"])
                     for new, old in zip(sides[pair[0]], sides[pair[1]], strict=True)
-                )
+                ]
+                same = not any(differed)
             for runs in sides.values():
                 for r in runs:
                     r.pop("client_figures")
@@ -497,6 +494,7 @@ def main() -> None:
                     for side, runs in sides.items()
                 },
                 "results_agree_with_baseline": same,
+                "differing_rows_per_pair": differed,
             }
             table += [summary_row(side, clients, runs) for side, runs in sides.items()]
             settings = vars(args) | {

@@ -17,6 +17,7 @@ torch.set_num_threads(1)
 SLOWEST_FIRST = (
     "test_federation_coalitions.py",
     "test_federation_restart.py",
+    "test_federation_superlink_memory.py",
     "test_federation_client_faults.py",
     "test_federation_supernode_kill.py",
     "test_federation_e2e.py",
@@ -33,6 +34,7 @@ SLOWEST_FIRST = (
     "test_spo_federated.py",
     "test_compare_interrupt.py",
     "test_fleet_gateway.py",
+    "test_supernode_restore.py",
     "test_spo.py",
     "test_coalition_methods.py",
     "test_coordinator_daemon.py",

@@ -61,3 +61,16 @@ def test_junk_is_recorded_as_carrying_no_key(tmp_path):
         (event,) = state.events()
     assert "no readable key" in event.message and len(event.message) < 400
     assert key_fingerprint(b"not a key") is None
+
+
+def test_a_member_refused_while_its_key_is_registered_again_is_no_impostor(tmp_path):
+    """After a restart of an in-memory SuperLink a member's own SuperNode is refused until
+    its key is back (coordinator/supernode_restore.py): not a copied key."""
+    member = _key()
+    with CoordinatorState(tmp_path / "c.db") as state:
+        state.bind_supernode(3, 77, _openssh(member))
+        refusals = ActivationRefusals(state, keys_ready=lambda: False)
+        refusals.record(_activation(member), 412, "No SuperNode found with the given public key")
+        (event,) = state.events()
+    assert (event.kind, event.level, event.client_id) == ("key_not_back", "info", 3)
+    assert "does not have back yet" in event.message and "copied" not in event.message

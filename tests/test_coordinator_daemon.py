@@ -228,3 +228,36 @@ def test_a_created_run_is_launched_without_waiting_for_the_clock(
         launcher.stop()
         loop.join(timeout=60)
         assert not loop.is_alive()
+
+
+def test_nothing_launches_until_a_restarted_superlink_has_the_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ServerApp launched before the SuperNode keys are registered again would get the
+    dead SuperLink's node ids and refuse every node for its run: the launcher waits."""
+    flower = FakeFlower(monkeypatch)
+    ready = threading.Event()
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        launcher = _launcher(state, tmp_path, superlink_ready=ready)
+        state.create_run("r", "dpfl", valid_request())
+        launcher.check_runs()
+        assert flower.submitted == []
+        ready.set()
+        launcher.check_runs()
+        assert len(flower.submitted) == 1
+        launcher.stop()
+
+
+def test_the_superlink_state_is_memory_unless_disk_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def database(*flags: str) -> str:
+        args = daemon.parser().parse_args(["--state-dir", str(tmp_path), "--insecure", *flags])
+        command = daemon.superlink_command(args)
+        return command[command.index("--database") + 1]
+
+    assert database() == ":flwr-in-memory:"
+    assert database("--superlink-state", "disk") == str((tmp_path / "superlink.db").resolve())
+    with pytest.raises(SystemExit):
+        database("--superlink-state", "ram")
+    assert "--superlink-state: invalid choice: 'ram' (choose from" in capsys.readouterr().err

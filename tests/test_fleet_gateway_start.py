@@ -14,7 +14,12 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from collabfl.coordinator.fleet_gateway import HEALTH_PATH, PULL_PATH, FleetOnlyProxy
+from collabfl.coordinator.fleet_gateway import (
+    ACTIVATE_PATH,
+    HEALTH_PATH,
+    PULL_PATH,
+    FleetOnlyProxy,
+)
 
 
 class StartingSuperLink:
@@ -63,3 +68,37 @@ def test_the_health_check_is_answered_at_once(start_wait_s):
     superlink = StartingSuperLink(refusals=1)
     assert _forward(superlink, "GET", HEALTH_PATH, start_wait_s) == 503
     assert superlink.calls == 1
+
+
+class KeysComing:
+    """Says the keys are back once it has been asked ``until`` times."""
+
+    def __init__(self, until: int) -> None:
+        self.until = until
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.asked > self.until
+
+
+def _activate(keys: KeysComing, start_wait_s: float) -> StartingSuperLink:
+    superlink = StartingSuperLink(refusals=0)
+    proxy = FleetOnlyProxy("http://127.0.0.1:9", False, start_wait_s=start_wait_s, keys_ready=keys)
+    proxy.client = superlink  # type: ignore[assignment]
+    assert asyncio.run(proxy._forward(_request("POST", ACTIVATE_PATH))).status_code == 200
+    return superlink
+
+
+def test_an_activation_waits_while_the_keys_are_registered_again():
+    """A restarted SuperLink would refuse a SuperNode whose key is not back yet (412) and
+    the SuperNode would back off; the gateway holds its activation until the keys are back."""
+    keys = KeysComing(until=3)
+    superlink = _activate(keys, start_wait_s=30.0)
+    assert keys.asked == 4 and superlink.calls == 1
+
+
+def test_an_activation_goes_on_when_the_hold_ends():
+    keys = KeysComing(until=10**9)
+    superlink = _activate(keys, start_wait_s=0.2)
+    assert keys.asked > 1 and superlink.calls == 1

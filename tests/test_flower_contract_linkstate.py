@@ -1,15 +1,17 @@
-"""Contract (fails loudly on a Flower upgrade): the SuperLink's in-memory state by name.
+"""Contract (fails loudly on a Flower upgrade): the SuperLink's in-memory state by name, and
+what the daemon's key restorer (coordinator/supernode_restore.py) relies on.
 
-benchmarks/coordinator_cpu.py ``--superlink-state memory`` measures the SuperLink on Flower's
-in-memory state by giving ``flower-superlink --database`` Flower's special name for it, where
-the coordinator daemon gives a SQLite file (SqlLinkState and SqlObjectStore, on SQLAlchemy).
-That name is an internal constant; if an upgrade renames it, the benchmark's ``memory`` side
-would quietly open a SQLite file of that name and measure the disk state twice.
+``collabfl-coordinator --superlink-state memory`` (the default) gives ``flower-superlink
+--database`` Flower's special name for its in-memory state; ``disk`` gives a SQLite file
+(SqlLinkState and SqlObjectStore, on SQLAlchemy). That name is an internal constant; if an
+upgrade renamed it, the daemon would quietly open a SQLite file of that name in its working
+directory. A fresh in-memory state knows no SuperNode key, and registering a key again gives
+it a new node id: the restorer registers every bound key after each SuperLink start and
+records the new ids (tests/test_supernode_restore.py runs it against real SuperLinks).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from flwr.server.superlink.linkstate import LinkStateFactory
@@ -20,11 +22,12 @@ from flwr.supercore.object_store import ObjectStoreFactory
 from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
 from flwr.superlink.federation import NoOpFederationManager
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from coordinator_cpu import IN_MEMORY_DATABASE
+from collabfl.coordinator.daemon import IN_MEMORY_DATABASE
+
+KEY = b"ecdsa-sha2-nistp384 AAAA-a-key"
 
 
-def test_contract_the_benchmark_names_flowers_in_memory_database() -> None:
+def test_contract_the_daemon_names_flowers_in_memory_database() -> None:
     assert IN_MEMORY_DATABASE == FLWR_IN_MEMORY_DB_NAME == ":flwr-in-memory:"
 
 
@@ -41,3 +44,18 @@ def test_contract_a_file_name_is_the_sqlite_state(tmp_path: Path) -> None:
     state = LinkStateFactory(database, NoOpFederationManager(), ObjectStoreFactory(database))
     assert isinstance(state.state(), SqlLinkState)
     assert Path(database).exists()
+
+
+def test_contract_a_fresh_in_memory_state_knows_no_key_and_gives_a_new_id() -> None:
+    def fresh() -> InMemoryLinkState:
+        objects = ObjectStoreFactory(IN_MEMORY_DATABASE)
+        state = LinkStateFactory(IN_MEMORY_DATABASE, NoOpFederationManager(), objects).state()
+        assert isinstance(state, InMemoryLinkState)
+        return state
+
+    before = fresh()
+    first = before.create_node("owner", "owner", KEY, 10.0)
+    assert before.get_node_id_by_public_key(KEY) == first
+    after = fresh()  # what a restarted SuperLink holds
+    assert after.get_node_id_by_public_key(KEY) is None
+    assert after.create_node("owner", "owner", KEY, 10.0) not in (first, 0)

@@ -6,6 +6,10 @@ the binding check that records impostors (flower/binding.py) never sees it. The 
 gateway does: it hands each refused ``activate-node`` call here, which names the member
 whose registered key was shown, when it was one, and keeps a federation-wide event.
 
+While a restarted SuperLink is being given the keys again (coordinator/supernode_restore.py)
+a member's own SuperNode is refused too, for no fault of anyone's: that refusal is an
+``info`` event of its own kind, ``key_not_back``, not an impostor.
+
 The activation call is open to anyone who reaches the port, so events are rationed: at most
 one per key every ``per_key_s`` and ``max_per_minute`` in all; the rest are counted in the
 next event's message.
@@ -17,6 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -28,6 +33,7 @@ from collabfl.coordinator.state import CoordinatorState
 log = logging.getLogger(__name__)
 
 KIND = "impostor"
+NOT_BACK = "key_not_back"
 MAX_REASON = 200
 """Characters of the SuperLink's answer kept in the event."""
 
@@ -52,9 +58,14 @@ class ActivationRefusals:
     """Records the refused activations the gateway reports (``record``, any thread)."""
 
     def __init__(
-        self, state: CoordinatorState, per_key_s: float = 60.0, max_per_minute: int = 10
+        self,
+        state: CoordinatorState,
+        per_key_s: float = 60.0,
+        max_per_minute: int = 10,
+        keys_ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self._state = state
+        self._keys_ready = keys_ready
         self._per_key_s = per_key_s
         self._max_per_minute = max_per_minute
         self._lock = threading.Lock()
@@ -73,8 +84,15 @@ class ActivationRefusals:
         if not self._admit(fingerprint or b"", time.monotonic()):
             return
         client_id = self._member_of(fingerprint)
+        kind, level = KIND, "warning"
         if client_id is None:
             who = "a SuperNode key no operator registered" if fingerprint else "no readable key"
+        elif not self._keys_ready():
+            kind, level = NOT_BACK, "info"
+            who = (
+                f"client {client_id}'s registered key, which the restarted SuperLink does not "
+                "have back yet (being registered again; the SuperNode retries)"
+            )
         else:
             who = f"client {client_id}'s registered key (its node is active: a copied key?)"
         message = f"SuperNode activation refused by the SuperLink ({status}) for {who}"
@@ -83,8 +101,8 @@ class ActivationRefusals:
             if self._unrecorded:
                 message += f"; {self._unrecorded} more refusals not recorded"
                 self._unrecorded = 0
-        log.warning("%s", message)
-        self._state.record_event("", KIND, message, "warning", client_id=client_id)
+        log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", message)
+        self._state.record_event("", kind, message, level, client_id=client_id)
 
     def _admit(self, key: bytes, now: float) -> bool:
         """Whether this refusal gets an event (the ration in the module doc)."""

@@ -1,6 +1,6 @@
 """``collabfl-coordinator``: the federation's coordinator process.
 
-It supervises a Flower SuperLink (persistent state, no runtime dependency installation)
+It supervises a Flower SuperLink (no runtime dependency installation)
 listening on loopback only, faces the network with a Fleet-only gateway in front of it
 (coordinator/fleet_gateway.py: SuperNodes get in, ``flwr run`` and the Control API do not),
 serves the coordinator gRPC service (members, runs, rounds, graphs, metrics, events,
@@ -8,7 +8,9 @@ grants; SQLite under ``--state-dir``) and launches the Flower ServerApp of every
 with ``flwr run``, each with a run ticket the clients check (kernel/tickets.py) and the
 registered SuperNode node ids of its members. With TLS the SuperLink requires SuperNode
 authentication: only SuperNodes whose key an operator registered (``collabfl admin
-register-supernode``) join. A run whose ServerApp dies while the run is still active (a SuperLink or
+register-supernode``) join; the SuperLink keeps its state in memory unless ``--superlink-state
+disk``, so each of its starts gets every bound key again (coordinator/supernode_restore.py).
+A run whose ServerApp dies while the run is still active (a SuperLink or
 coordinator restart) is launched again and resumes after its last completed round; a
 restarted coordinator first kills what its killed predecessor left running, such as that
 ServerApp retrying the dead SuperLink (kernel/leftovers.py).
@@ -88,11 +90,12 @@ from collabfl.coordinator.state import (
     Run,
     SchemaMismatch,
 )
+from collabfl.coordinator.supernode_restore import KeyRestorer
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.flower.serverapp_launcher import ServerAppLauncher, SubmittedRuns
-from collabfl.flower.superexec_auth import ensure_secret
+from collabfl.flower.superexec_auth import ensure_secret, rotate_secret
 from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import keep_private, write_text
 from collabfl.kernel.daemon_help import daemon_parser
@@ -143,6 +146,11 @@ from our own files: one that fails six times in a row fails for a local reason w
 not cure (its port taken, its database corrupt, the disk full). Exiting says so to what
 runs the daemon (systemd, compose), which restarts or alerts, and to the operator, with the
 reason in the log's last line."""
+SUPERLINK_STATES = ("memory", "disk")
+IN_MEMORY_DATABASE = ":flwr-in-memory:"
+"""The ``--database`` that makes flower-superlink keep its state and objects in Python dicts,
+no SQLAlchemy (Flower's FLWR_IN_MEMORY_DB_NAME; tests/test_flower_contract_linkstate.py pins
+it)."""
 PRIVATE_KEY_FILE = "grant_key.pem"
 """The coordinator's Ed25519 key: it signs peer-fetch grants and run tickets."""
 PUBLIC_KEY_FILE = "grant_key.pub.pem"
@@ -162,6 +170,13 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="internal loopback port behind the participants' port (0: a free one)",
+    )
+    p.add_argument(
+        "--superlink-state",
+        choices=SUPERLINK_STATES,
+        default="memory",
+        help="where the SuperLink keeps its state: memory costs less than half the CPU per "
+        "client-round; disk (STATE/superlink.db) also keeps Flower's run history across restarts",
     )
     p.add_argument(
         "--run-ticket-ttl",
@@ -273,10 +288,13 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
     """The SuperLink on loopback: reachable from other hosts only through the gateway. It
     starts no ServerApp itself: the coordinator's ServerAppLauncher claims its tasks, signed
     with the state dir's SuperExec secret."""
+    database = IN_MEMORY_DATABASE
+    if args.superlink_state == "disk":
+        database = str((args.state_dir / "superlink.db").resolve())
     command = [
         flower_binary("flower-superlink"),
         "--database",
-        str((args.state_dir / "superlink.db").resolve()),
+        database,
         "--disable-runtime-dependency-installation",
         "--isolation",
         "process",
@@ -302,15 +320,25 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
     ]
 
 
+def superlink_starting(args: argparse.Namespace, restorer: KeyRestorer | None) -> None:
+    """Before each SuperLink start: a new SuperExec secret (claims signed for the previous
+    SuperLink cannot be replayed to this one, which may not know their nonces), and the
+    bound SuperNode keys once it answers."""
+    if restorer is not None:
+        restorer.started()
+    rotate_secret(args.state_dir)
+
+
 def fleet_gateway(
     args: argparse.Namespace,
     activity: FleetActivity,
     state: CoordinatorState,
     enroller: Enroller | None = None,
+    keys_ready: Callable[[], bool] = lambda: True,
 ) -> FleetGateway:
     """The public Fleet endpoint on ``--host:--superlink-port`` (TLS unless insecure),
     signalling through ``activity`` with the service; refused activations become events
-    in ``state``; it takes joins for ``enroller``."""
+    in ``state``; it takes joins for ``enroller``; activations wait for ``keys_ready``."""
     tls = loopback_tls(args)
     scheme = "http" if tls is None else "https"
     public = None if args.insecure else GatewayTLS(args.ssl_certfile, args.ssl_keyfile)
@@ -325,7 +353,8 @@ def fleet_gateway(
         if enroller is None
         else JoinEndpoint(enroller, partial(ended_runs, args, state)),
         limits=gateway_limits(args),
-        on_refused_activation=ActivationRefusals(state).record,
+        on_refused_activation=ActivationRefusals(state, keys_ready=keys_ready).record,
+        keys_ready=keys_ready,
     )
 
 
@@ -335,13 +364,8 @@ def ended_runs(args: argparse.Namespace, state: CoordinatorState) -> dict[str, R
     return state.run_ends(since=time.time() - args.run_ticket_ttl - CLOCK_LEEWAY_S)
 
 
-def make_enroller(
-    args: argparse.Namespace,
-    files: CoordinatorTLSFiles,
-    state: CoordinatorState,
-    env: dict[str, str],
-) -> Enroller:
-    """Enrolment for this coordinator: SuperNodes registered through its own SuperLink."""
+def supernode_registry(args: argparse.Namespace, env: dict[str, str]) -> SuperNodeRegistry:
+    """Registers SuperNode keys with this coordinator's SuperLink, and removes them."""
     flower = {**os.environ, **env}
     keys = args.state_dir / "supernode_keys"
     keys.mkdir(mode=0o700, exist_ok=True)
@@ -357,12 +381,41 @@ def make_enroller(
         except FlowerCliError as error:  # already gone: what revocation wants
             log.info("SuperNode %s not unregistered: %s", node_id, error)
 
+    return SuperNodeRegistry(register, unregister)
+
+
+def key_restorer(
+    args: argparse.Namespace,
+    state: CoordinatorState,
+    registry: SuperNodeRegistry,
+    env: dict[str, str],
+) -> KeyRestorer:
+    """Gives each SuperLink start the bound SuperNode keys it does not know (TLS only)."""
+    flower = {**os.environ, **env}
+
+    def known_nodes() -> list[int]:
+        # a connect costs nothing, a `flwr` process about a CPU-second: no process is
+        # started for a SuperLink that does not listen yet
+        socket.create_connection((LOOPBACK, args.superlink_internal_port), 1.0).close()
+        nodes = list_supernodes(CONNECTION, flower)
+        return [int(n["node-id"]) for n in nodes if n.get("status") != "unregistered"]
+
+    return KeyRestorer(state, known_nodes, registry.register, registry.unregister)
+
+
+def make_enroller(
+    args: argparse.Namespace,
+    files: CoordinatorTLSFiles,
+    state: CoordinatorState,
+    registry: SuperNodeRegistry,
+) -> Enroller:
+    """Enrolment for this coordinator: SuperNodes registered through its own SuperLink."""
     name = public_names(args)[0]
     return Enroller(
         files,
         EnrolmentStore(args.state_dir / "coordinator.db"),
         state,
-        SuperNodeRegistry(register, unregister),
+        registry,
         (args.state_dir / PUBLIC_KEY_FILE).read_bytes(),
         service_address=args.advertise or f"{name}:{args.service_port}",
         join_address=f"{name}:{args.superlink_port}",
@@ -479,6 +532,9 @@ class RunLauncher:
 
     ``service``: the launch entries every ServerApp gets (service address, TLS files).
     ``wake``: rung when a run is created, so that it launches without waiting for the clock.
+    ``superlink_ready``: clear while a restarted SuperLink is given the SuperNode keys again
+    (coordinator/supernode_restore.py); nothing launches then, so that no ServerApp gets the
+    node ids of the SuperLink that died.
     """
 
     def __init__(
@@ -495,8 +551,13 @@ class RunLauncher:
         check_every_s: float = CHECK_RUNS_S,
         submitted: SubmittedRuns | None = None,
         enrolled_sizes: Callable[[], Mapping[int, int]] = dict,
+        superlink_ready: threading.Event | None = None,
     ) -> None:
         self.state = state
+        if superlink_ready is None:
+            superlink_ready = threading.Event()
+            superlink_ready.set()
+        self.superlink_ready = superlink_ready
         self.enrolled_sizes = enrolled_sizes
         self.submitted = submitted or SubmittedRuns()
         self.wake = wake or Doorbell()
@@ -533,6 +594,8 @@ class RunLauncher:
             if process is not None and process.poll() is None:
                 rotate_copy(self.logs[run.run_id])
             if not run.active or (process is not None and process.poll() is None):
+                continue
+            if not self.superlink_ready.is_set():
                 continue
             if self.launches.get(run.run_id, 0) >= MAX_LAUNCHES:
                 self.state.finish_run(run.run_id, "failed", "the ServerApp kept dying")
@@ -704,16 +767,25 @@ def main(argv: list[str] | None = None) -> int:
 
     # The SuperLink first: its start takes longest, and SuperNodes that start beside this
     # daemon reach it through the gateway, which holds their calls until it answers.
+    # With TLS only registered keys join: each SuperLink start needs them (the first too,
+    # after a restart of this daemon).
+    registry = None if files is None else supernode_registry(args, env)
+    restorer = None if registry is None else key_restorer(args, state, registry, env)
+    if restorer is not None:
+        restorer.start()
     superlink = Supervisor(
         "superlink", superlink_command(args), args.state_dir / "superlink.log", env,
         SUPERLINK_RESTARTS, on_give_up=give_up,
+        before_start=partial(superlink_starting, args, restorer),
+        after_exit=None if restorer is None else restorer.gone,
     )  # fmt: skip
     superlink.start()
     activity = FleetActivity()
     enroller = None
-    if files is not None:
-        enroller = make_enroller(args, files, state, env)
-    gateway = fleet_gateway(args, activity, state, enroller)
+    if files is not None and registry is not None:
+        enroller = make_enroller(args, files, state, registry)
+    keys_ready = (lambda: True) if restorer is None else restorer.ready.is_set
+    gateway = fleet_gateway(args, activity, state, enroller, keys_ready)
     gateway.start()
     log.info(
         "Fleet gateway on %s:%s, SuperLink on %s:%s",
@@ -739,6 +811,7 @@ def main(argv: list[str] | None = None) -> int:
         args.run_ticket_ttl,
         wake=activity.runs,
         enrolled_sizes=dict if enroller is None else enroller.store.declared_samples,
+        superlink_ready=None if restorer is None else restorer.ready,
     )
     runtime_tls = loopback_tls(args)
     serverapps = ServerAppLauncher(
@@ -757,6 +830,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     log.info("coordinator: shutting down")
+    if restorer is not None:
+        restorer.stop()
     launcher.stop()
     serverapps.stop()
     gateway.stop()

@@ -332,8 +332,12 @@ class FleetOnlyProxy:
         limits: GatewayLimits = GatewayLimits(),
         on_refused_activation: RefusedActivation | None = None,
         clock: Callable[[], float] = time.time,
+        keys_ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self.upstream = upstream
+        self.keys_ready = keys_ready
+        """False while a restarted SuperLink is being given the SuperNode keys again
+        (coordinator/supernode_restore.py): activations wait, up to ``start_wait_s``."""
         self.verify = verify
         self.long_poll = long_poll
         self.object_wait = object_wait
@@ -406,6 +410,8 @@ class FleetOnlyProxy:
         seen = pushed.count  # before the first ask: a push during it is not missed
         # The health check says how the SuperLink is now; only Fleet calls wait for it.
         start_wait_s = self.start_wait_s if request.method == "POST" else 0.0
+        if path == ACTIVATE_PATH:
+            await self._await_keys(request, start_wait_s)
         try:
             upstream = await self._ask(request, body, headers, start_wait_s)
             for wait in waits:
@@ -427,6 +433,15 @@ class FleetOnlyProxy:
             await self._report_refusal(body, upstream)
         kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
         return Response(upstream.content, upstream.status_code, headers=kept)
+
+    async def _await_keys(self, request: Request, wait_s: float) -> None:
+        """Hold an activation while the SuperLink is being given the keys again, so that a
+        SuperNode joins when its key is back rather than being refused and backing off."""
+        deadline = time.monotonic() + wait_s
+        while not self.keys_ready() and time.monotonic() < deadline:
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(UPSTREAM_RETRY_S)
 
     async def _report_refusal(self, body: bytes, upstream: httpx.Response) -> None:
         """Tell ``on_refused_activation`` of a refused activation, off the event loop; a
@@ -489,13 +504,14 @@ class FleetGateway:
         enrolment: JoinEndpoint | None = None,
         limits: GatewayLimits = GatewayLimits(),
         on_refused_activation: RefusedActivation | None = None,
+        keys_ready: Callable[[], bool] = lambda: True,
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if upstream_ca is not None:
             verify = ssl.create_default_context(cafile=str(upstream_ca))
         proxy = FleetOnlyProxy(
             upstream, verify, long_poll, object_wait, activity, limits=limits,
-            on_refused_activation=on_refused_activation,
+            on_refused_activation=on_refused_activation, keys_ready=keys_ready,
         )  # fmt: skip
         config = uvicorn.Config(
             with_enrolment(proxy, enrolment),

@@ -410,6 +410,35 @@ class CoordinatorState:
             rows = conn.execute("SELECT client_id, public_key FROM supernode_keys").fetchall()
         return {row["public_key"]: row["client_id"] for row in rows}
 
+    def bound_supernodes(self) -> list[tuple[int, int, str]]:
+        """(client id, Flower node id, public key) of every registered SuperNode key."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT client_id, flower_node_id, public_key FROM supernode_keys "
+                "ORDER BY client_id"
+            ).fetchall()
+        return [(r["client_id"], int(r["flower_node_id"]), r["public_key"]) for r in rows]
+
+    def rebind_supernode(self, client_id: int, public_key: str, flower_node_id: int) -> bool:
+        """Record the node id a restarted SuperLink gave client ``client_id``'s key again:
+        the key's binding and the member's row together, so that no reader sees one id in
+        one and the other in the other. False (nothing changed) when the client's key is no
+        longer ``public_key``: it was revoked, or replaced, while the key was registered."""
+        if not 0 <= flower_node_id < 2**64:
+            raise InvalidRecord(f"flower_node_id {flower_node_id} is not a uint64")
+        with self._transaction() as conn:
+            changed = conn.execute(
+                "UPDATE supernode_keys SET flower_node_id = ? WHERE client_id = ? "
+                "AND public_key = ?",
+                (str(flower_node_id), client_id, public_key),
+            ).rowcount
+            if changed:
+                conn.execute(
+                    "UPDATE members SET flower_node_id = ?, updated_at = ? WHERE client_id = ?",
+                    (str(flower_node_id), time.time(), client_id),
+                )
+        return bool(changed)
+
     def supernode_bindings(self) -> dict[int, int]:
         """Flower node id -> client id of every registered SuperNode key."""
         with self._transaction() as conn:

@@ -1,0 +1,82 @@
+"""A real SuperLink started as the TLS coordinator daemon starts it (its own
+``superlink_command``: SuperNode authentication, loopback TLS), without the rest of the daemon,
+for tests and measurements of what its state keeps across a restart."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from collabfl.coordinator.daemon import (
+    CONNECTION,
+    key_restorer,
+    superlink_command,
+    supernode_registry,
+    write_flower_home,
+)
+from collabfl.coordinator.fleet_gateway import free_loopback_port
+from collabfl.coordinator.flower_runs import FlowerCliError, list_supernodes
+from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.supernode_restore import KeyRestorer
+from collabfl.flower.processes import flower_env
+from collabfl.kernel.supervisor import stop_group
+
+
+class TlsSuperLink:
+    """The daemon's SuperLink in ``state_dir`` on a free loopback port; ``restart`` starts a
+    fresh one on the same port (what the daemon's Supervisor does after a crash)."""
+
+    def __init__(self, state_dir: Path, superlink_state: str = "memory") -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.args = argparse.Namespace(
+            state_dir=state_dir,
+            superlink_internal_port=free_loopback_port(),
+            insecure=False,
+            superlink_state=superlink_state,
+        )
+        self.env = {**os.environ, **flower_env(write_flower_home(self.args))}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> TlsSuperLink:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            stop_group(self.process, grace_s=10.0)
+
+    def start(self) -> None:
+        with open(self.args.state_dir / "superlink.log", "ab") as log:
+            self.process = subprocess.Popen(
+                superlink_command(self.args), stdout=log, stderr=subprocess.STDOUT,
+                env=self.env, start_new_session=True,
+            )  # fmt: skip
+
+    def restart(self) -> None:
+        """SIGKILL the SuperLink (a crash) and start a new one."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.start()
+
+    def nodes(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        """The SuperNodes it knows, asked again while it does not answer yet."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return list_supernodes(CONNECTION, self.env)
+            except FlowerCliError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
+
+    def restorer(self, state: CoordinatorState, workers: int = 4) -> KeyRestorer:
+        """The daemon's key restorer for this SuperLink and ``state``."""
+        restorer = key_restorer(self.args, state, supernode_registry(self.args, self.env), self.env)
+        restorer.workers = workers
+        return restorer
