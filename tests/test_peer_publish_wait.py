@@ -115,6 +115,37 @@ def test_fetch_before_the_publish_gets_the_model_once_published(models, signer, 
     assert models.waiting  # the fetch did wait for the publish
 
 
+class PublishedDuringTheOpen(PublishedModels):
+    """The owner publishes the round just after the server's first try to open it failed:
+    the interleaving that made a waiting fetch fail with "no such round"."""
+
+    def for_serving(self, run: str) -> DiskModelStore | None:
+        store = super().for_serving(run)
+        if store is not None:
+            open_round = store.open_round
+
+            def open_then_publish(round_index: int):  # type: ignore[no-untyped-def]
+                try:
+                    return open_round(round_index)
+                except FileNotFoundError:
+                    self.for_publishing(RUN).publish(OWNER, ROUND, VECTOR)
+                    raise
+
+            store.open_round = open_then_publish  # type: ignore[method-assign]
+        return store
+
+
+def test_a_round_published_between_a_failed_open_and_the_check_is_served(tmp_path, signer):
+    models = PublishedDuringTheOpen(tmp_path, owner=OWNER)
+    models.retire_other_runs(RUN)
+    server = PeerModelServer(models, GrantVerifier(signer.public_key_bytes()))
+    try:
+        address = f"127.0.0.1:{server.start()}"
+        assert torch.equal(fetch(address, signer.issue(RUN, LAB_A, OWNER, ROUND, 30)), VECTOR)
+    finally:
+        server.stop(None)
+
+
 def test_never_published_round_fails_after_the_publish_wait(models, signer, serve):
     address = serve(publish_wait_s=0.2)
     grant = signer.issue(RUN, LAB_A, OWNER, ROUND, 30)

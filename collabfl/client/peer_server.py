@@ -177,10 +177,13 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         until = time.monotonic() + wait_s
         stream.wait_until(until)
         while True:
+            # Asked before the open: a round published between a failed open and this
+            # question would otherwise look like one that never comes.
+            awaited = store.awaits(request.round)
             try:
                 published = store.open_round(request.round)
             except FileNotFoundError:
-                if not store.awaits(request.round):
+                if not awaited:
                     self._refuse(request, context, grpc.StatusCode.NOT_FOUND, "no such round")
                 joined = store.launch() if request.launch else None  # a read per poll
                 if joined is not None and joined != request.launch:
