@@ -158,11 +158,82 @@ def test_report_figures_draw_nothing_from_nothing(tmp_path: Path):
     assert not list(tmp_path.iterdir())
 
 
-def test_the_scatter_is_redrawn_from_the_reports_json_alone(docs: Path, tmp_path: Path):
+def test_every_figure_is_redrawn_from_the_reports_json_alone(docs: Path, tmp_path: Path):
     results = [_unit(m, 0, stored=True) for m in ("local", "dpfl:budget=0.1")]
     reproduce.write_report(results, [], ["label_flip"], set(), [0], _args(tmp_path), total_units=2)
+    first = {png.name: png.read_bytes() for png in (docs / "results").iterdir()}
     for png in (docs / "results").iterdir():
         png.unlink()
     drawn = reproduce.redraw_from_json("results")
-    assert drawn == [docs / "results" / "label_flip_acc_var.png"]
-    assert [p.name for p in (docs / "results").iterdir()] == ["label_flip_acc_var.png"]
+    assert (
+        sorted(p.name for p in drawn)
+        == sorted(first)
+        == [f"label_flip_{kind}.png" for kind in ("acc_var", "by_round", "graph", "to_attackers")]
+    )
+    assert {p.name: p.read_bytes() for p in drawn} == first  # the records hold all they draw
+
+
+def _store(out: Path, unit: dict) -> None:
+    folder = out / unit["setting"] / f"s{unit['seed']}" / reproduce.unit_folder(unit["method"])
+    folder.mkdir(parents=True)
+    (folder / "unit.json").write_text(json.dumps(unit))
+
+
+def test_a_rerun_redraws_the_record_figures_and_leaves_the_tables(docs: Path, tmp_path: Path):
+    # The report's runs kept no records (units from before them), and are gone since.
+    table = [_unit(m, s, stored=False) for m in ("local", "dpfl:budget=0.1") for s in (0, 1)]
+    strips = {0: [[0, 1], [2, 3]], 1: [[0, 1, 2, 3]]}
+    for seed in (0, 1):
+        grouped = _unit("fedcollab", seed, stored=False, setting="label_groups")
+        grouped["summary"] |= {"coalitions_last": strips[seed], "num_coalitions_last": 2 - seed}
+        table.append(grouped)
+    settings, methods = ["label_flip", "label_groups"], {"local", "dpfl:budget=0.1", "fedcollab"}
+    path = reproduce.write_report(table, [], settings, methods, [0, 1], _args(tmp_path), 6)
+    before, scatter = path.read_text(), (docs / "results" / "label_flip_acc_var.png").read_bytes()
+    cells = json.loads((docs / "results.json").read_text())["settings"]
+    assert "accuracy by round (0 of 4 runs stored it): not drawn" in before
+    assert not (docs / "results" / "label_flip_graph.png").exists()
+    # A rerun of seed 0 with the records, on another machine; its cells differ from the table's.
+    out = tmp_path / "units"
+    for unit in [_unit(m, 0, stored=True) for m in ("local", "dpfl:budget=0.1")]:
+        _store(out, unit | {"machine": "the rerun machine", "summary": {"mean_test_acc": 0.1}})
+    grouped = _unit("fedcollab", 0, stored=True, setting="label_groups")
+    grouped["summary"] |= {"coalitions_last": strips[0], "num_coalitions_last": 2}
+    grouped["true_groups"] = ["a", "a", "b", "b"]
+    _store(out, grouped | {"machine": "the rerun machine"})
+
+    drawn = reproduce.figures_from_units("results", out, settings, 3)
+
+    assert sorted(p.name for p in drawn) == [
+        "label_flip_by_round.png",
+        "label_flip_graph.png",
+        "label_flip_to_attackers.png",
+        "label_groups_by_round.png",
+    ]
+    after = path.read_text()
+    rerun = "seed 0, rerun on the rerun machine"
+    changed = {
+        f"- accuracy by round (2 of 4 runs: {rerun}): ![",
+        f"- benign weight on attackers by round (1 of 4 runs: {rerun}): ![",
+        f"- `dpfl:budget=0.1` graph in the last round ({rerun}): ![",
+        f"- accuracy by round (1 of 2 runs: {rerun}): ![",
+    }
+    new_lines = [line for line in after.split("\n") if line not in before.split("\n")]
+    assert {line.split("![")[0] + "![" for line in new_lines} == changed
+    # Every other line (tables, claims, the scatter's line) is as it was, and so is the scatter.
+    kept = [line for line in after.split("\n") if line not in new_lines]
+    assert len(kept) == len(before.split("\n")) - len(changed)
+    assert all(line in before.split("\n") for line in kept)
+    assert (docs / "results" / "label_flip_acc_var.png").read_bytes() == scatter
+    saved = json.loads((docs / "results.json").read_text())
+    assert saved["settings"] == cells
+    # The table has seed 1's coalitions too: a figure of seed 0 alone would show less.
+    assert [line for line in kept if line.startswith("- coalition structure (")] == [
+        line for line in before.split("\n") if line.startswith("- coalition structure (")
+    ]
+    assert saved["figures"]["label_groups"]["coalitions"]["seeds"] == [0, 1]  # the table's
+    assert saved["figures"]["label_flip"]["graph"]["groups"] == ["benign"] * 3 + ["label-flipped"]
+    # What was redrawn can be redrawn again from the JSON alone.
+    for png in drawn:
+        png.unlink()
+    assert set(drawn) < set(reproduce.redraw_from_json("results"))
