@@ -523,6 +523,8 @@ def figure_records(
         return [v for _, v in sorted(shares.items(), key=lambda kv: int(kv[0]))] or None
 
     records = {"by_round": per_method(lambda u: u.get("curve"))}
+    if records["by_round"]:  # the curves leave attackers out: the label says so when there are
+        records["by_round"]["benign"] = any(u.get("malicious") for u in units)
     if name == "label_flip":
         records["to_attackers"] = per_method(to_attackers)
     graphs = [u for u in units if u["method"] == graph_method(name) and u.get("graph_last")]
@@ -555,8 +557,9 @@ def draw_records(name: str, records: dict[str, Any], folder: Path) -> dict[str, 
     """Draw the figures that ``records`` (figure_records) hold, as folder/<name>_<kind>.png."""
     title = SETTINGS[name].title
     drawn: dict[str, Path | None] = {}
+    benign = "benign clients' " if records.get("by_round", {}).get("benign") else ""
     for kind, ylabel in (
-        ("by_round", "mean test accuracy of the round's model (%)"),
+        ("by_round", f"{benign}mean test accuracy of the round's model (%)"),
         ("to_attackers", "benign clients' weight on attackers (%)"),
     ):
         if series := records.get(kind):

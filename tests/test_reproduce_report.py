@@ -237,3 +237,21 @@ def test_a_rerun_redraws_the_record_figures_and_leaves_the_tables(docs: Path, tm
     for png in drawn:
         png.unlink()
     assert set(drawn) < set(reproduce.redraw_from_json("results"))
+
+
+def test_by_round_curves_say_benign_only_when_there_are_attackers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    labels = {}
+
+    def series_by_round(title, ylabel, curves, path, planned=None):
+        labels[path.name] = ylabel
+
+    monkeypatch.setattr(report_figures, "series_by_round", series_by_round)
+    attacked = [_unit("dpfl:budget=0.1", 0, stored=True)]
+    clean = [_unit("local", 0, stored=True, setting="dir") | {"malicious": []}]
+    for name, units in (("label_flip", attacked), ("dir", clean)):
+        records = reproduce.figure_records(name, [units[0]["method"]], units, 3)
+        reproduce.draw_records(name, records, tmp_path)
+    assert labels["label_flip_by_round.png"].startswith("benign clients' mean test accuracy")
+    assert labels["dir_by_round.png"].startswith("mean test accuracy")
