@@ -255,3 +255,14 @@ def test_by_round_curves_say_benign_only_when_there_are_attackers(
         reproduce.draw_records(name, records, tmp_path)
     assert labels["label_flip_by_round.png"].startswith("benign clients' mean test accuracy")
     assert labels["dir_by_round.png"].startswith("mean test accuracy")
+
+
+def test_a_curve_that_is_another_methods_stays_visible_and_says_so():
+    curves = {"fedavg": [[50.0, 60.0]], "local": [[70.0, 72.0]], "fedcollab": [[50.0, 60.0]]}
+    fig = report_figures.series_by_round_figure("t", "y", curves, planned=2)
+    assert fig is not None
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert set(lines) == {"fedavg (n=1)", "local (n=1)", "fedcollab (n=1, same curve as fedavg)"}
+    # Drawn on top of fedavg's, thinner: fedavg's colour shows either side of it.
+    on_top = lines["fedcollab (n=1, same curve as fedavg)"]
+    assert on_top.get_linewidth() < lines["fedavg (n=1)"].get_linewidth()
