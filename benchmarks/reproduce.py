@@ -790,6 +790,26 @@ def replace_figure_line(text: str, name: str, kind: str, line: str) -> str:
     return "\n".join(lines)
 
 
+def agreement(units: list[dict[str, Any]], cells: dict[str, dict[str, Any]]) -> str:
+    """How the rerun ``units``' accuracies compare with the table's cells of the same
+    (method, seed): a rerun on another CPU need not give the same bits."""
+    offs = []
+    for unit in units:
+        cell, acc = cells[unit["method"]], unit["summary"].get("mean_test_acc")
+        # a cell with a seed that had no accuracy does not say which value is whose
+        if (
+            acc is not None
+            and unit["seed"] in cell["seeds"]
+            and len(cell["acc"]) == len(cell["seeds"])
+        ):
+            offs.append(abs(100 * acc - cell["acc"][cell["seeds"].index(unit["seed"])]))
+    if not offs:
+        return ""
+    if max(offs) == 0:
+        return ", the table's accuracies to the bit"
+    return f", final accuracies up to {max(offs):.2f} pp off the table's"
+
+
 def figures_from_units(report_name: str, out: Path, settings: list[str], rounds: int) -> list[Path]:
     """Redraw an existing report's by-round, to-attackers, graph and coalition figures from
     whatever units of its settings are in ``out`` (a rerun of some of its runs that kept the
@@ -821,7 +841,8 @@ def figures_from_units(report_name: str, out: Path, settings: list[str], rounds:
         paths = draw_records(name, records, DOCS / report_name)
         machines = ", ".join(sorted({u.get("machine", "a machine not recorded") for u in units}))
         runs = sum(len(c["seeds"]) for c in cells.values())
-        lines = record_figure_lines(name, records, paths, report_name, runs, f"rerun on {machines}")
+        rerun = f"rerun on {machines}{agreement(units, cells)}"
+        lines = record_figure_lines(name, records, paths, report_name, runs, rerun)
         for kind in records:
             text = replace_figure_line(text, name, kind, lines[kind])
         payload.setdefault("figures", {}).setdefault(name, {}).update(records)
