@@ -803,10 +803,14 @@ def agreement(units: list[dict[str, Any]], cells: dict[str, dict[str, Any]]) -> 
             and len(cell["acc"]) == len(cell["seeds"])
         ):
             offs.append(abs(100 * acc - cell["acc"][cell["seeds"].index(unit["seed"])]))
-    if not offs:
-        return ""
-    if max(offs) == 0:
-        return ", the table's accuracies to the bit"
+    same = sum(off == 0 for off in offs)
+    if not offs or same == len(offs):
+        return ", the table's accuracies to the bit" if offs else ""
+    if same:
+        return (
+            f", {same} of {len(offs)} final accuracies the table's to the bit, the others up "
+            f"to {max(offs):.2f} pp off"
+        )
     return f", final accuracies up to {max(offs):.2f} pp off the table's"
 
 

@@ -267,3 +267,20 @@ def test_a_curve_that_is_another_methods_stays_visible_and_says_so():
     # Drawn on top of fedavg's, thinner: fedavg's colour shows either side of it.
     on_top = lines["fedcollab (n=1, same curve as fedavg)"]
     assert on_top.get_linewidth() < lines["fedavg (n=1)"].get_linewidth()
+
+
+def test_a_rerun_caption_says_which_accuracies_are_the_tables():
+    cells = {
+        "local": {"seeds": [0, 1], "acc": [80.0, 81.0]},
+        "fedavg": {"seeds": [0], "acc": [50.0]},
+    }
+    local = _unit("local", 0, stored=False)  # 0.8: the table's 80.0
+    fedavg = _unit("fedavg", 0, stored=False)  # 0.8 against 50.0
+    assert reproduce.agreement([local], cells) == ", the table's accuracies to the bit"
+    assert reproduce.agreement([fedavg], cells) == (
+        ", final accuracies up to 30.00 pp off the table's"
+    )
+    assert reproduce.agreement([local, fedavg], cells) == (
+        ", 1 of 2 final accuracies the table's to the bit, the others up to 30.00 pp off"
+    )
+    assert reproduce.agreement([_unit("local", 2, stored=False)], cells) == ""  # not in it
