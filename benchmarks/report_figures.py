@@ -101,11 +101,13 @@ def series_by_round_figure(
     (a dash means the best-validation model in accuracy_by_round.png, and these are each
     round's model). Colour and marker follow the method's place in ``curves``. Rounds from
     ``planned`` on (fedavg_ft's fine-tuning after the last round) are a labelled star, not a
-    jump of the line."""
+    jump of the line. A method whose curve is another's (FedCollab that forms one coalition
+    is FedAvg) is drawn thinner on top of it and its legend says whose, so both stay visible."""
     if not any(curves.values()):
         return None
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
+    drawn: dict[str, np.ndarray] = {}
     for i, (method, runs) in enumerate(curves.items()):
         if not runs:
             continue
@@ -115,13 +117,18 @@ def series_by_round_figure(
         mean = np.nanmean(values, axis=0)
         rounds = np.arange(length)
         kept = rounds < planned if planned else np.ones(length, dtype=bool)
+        same = next(
+            (m for m, c in drawn.items() if np.array_equal(c, mean[kept], equal_nan=True)), None
+        )
+        drawn[method] = mean[kept]
         ax.plot(
             rounds[kept],
             mean[kept],
             color=colour,
             marker=marker,
-            markersize=4,
-            label=f"{method} (n={len(runs)})",
+            markersize=3 if same else 4,
+            linewidth=0.8 if same else 1.5,
+            label=f"{method} (n={len(runs)}" + (f", same curve as {same})" if same else ")"),
         )
         if not kept.all():
             mark_fine_tuning(ax, rounds[~kept], mean[~kept], colour, method, markersize=10)

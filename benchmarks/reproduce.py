@@ -4,6 +4,7 @@
         [--settings dir,label_flip,ce_synthetic] [--methods local --methods dpfl:budget=0.1]
         [--report-name results]
     python benchmarks/reproduce.py --redraw-from-json [--report-name results]
+    python benchmarks/reproduce.py --figures-from-units --out RERUN [--settings dir,patho]
 
 Each unit of work is one (setting, seed, method) run in the in-process runtime, in a worker
 process with one torch thread; units of one (setting, seed) share the same partition (the
@@ -17,8 +18,12 @@ what the figures need: per-round accuracy, the last collaboration graph, the ben
 on attackers by round; units from before it did lack them, and the report says so. The CE
 synthetic regression (``ce_synthetic``) runs in the main process: it takes seconds. Notes
 written by hand beside a setting's table live in ``docs/notes/<setting>.md``, and under the
-report's header in ``docs/notes/<report name>_intro.md``. ``--redraw-from-json`` redraws,
-without the units, the figures the report's JSON holds enough for (accuracy vs variance).
+report's header in ``docs/notes/<report name>_intro.md``. The report's JSON keeps the cells
+and what the other figures draw (per-round series, the figured graph, the last coalitions), so
+``--redraw-from-json`` redraws every figure without the units (reports from before it kept
+those records: the accuracy-vs-variance ones only). ``--figures-from-units`` redraws a
+report's by-round, graph and coalition figures from a rerun of some of its runs (the units in
+``--out``) and says so in their captions, leaving its tables and scatters as they are.
 
 Cells: mean ± sample std over seeds of the mean over benign clients of the test accuracy of
 each client's best-validation model; its variance across clients; peer plus coordinator
@@ -479,6 +484,172 @@ def synthetic_section(units: list[dict[str, Any]]) -> tuple[list[str], dict[str,
     return lines, figures
 
 
+FIGURE_CAPTIONS = {
+    "by_round": "accuracy by round",
+    "to_attackers": "benign weight on attackers by round",
+    "graph": "graph in the last round",
+    "coalitions": "coalition structure",
+}
+"""How each record figure's line in the report starts (the graph's after its method's name):
+``--figures-from-units`` finds the line it rewrites by it."""
+
+
+def graph_method(name: str) -> str:
+    """The DPFL variant whose last graph a setting's graph figure shows."""
+    return "dpfl:budget=0.1" if name == "label_flip" else "dpfl:budget=0.2"
+
+
+def figure_records(
+    name: str, methods: list[str], units: list[dict[str, Any]], rounds: int
+) -> dict[str, Any]:
+    """What a setting's by-round, graph and coalition figures draw from its finished
+    ``units``, small enough for the report's JSON, so that the figures can be redrawn once the
+    units are gone. One key per figure with something to draw. Series are per method, in
+    ``methods`` order (which fixes each method's colour), one list per run, in percent.
+    ``rounds``: the planned rounds, where a unit's summary does not say."""
+    planned = min((u["summary"].get("rounds_planned") or rounds for u in units), default=rounds)
+
+    def percent(values: list[float | None]) -> list[float | None]:
+        return [None if v is None else round(100 * v, 3) for v in values]
+
+    def per_method(series: Callable[[dict[str, Any]], list[float | None] | None]) -> Any:
+        with_it = [u for u in units if series(u)]
+        runs = {m: [percent(series(u) or []) for u in with_it if u["method"] == m] for m in methods}
+        seeds = sorted({u["seed"] for u in with_it})
+        return {"planned": planned, "seeds": seeds, "runs": runs} if with_it else None
+
+    def to_attackers(unit: dict[str, Any]) -> list[float | None] | None:
+        shares = unit.get("to_attackers_by_round") or {}
+        return [v for _, v in sorted(shares.items(), key=lambda kv: int(kv[0]))] or None
+
+    records = {"by_round": per_method(lambda u: u.get("curve"))}
+    if records["by_round"]:  # the curves leave attackers out: the label says so when there are
+        records["by_round"]["benign"] = any(u.get("malicious") for u in units)
+    if name == "label_flip":
+        records["to_attackers"] = per_method(to_attackers)
+    graphs = [u for u in units if u["method"] == graph_method(name) and u.get("graph_last")]
+    if graphs:
+        unit = min(graphs, key=lambda u: u["seed"])
+        weights = unit["graph_last"]
+        records["graph"] = {
+            "seed": unit["seed"],
+            "weights": weights,
+            "groups": unit_groups(unit, len(weights)),
+        }
+    with_strip = sorted(
+        (u for u in units if u["summary"].get("coalitions_last")),
+        key=lambda u: (u["method"], u["seed"]),
+    )
+    if SETTINGS[name].coalitions and with_strip:
+        clients = max(len(u["client_acc"]) for u in units)
+        records["coalitions"] = {
+            "seeds": sorted({u["seed"] for u in with_strip}),
+            "strips": {
+                f"{u['method']} s{u['seed']}": u["summary"]["coalitions_last"] for u in with_strip
+            },
+            "clients": clients,
+            "groups": next((g for u in units if (g := unit_groups(u, clients))), None),
+        }
+    return {kind: record for kind, record in records.items() if record}
+
+
+def draw_records(name: str, records: dict[str, Any], folder: Path) -> dict[str, Path | None]:
+    """Draw the figures that ``records`` (figure_records) hold, as folder/<name>_<kind>.png."""
+    title = SETTINGS[name].title
+    drawn: dict[str, Path | None] = {}
+    benign = "benign clients' " if records.get("by_round", {}).get("benign") else ""
+    for kind, ylabel in (
+        ("by_round", f"{benign}mean test accuracy of the round's model (%)"),
+        ("to_attackers", "benign clients' weight on attackers (%)"),
+    ):
+        if series := records.get(kind):
+            drawn[kind] = report_figures.series_by_round(
+                title, ylabel, series["runs"], folder / f"{name}_{kind}.png", series["planned"]
+            )
+    if graph := records.get("graph"):
+        drawn["graph"] = report_figures.graph_heatmap(
+            f"{title}: {graph_method(name)}, seed {graph['seed']}",
+            graph["weights"],
+            graph["groups"],
+            folder / f"{name}_graph.png",
+        )
+    if coalitions := records.get("coalitions"):
+        drawn["coalitions"] = report_figures.coalition_structure(
+            title,
+            coalitions["strips"],
+            coalitions["clients"],
+            folder / f"{name}_coalitions.png",
+            coalitions["groups"],
+        )
+    return drawn
+
+
+def figure_line(text: str, path: Path | None, missing: str, report_name: str) -> str:
+    """A figure's line in the report: its link, or why it is not drawn."""
+    if path is None:
+        return f"- {text}: not drawn, {missing}."
+    return f"- {text}: ![{text}]({report_name}/{path.name})"
+
+
+def seed_list(seeds: list[int]) -> str:
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+
+def record_figure_lines(
+    name: str,
+    records: dict[str, Any],
+    drawn: dict[str, Path | None],
+    report_name: str,
+    runs: int,
+    rerun: str | None = None,
+) -> dict[str, str]:
+    """The report's line of each record figure of the setting, by kind. ``runs``: the runs
+    in the table; ``rerun`` (e.g. "rerun on <machine>"): the figures come from a rerun of some
+    of them, not from the table's own runs, and each caption says which seeds."""
+    lines = {}
+
+    def source(seeds: list[int]) -> str:
+        return f"{seed_list(seeds)}, {rerun}" if rerun else seed_list(seeds)
+
+    def stored(kind: str) -> str:
+        series = records.get(kind) or {"runs": {}, "seeds": []}
+        count = f"{sum(len(r) for r in series['runs'].values())} of {runs} runs"
+        return f"{count}: {source(series['seeds'])}" if rerun else f"{count} stored it"
+
+    lines["by_round"] = figure_line(
+        f"{FIGURE_CAPTIONS['by_round']} ({stored('by_round')})",
+        drawn.get("by_round"),
+        "these units predate per-round records: rerun them to draw it",
+        report_name,
+    )
+    if name == "label_flip":
+        lines["to_attackers"] = figure_line(
+            FIGURE_CAPTIONS["to_attackers"] + (f" ({stored('to_attackers')})" if rerun else ""),
+            drawn.get("to_attackers"),
+            "these units predate per-round graph records: rerun them to draw it",
+            report_name,
+        )
+    graph = records.get("graph")
+    lines["graph"] = figure_line(
+        f"`{graph_method(name)}` {FIGURE_CAPTIONS['graph']}"
+        + (f" ({source([graph['seed']])})" if graph else ""),
+        drawn.get("graph"),
+        "these units predate graph records: rerun them to draw it",
+        report_name,
+    )
+    if SETTINGS[name].coalitions:
+        coalitions = records.get("coalitions") or {}
+        against = ", against the true groups" if coalitions.get("groups") else ""
+        rerun_of = f"; {source(coalitions['seeds'])}" if coalitions and rerun else ""
+        lines["coalitions"] = figure_line(
+            f"{FIGURE_CAPTIONS['coalitions']} (each client's final coalition{against}{rerun_of})",
+            drawn.get("coalitions"),
+            "no coalition method finished",
+            report_name,
+        )
+    return lines
+
+
 def setting_figures(
     name: str,
     cells: dict[str, dict[str, Any]],
@@ -486,85 +657,26 @@ def setting_figures(
     folder: Path,
     report_name: str,
     rounds: int,
-) -> list[str]:
+) -> tuple[list[str], dict[str, Any]]:
     """Draw the setting's figures from its units; say for each one what it comes from.
+    Returns the report's lines and the records the figures were drawn from.
     ``rounds``: the planned rounds, where a unit's summary does not say."""
-    setting = SETTINGS[name]
     units = [r for r in results if r["setting"] == name]
-    planned = min((u["summary"].get("rounds_planned") or rounds for u in units), default=rounds)
-    lines = ["Figures (from the runs in the table above):", ""]
-
-    def link(text: str, path: Path | None, missing: str) -> None:
-        if path is None:
-            lines.append(f"- {text}: not drawn, {missing}.")
-        else:
-            lines.append(f"- {text}: ![{text}]({report_name}/{path.name})")
-
-    link(
-        "accuracy vs variance across clients",
-        report_figures.accuracy_vs_variance(setting.title, cells, folder / f"{name}_acc_var.png"),
-        "no method finished",
+    scatter = report_figures.accuracy_vs_variance(
+        SETTINGS[name].title, cells, folder / f"{name}_acc_var.png"
     )
-    curves = {
-        m: [[None if v is None else 100 * v for v in u["curve"]] for u in units
-            if u["method"] == m and u.get("curve")]
-        for m in cells
-    }  # fmt: skip
-    stored = sum(len(c) for c in curves.values())
-    link(
-        f"accuracy by round ({stored} of {len(units)} runs stored it)",
-        report_figures.series_by_round(
-            setting.title, "mean test accuracy of the round's model (%)", curves,
-            folder / f"{name}_by_round.png", planned,
+    records = figure_records(name, list(cells), units, rounds)
+    drawn = draw_records(name, records, folder)
+    lines = [
+        "Figures (from the runs in the table above):",
+        "",
+        figure_line(
+            "accuracy vs variance across clients", scatter, "no method finished", report_name
         ),
-        "these units predate per-round records: rerun them to draw it",
-    )  # fmt: skip
-    if name == "label_flip":
-        shares = {
-            m: [[100 * v for _, v in sorted(u["to_attackers_by_round"].items(),
-                                            key=lambda kv: int(kv[0]))]
-                for u in units if u["method"] == m and u.get("to_attackers_by_round")]
-            for m in cells
-        }  # fmt: skip
-        link(
-            "benign weight on attackers by round",
-            report_figures.series_by_round(
-                setting.title, "benign clients' weight on attackers (%)", shares,
-                folder / f"{name}_to_attackers.png", planned,
-            ),
-            "these units predate per-round graph records: rerun them to draw it",
-        )  # fmt: skip
-    dpfl = "dpfl:budget=0.1" if name == "label_flip" else "dpfl:budget=0.2"
-    with_graph = sorted((u for u in units if u["method"] == dpfl and u.get("graph_last")),
-                        key=lambda u: u["seed"])  # fmt: skip
-    link(
-        f"`{dpfl}` graph in the last round"
-        + (f" (seed {with_graph[0]['seed']})" if with_graph else ""),
-        report_figures.graph_heatmap(
-            f"{setting.title}: {dpfl}, seed {with_graph[0]['seed']}",
-            with_graph[0]["graph_last"],
-            unit_groups(with_graph[0], len(with_graph[0]["graph_last"])),
-            folder / f"{name}_graph.png",
-        ) if with_graph else None,
-        "these units predate graph records: rerun them to draw it",
-    )  # fmt: skip
-    if setting.coalitions:
-        strips = {
-            f"{u['method']} s{u['seed']}": u["summary"]["coalitions_last"]
-            for u in sorted(units, key=lambda u: (u["method"], u["seed"]))
-            if u["summary"].get("coalitions_last")
-        }
-        clients = max((len(u["client_acc"]) for u in units), default=0)
-        groups = next((g for u in units if (g := unit_groups(u, clients))), None)
-        link(
-            "coalition structure (each client's final coalition"
-            + (", against the true groups)" if groups else ")"),
-            report_figures.coalition_structure(
-                setting.title, strips, clients, folder / f"{name}_coalitions.png", groups
-            ),
-            "no coalition method finished",
-        )
-    return [*lines, ""]
+        *record_figure_lines(name, records, drawn, report_name, len(units)).values(),
+        "",
+    ]
+    return lines, records
 
 
 def notes(name: str) -> list[str]:
@@ -615,6 +727,7 @@ def write_report(
         *notes(f"{args.report_name}_intro"),
     ]
     figures: dict[str, Any] = {}
+    records: dict[str, Any] = {}
     for name in settings:
         if name == SYNTHETIC:
             section, figures[name] = synthetic_section(synthetic)
@@ -624,7 +737,10 @@ def write_report(
         cells = setting_cells(name, results, chosen)
         figures[name] = cells
         lines += setting_table(name, cells, seeds)
-        lines += setting_figures(name, cells, results, folder, args.report_name, args.rounds)
+        section, records[name] = setting_figures(
+            name, cells, results, folder, args.report_name, args.rounds
+        )
+        lines += section
         lines += notes(name)
     DOCS.mkdir(exist_ok=True)
     path = DOCS / f"{args.report_name}.md"
@@ -634,22 +750,109 @@ def write_report(
         "machines": machines,
         "command": command_line(),
         "status": status,
+        "figures": records,
     }
     (DOCS / f"{args.report_name}.json").write_text(json.dumps(payload, indent=1, default=str))
     return path
 
 
 def redraw_from_json(report_name: str) -> list[Path]:
-    """Redraw the figures that docs/<report_name>.json holds enough for (accuracy vs
-    variance, from its cells) when the units are not on this machine; the others need the
-    units' per-round and graph records."""
+    """Redraw, when the units are not on this machine, every figure that docs/<report_name>.json
+    holds enough for: the accuracy-vs-variance ones from its cells, the others from the records
+    it keeps of them (reports written before it kept them have none)."""
     payload = json.loads((DOCS / f"{report_name}.json").read_text())
+    folder = DOCS / report_name
     drawn = []
     for name, cells in payload["settings"].items():
         if name in SETTINGS:
-            path = DOCS / report_name / f"{name}_acc_var.png"
+            path = folder / f"{name}_acc_var.png"
             if report_figures.accuracy_vs_variance(SETTINGS[name].title, cells, path):
                 drawn.append(path)
+    for name, records in payload.get("figures", {}).items():
+        drawn += [p for p in draw_records(name, records, folder).values() if p]
+    return drawn
+
+
+def replace_figure_line(text: str, name: str, kind: str, line: str) -> str:
+    """``text`` (a report) with the line of setting ``name``'s ``kind`` figure replaced."""
+    lines = text.split("\n")
+    start = lines.index(f"## {SETTINGS[name].title}")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    caption = FIGURE_CAPTIONS[kind]
+    prefix = f"- `{graph_method(name)}` {caption}" if kind == "graph" else f"- {caption}"
+    found = [i for i in range(start, end) if lines[i].startswith(prefix)]
+    if len(found) != 1:
+        raise SystemExit(
+            f"report section {SETTINGS[name].title!r} has {len(found)} lines starting "
+            f"{prefix!r}, expected 1: rewrite the report with --report-only first"
+        )
+    lines[found[0]] = line
+    return "\n".join(lines)
+
+
+def agreement(units: list[dict[str, Any]], cells: dict[str, dict[str, Any]]) -> str:
+    """How the rerun ``units``' accuracies compare with the table's cells of the same
+    (method, seed): a rerun on another CPU need not give the same bits."""
+    offs = []
+    for unit in units:
+        cell, acc = cells[unit["method"]], unit["summary"].get("mean_test_acc")
+        # a cell with a seed that had no accuracy does not say which value is whose
+        if (
+            acc is not None
+            and unit["seed"] in cell["seeds"]
+            and len(cell["acc"]) == len(cell["seeds"])
+        ):
+            offs.append(abs(100 * acc - cell["acc"][cell["seeds"].index(unit["seed"])]))
+    same = sum(off == 0 for off in offs)
+    if not offs or same == len(offs):
+        return ", the table's accuracies to the bit" if offs else ""
+    if same:
+        return (
+            f", {same} of {len(offs)} final accuracies the table's to the bit, the others up "
+            f"to {max(offs):.2f} pp off"
+        )
+    return f", final accuracies up to {max(offs):.2f} pp off the table's"
+
+
+def figures_from_units(report_name: str, out: Path, settings: list[str], rounds: int) -> list[Path]:
+    """Redraw an existing report's by-round, to-attackers, graph and coalition figures from
+    whatever units of its settings are in ``out`` (a rerun of some of its runs that kept the
+    records those figures need), and rewrite those figures' lines to say where they come from.
+    Its tables, its accuracy-vs-variance figures and every other line stay as they are, so a
+    report whose units are gone gets its figures back without its cells changing. A coalition
+    figure is redrawn only when the units hold a strip for every (method, seed) the table has
+    one for: fewer strips would show less than the figure drawn first. The records drawn are
+    kept in docs/<report_name>.json for --redraw-from-json."""
+    md, js = DOCS / f"{report_name}.md", DOCS / f"{report_name}.json"
+    text, payload = md.read_text(), json.loads(js.read_text())
+    drawn = []
+    for name, cells in payload["settings"].items():
+        if name not in SETTINGS or name not in settings:
+            continue
+        units = [json.loads(p.read_text()) for p in sorted((out / name).glob("s*/*/unit.json"))]
+        units = [u for u in units if u["method"] in cells]
+        if not units:
+            continue
+        records = figure_records(name, list(cells), units, rounds)
+        in_table = {
+            f"{m} s{seed}"
+            for m, c in cells.items()
+            for seed, count in zip(c["seeds"], c.get("coalitions") or [], strict=False)
+            if count is not None
+        }
+        if not in_table <= set(records.get("coalitions", {}).get("strips", {})):
+            records.pop("coalitions", None)
+        paths = draw_records(name, records, DOCS / report_name)
+        machines = ", ".join(sorted({u.get("machine", "a machine not recorded") for u in units}))
+        runs = sum(len(c["seeds"]) for c in cells.values())
+        rerun = f"rerun on {machines}{agreement(units, cells)}"
+        lines = record_figure_lines(name, records, paths, report_name, runs, rerun)
+        for kind in records:
+            text = replace_figure_line(text, name, kind, lines[kind])
+        payload.setdefault("figures", {}).setdefault(name, {}).update(records)
+        drawn += [p for p in paths.values() if p]
+    md.write_text(text)
+    js.write_text(json.dumps(payload, indent=1, default=str))
     return drawn
 
 
@@ -681,7 +884,13 @@ def main() -> None:
     parser.add_argument(
         "--redraw-from-json",
         action="store_true",
-        help="only redraw the figures docs/NAME.json holds enough for (accuracy vs variance)",
+        help="only redraw the figures docs/NAME.json holds enough for",
+    )
+    parser.add_argument(
+        "--figures-from-units",
+        action="store_true",
+        help="only redraw docs/NAME.md's by-round, graph and coalition figures from the units "
+        "in --out (a rerun of some of its runs), tables and scatters unchanged",
     )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -695,9 +904,19 @@ def main() -> None:
         raise SystemExit(f"unknown methods {sorted(methods - known)}; choose from {sorted(known)}")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", args.report_name):
         raise SystemExit(f"--report-name must be letters, digits, _ or -, got {args.report_name!r}")
-    if args.redraw_from_json:
-        for path in redraw_from_json(args.report_name):
+    if args.redraw_from_json or args.figures_from_units:
+        for kept in (DOCS / f"{args.report_name}.md", DOCS / f"{args.report_name}.json"):
+            if not kept.exists():
+                raise SystemExit(f"--report-name {args.report_name}: no {kept}; write it first")
+        redrawn = (
+            redraw_from_json(args.report_name)
+            if args.redraw_from_json
+            else figures_from_units(args.report_name, args.out, settings, args.rounds)
+        )
+        for path in redrawn:
             print(f"redrew {path.relative_to(REPO_ROOT)}")
+        if not redrawn:
+            print(f"nothing to redraw: no records in the report, no units under {args.out}")
         return
     base = (
         f"data.num_clients={args.clients}",

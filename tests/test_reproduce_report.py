@@ -158,11 +158,129 @@ def test_report_figures_draw_nothing_from_nothing(tmp_path: Path):
     assert not list(tmp_path.iterdir())
 
 
-def test_the_scatter_is_redrawn_from_the_reports_json_alone(docs: Path, tmp_path: Path):
+def test_every_figure_is_redrawn_from_the_reports_json_alone(docs: Path, tmp_path: Path):
     results = [_unit(m, 0, stored=True) for m in ("local", "dpfl:budget=0.1")]
     reproduce.write_report(results, [], ["label_flip"], set(), [0], _args(tmp_path), total_units=2)
+    first = {png.name: png.read_bytes() for png in (docs / "results").iterdir()}
     for png in (docs / "results").iterdir():
         png.unlink()
     drawn = reproduce.redraw_from_json("results")
-    assert drawn == [docs / "results" / "label_flip_acc_var.png"]
-    assert [p.name for p in (docs / "results").iterdir()] == ["label_flip_acc_var.png"]
+    assert (
+        sorted(p.name for p in drawn)
+        == sorted(first)
+        == [f"label_flip_{kind}.png" for kind in ("acc_var", "by_round", "graph", "to_attackers")]
+    )
+    assert {p.name: p.read_bytes() for p in drawn} == first  # the records hold all they draw
+
+
+def _store(out: Path, unit: dict) -> None:
+    folder = out / unit["setting"] / f"s{unit['seed']}" / reproduce.unit_folder(unit["method"])
+    folder.mkdir(parents=True)
+    (folder / "unit.json").write_text(json.dumps(unit))
+
+
+def test_a_rerun_redraws_the_record_figures_and_leaves_the_tables(docs: Path, tmp_path: Path):
+    # The report's runs kept no records (units from before them), and are gone since.
+    table = [_unit(m, s, stored=False) for m in ("local", "dpfl:budget=0.1") for s in (0, 1)]
+    strips = {0: [[0, 1], [2, 3]], 1: [[0, 1, 2, 3]]}
+    for seed in (0, 1):
+        grouped = _unit("fedcollab", seed, stored=False, setting="label_groups")
+        grouped["summary"] |= {"coalitions_last": strips[seed], "num_coalitions_last": 2 - seed}
+        table.append(grouped)
+    settings, methods = ["label_flip", "label_groups"], {"local", "dpfl:budget=0.1", "fedcollab"}
+    path = reproduce.write_report(table, [], settings, methods, [0, 1], _args(tmp_path), 6)
+    before, scatter = path.read_text(), (docs / "results" / "label_flip_acc_var.png").read_bytes()
+    cells = json.loads((docs / "results.json").read_text())["settings"]
+    assert "accuracy by round (0 of 4 runs stored it): not drawn" in before
+    assert not (docs / "results" / "label_flip_graph.png").exists()
+    # A rerun of seed 0 with the records, on another machine; its cells differ from the table's.
+    out = tmp_path / "units"
+    for unit in [_unit(m, 0, stored=True) for m in ("local", "dpfl:budget=0.1")]:
+        _store(out, unit | {"machine": "the rerun machine", "summary": {"mean_test_acc": 0.1}})
+    grouped = _unit("fedcollab", 0, stored=True, setting="label_groups")
+    grouped["summary"] |= {"coalitions_last": strips[0], "num_coalitions_last": 2}
+    grouped["true_groups"] = ["a", "a", "b", "b"]
+    _store(out, grouped | {"machine": "the rerun machine"})
+
+    drawn = reproduce.figures_from_units("results", out, settings, 3)
+
+    assert sorted(p.name for p in drawn) == [
+        "label_flip_by_round.png",
+        "label_flip_graph.png",
+        "label_flip_to_attackers.png",
+        "label_groups_by_round.png",
+    ]
+    after = path.read_text()
+    rerun = "seed 0, rerun on the rerun machine, final accuracies up to 70.00 pp off the table's"
+    identical = "seed 0, rerun on the rerun machine, the table's accuracies to the bit"
+    changed = {
+        f"- accuracy by round (2 of 4 runs: {rerun}): ![",
+        f"- benign weight on attackers by round (1 of 4 runs: {rerun}): ![",
+        f"- `dpfl:budget=0.1` graph in the last round ({rerun}): ![",
+        f"- accuracy by round (1 of 2 runs: {identical}): ![",
+    }
+    new_lines = [line for line in after.split("\n") if line not in before.split("\n")]
+    assert {line.split("![")[0] + "![" for line in new_lines} == changed
+    # Every other line (tables, claims, the scatter's line) is as it was, and so is the scatter.
+    kept = [line for line in after.split("\n") if line not in new_lines]
+    assert len(kept) == len(before.split("\n")) - len(changed)
+    assert all(line in before.split("\n") for line in kept)
+    assert (docs / "results" / "label_flip_acc_var.png").read_bytes() == scatter
+    saved = json.loads((docs / "results.json").read_text())
+    assert saved["settings"] == cells
+    # The table has seed 1's coalitions too: a figure of seed 0 alone would show less.
+    assert [line for line in kept if line.startswith("- coalition structure (")] == [
+        line for line in before.split("\n") if line.startswith("- coalition structure (")
+    ]
+    assert saved["figures"]["label_groups"]["coalitions"]["seeds"] == [0, 1]  # the table's
+    assert saved["figures"]["label_flip"]["graph"]["groups"] == ["benign"] * 3 + ["label-flipped"]
+    # What was redrawn can be redrawn again from the JSON alone.
+    for png in drawn:
+        png.unlink()
+    assert set(drawn) < set(reproduce.redraw_from_json("results"))
+
+
+def test_by_round_curves_say_benign_only_when_there_are_attackers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    labels = {}
+
+    def series_by_round(title, ylabel, curves, path, planned=None):
+        labels[path.name] = ylabel
+
+    monkeypatch.setattr(report_figures, "series_by_round", series_by_round)
+    attacked = [_unit("dpfl:budget=0.1", 0, stored=True)]
+    clean = [_unit("local", 0, stored=True, setting="dir") | {"malicious": []}]
+    for name, units in (("label_flip", attacked), ("dir", clean)):
+        records = reproduce.figure_records(name, [units[0]["method"]], units, 3)
+        reproduce.draw_records(name, records, tmp_path)
+    assert labels["label_flip_by_round.png"].startswith("benign clients' mean test accuracy")
+    assert labels["dir_by_round.png"].startswith("mean test accuracy")
+
+
+def test_a_curve_that_is_another_methods_stays_visible_and_says_so():
+    curves = {"fedavg": [[50.0, 60.0]], "local": [[70.0, 72.0]], "fedcollab": [[50.0, 60.0]]}
+    fig = report_figures.series_by_round_figure("t", "y", curves, planned=2)
+    assert fig is not None
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert set(lines) == {"fedavg (n=1)", "local (n=1)", "fedcollab (n=1, same curve as fedavg)"}
+    # Drawn on top of fedavg's, thinner: fedavg's colour shows either side of it.
+    on_top = lines["fedcollab (n=1, same curve as fedavg)"]
+    assert on_top.get_linewidth() < lines["fedavg (n=1)"].get_linewidth()
+
+
+def test_a_rerun_caption_says_which_accuracies_are_the_tables():
+    cells = {
+        "local": {"seeds": [0, 1], "acc": [80.0, 81.0]},
+        "fedavg": {"seeds": [0], "acc": [50.0]},
+    }
+    local = _unit("local", 0, stored=False)  # 0.8: the table's 80.0
+    fedavg = _unit("fedavg", 0, stored=False)  # 0.8 against 50.0
+    assert reproduce.agreement([local], cells) == ", the table's accuracies to the bit"
+    assert reproduce.agreement([fedavg], cells) == (
+        ", final accuracies up to 30.00 pp off the table's"
+    )
+    assert reproduce.agreement([local, fedavg], cells) == (
+        ", 1 of 2 final accuracies the table's to the bit, the others up to 30.00 pp off"
+    )
+    assert reproduce.agreement([_unit("local", 2, stored=False)], cells) == ""  # not in it
