@@ -19,11 +19,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from collabfl.engine.report.plots import (
+    OVER_WIDTH,
     client_ticks,
     clipped_error,
     mark_fine_tuning,
     mark_true_groups,
     method_style,
+    same_curve,
     true_group_order,
 )
 
@@ -117,9 +119,7 @@ def series_by_round_figure(
         mean = np.nanmean(values, axis=0)
         rounds = np.arange(length)
         kept = rounds < planned if planned else np.ones(length, dtype=bool)
-        same = next(
-            (m for m, c in drawn.items() if np.array_equal(c, mean[kept], equal_nan=True)), None
-        )
+        same = same_curve(drawn, mean[kept])
         drawn[method] = mean[kept]
         ax.plot(
             rounds[kept],
@@ -127,7 +127,7 @@ def series_by_round_figure(
             color=colour,
             marker=marker,
             markersize=3 if same else 4,
-            linewidth=0.8 if same else 1.5,
+            linewidth=OVER_WIDTH if same else 1.5,
             label=f"{method} (n={len(runs)}" + (f", same curve as {same})" if same else ")"),
         )
         if not kept.all():

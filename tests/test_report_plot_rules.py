@@ -190,3 +190,15 @@ def test_the_run_scatter_gives_each_of_13_methods_its_own_colour_and_marker() ->
     ax = accuracy_vs_variance_figure(summaries).axes[0]
     styles = {(str(c.lines[0].get_color()), str(c.lines[0].get_marker())) for c in ax.containers}
     assert len(styles) == 13
+
+
+def test_a_curve_drawn_over_another_stays_visible_and_says_whose_it_is() -> None:
+    """fedavg_ft is FedAvg until its fine-tuning: drawn the same, it hid FedAvg's lines."""
+    fedavg_ft = _records([0.5, 0.6, 0.7], rounds=5)  # CONFIG plans 4: round 4 fine-tunes
+    runs = {"fedavg": _records([0.5, 0.6, 0.7]), "fedavg_ft": fedavg_ft}
+    ax = accuracy_by_round_figure(runs).axes[0]
+    solid = {str(line.get_label()): line for line in ax.get_lines() if line.get_linestyle() == "-"}
+    over = solid["fedavg_ft (same curve as fedavg)"]
+    assert over.get_linewidth() < solid["fedavg"].get_linewidth()
+    different = accuracy_by_round_figure({"a": _records([0.5] * 3), "b": _records([0.6] * 3)})
+    assert {str(line.get_label()) for line in different.axes[0].get_lines()} >= {"a", "b"}

@@ -91,18 +91,26 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
     seeds = max((len(r) for r in by_method.values()), default=0)
     fig = Figure(figsize=(8, 5))
     ax = fig.add_subplot()
+    drawn: dict[str, np.ndarray] = {}
     for index, (method, records) in enumerate(by_method.items()):
         if not records:
             continue
         colour, marker = method_style(index, len(by_method))
         planned = int(records[0].config.get("rounds") or 0)
         rounds, current, _ = _curve(records, "test_acc")
+        _, best, spread = _curve(records, "best_test_acc")
         kept = rounds < planned if planned else np.ones(len(rounds), dtype=bool)
-        ax.plot(rounds[kept], current[kept], color=colour, marker=marker, label=method)
-        rounds, best, spread = _curve(records, "best_test_acc")
+        same = same_curve(drawn, np.concatenate([current[kept], best[kept]]))
+        drawn[method] = np.concatenate([current[kept], best[kept]])
+        label = f"{method} (same curve as {same})" if same else method
+        width = OVER_WIDTH if same else None  # None: matplotlib's default width
         ax.plot(
-            rounds[kept], best[kept], color=colour, marker=marker, linestyle="--", label="_best"
+            rounds[kept], current[kept], color=colour, marker=marker, linewidth=width, label=label
         )
+        ax.plot(
+            rounds[kept], best[kept], color=colour, marker=marker, linewidth=width,
+            linestyle="--", label="_best",
+        )  # fmt: skip
         low, high = np.clip(best - spread, 0, 100), np.clip(best + spread, 0, 100)
         ax.fill_between(rounds[kept], low[kept], high[kept], color=colour, alpha=0.15)
         if not kept.all():  # a step after the planned rounds: fedavg_ft's fine-tuning
@@ -152,6 +160,25 @@ def _rounds_missing_clients(by_method: Mapping[str, list[RunRecords]]) -> list[i
         last = max(clients, default=-1)
         missing |= {t for t in range(last + 1) if len(clients.get(t, ())) < expected}
     return sorted(missing)
+
+
+OVER_WIDTH = 0.8
+"""Line width of a curve that is exactly an earlier method's, drawn over it: thinner, so the
+one beneath still shows on both sides."""
+
+
+def same_curve(drawn: Mapping[str, np.ndarray], curve: np.ndarray) -> str | None:
+    """The first method in ``drawn`` whose curve is ``curve`` to the bit (fedavg_ft is FedAvg
+    until it fine-tunes; FedCollab with one coalition is FedAvg), or None. A line drawn over
+    an identical one hides it: the caller draws it thinner and names whose curve it is."""
+    return next(
+        (
+            method
+            for method, other in drawn.items()
+            if other.shape == curve.shape and np.array_equal(other, curve, equal_nan=True)
+        ),
+        None,
+    )
 
 
 TAB20 = tuple(to_hex(c) for c in colormaps["tab20"].colors)  # type: ignore[attr-defined]
