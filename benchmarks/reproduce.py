@@ -752,8 +752,17 @@ def write_report(
         "status": status,
         "figures": records,
     }
-    (DOCS / f"{args.report_name}.json").write_text(json.dumps(payload, indent=1, default=str))
+    (DOCS / f"{args.report_name}.json").write_text(report_json(payload))
     return path
+
+
+def report_json(payload: dict[str, Any]) -> str:
+    """The report's JSON, indented, with each list of plain values on one line: a 50-client
+    graph is 50 lines, not 2,500."""
+    text = json.dumps(payload, indent=1, default=str)
+    # A list holding no list, object or string: its commas are separators only.
+    flat = r"\[[^\[\]{}\"]*\]"
+    return re.sub(flat, lambda m: "".join(m.group(0).split()).replace(",", ", "), text)
 
 
 def redraw_from_json(report_name: str) -> list[Path]:
@@ -852,7 +861,7 @@ def figures_from_units(report_name: str, out: Path, settings: list[str], rounds:
         payload.setdefault("figures", {}).setdefault(name, {}).update(records)
         drawn += [p for p in paths.values() if p]
     md.write_text(text)
-    js.write_text(json.dumps(payload, indent=1, default=str))
+    js.write_text(report_json(payload))
     return drawn
 
 
