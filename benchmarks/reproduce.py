@@ -138,6 +138,16 @@ class Unit:
         return Path(self.folder) / "unit.json"
 
 
+def machine() -> str:
+    """What a unit's numbers depend on besides the code: the build, and the CPU's kernels
+    (torch picks AVX2, AVX-512 or AMX code by what the CPU offers, and the bits differ)."""
+    import torch
+
+    env = environment()
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"Python {env['python']}, torch {env['torch']}, {env['cpu_count']} CPUs ({capability})"
+
+
 def unit_folder(method: str) -> str:
     """A method's folder name (``dpfl:budget=0.1`` → ``dpfl_budget-0.1``)."""
     return method.replace(":", "_").replace("=", "-").replace(",", "_")
@@ -176,8 +186,7 @@ def run_unit(unit: Unit) -> dict[str, Any]:
     except Exception:
         result |= {"summary": None, "error": traceback.format_exc()}
     result["wall_s"] = time.perf_counter() - started
-    env = environment()
-    result["machine"] = f"Python {env['python']}, torch {env['torch']}, {env['cpu_count']} CPUs"
+    result["machine"] = machine()
     if result["error"] is None:
         unit.done_file.write_text(json.dumps(result))
     return result
@@ -412,14 +421,12 @@ def run_synthetic(out: Path, seeds: list[int], run_missing: bool) -> list[dict[s
                     ce.run(rho, n, seed, ce.DEFAULT_NOISE, settings) | {"paper": paper}
                     for rho, n, paper in ce.SETTINGS
                 ]
-                env = environment()
                 unit = {
                     "variant": variant,
                     "seed": seed,
                     "rows": rows,
                     "wall_s": time.perf_counter() - started,
-                    "machine": f"Python {env['python']}, torch {env['torch']}, "
-                    f"{env['cpu_count']} CPUs",
+                    "machine": machine(),
                 }
                 done.parent.mkdir(parents=True, exist_ok=True)
                 done.write_text(json.dumps(unit))
