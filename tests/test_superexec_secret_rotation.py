@@ -16,7 +16,8 @@ from flwr.supercore.constant import TaskType
 from flwr.supercore.runtime import RuntimeHttpClient
 from support.task_claims import superexec_superlink
 
-from collabfl.flower.superexec_auth import claim_signer, rotate_secret
+from collabfl.client.daemon import supernode_starting
+from collabfl.flower.superexec_auth import claim_signer, ensure_secret, rotate_secret
 
 
 class Recorder:
@@ -72,3 +73,17 @@ def test_a_claim_captured_before_a_restart_is_void_after_the_secret_rotates(tmp_
     with superexec_superlink(tmp_path) as (_, address, _):
         claim(address, signer)  # the same signer signs with the new secret
         assert replay(captured, address) != 200
+
+
+def test_a_client_daemons_supernode_gets_a_new_secret_before_each_start(tmp_path):
+    """A participant's SuperNode forgets the nonces too: the same rotation, before each
+    start, then the stale node cleared."""
+    secret = ensure_secret(tmp_path)
+    seen, cleared = {secret.read_bytes()}, []
+    for _ in range(3):
+        supernode_starting(tmp_path, lambda: cleared.append(True))
+        seen.add(secret.read_bytes())
+    assert len(seen) == 4 and len(cleared) == 3
+    assert secret.stat().st_mode & 0o777 == 0o600
+    supernode_starting(tmp_path, None)  # insecure: nothing to clear, still rotated
+    assert secret.read_bytes() not in seen

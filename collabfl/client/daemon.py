@@ -49,7 +49,7 @@ from collabfl.flower.processes import (
     warm_executor_command,
 )
 from collabfl.flower.stale_node import clear_stale_node, preload
-from collabfl.flower.superexec_auth import ensure_secret
+from collabfl.flower.superexec_auth import ensure_secret, rotate_secret
 from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel import exit_status
@@ -329,6 +329,16 @@ def stream_limits(args: argparse.Namespace) -> StreamLimits:
     )
 
 
+def supernode_starting(state_dir: Path, clear_stale: Callable[[], None] | None) -> None:
+    """Before each SuperNode start: a new SuperExec secret, then what a killed SuperNode left
+    cleared. The SuperNode keeps the nonces of the claims it took in memory and forgets them
+    when it restarts, so a claim recorded before must not verify after; the executor's
+    signer reads the file again when it changes."""
+    rotate_secret(state_dir)
+    if clear_stale is not None:
+        clear_stale()
+
+
 def start_flower(
     args: argparse.Namespace, give_up: Callable[[str], None], stop: threading.Event
 ) -> list[Supervisor]:
@@ -362,7 +372,8 @@ def start_flower(
 
     supernode = Supervisor(
         "supernode", supernode_command(args), log_path, env, policy, on_give_up=give_up,
-        reasons=supernode_reasons(args), before_start=clear_stale, after_exit=supernode_died,
+        reasons=supernode_reasons(args), after_exit=supernode_died,
+        before_start=partial(supernode_starting, args.state_dir, clear_stale),
     )  # fmt: skip
     supernode.start()
     wait_for_join(supernode.log_path, JOIN_FIRST_S, stop)
