@@ -170,3 +170,27 @@ def test_a_child_told_to_stop_restarting_is_not_restarted_when_it_exits(tmp_path
         assert child.restarts == 0 and not child.alive
     finally:
         child.stop(grace_s=5)
+
+
+LINGERING = """
+import threading, time
+threading.Thread(target=time.sleep, args=(600,)).start()  # not a daemon thread
+raise KeyboardInterrupt  # the main program dies; the thread keeps the process alive
+"""
+
+
+def test_a_child_whose_main_program_died_but_lives_on_is_killed_and_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Flower SuperNode that gives up signals itself; when the signal lands in its exit
+    path, the uvicorn thread it started keeps it alive and idle for good."""
+    monkeypatch.setattr("collabfl.kernel.supervisor.LINGER_S", 0.5)
+    child = Supervisor("child", [sys.executable, "-c", LINGERING], tmp_path / "child.log")
+    child.start()
+    try:
+        assert child.process is not None
+        first = child.process.pid
+        _wait(lambda: child.restarts >= 1, "a restart of the lingering child", limit_s=60)
+        assert child.process.pid != first
+    finally:
+        child.stop(grace_s=5)

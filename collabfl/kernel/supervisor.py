@@ -40,6 +40,11 @@ HEALTHY_S = 60.0
 start again from the first, with the shortest delay."""
 CHECK_S = 1.0
 """How often the output of a running child is read for problems it reports."""
+LINGER_S = 10.0
+"""How long a child may stay alive after its main program died of an uncaught
+KeyboardInterrupt before it is killed: a Flower SuperNode that gives up signals itself, and
+when the signal lands in its exit path the threads it started keep the process alive, doing
+nothing, for good."""
 OUTPUT_LIMIT = 64 * 1024
 """At most this much of a child's latest output is read to explain it."""
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -51,6 +56,12 @@ def plain_lines(text: str, keep_info: bool = True) -> list[str]:
     ``keep_info=False`` also drops INFO lines (uvicorn's start and shutdown chatter)."""
     lines = (ANSI_ESCAPE.sub("", line).strip() for line in text.splitlines())
     return [line for line in lines if line and (keep_info or not INFO_LINE.match(line))]
+
+
+def main_program_ended(output: str) -> bool:
+    """Whether ``output`` ends a traceback of an uncaught KeyboardInterrupt: the interpreter
+    prints the bare exception name last when the main thread dies of it."""
+    return "KeyboardInterrupt" in plain_lines(output)
 
 
 class Reasons(Protocol):
@@ -201,7 +212,9 @@ class Supervisor:
             self._spawn()
 
     def _wait_reporting(self, process: subprocess.Popen[bytes]) -> int:
-        """Wait for the child's exit code, logging what it reports as it runs."""
+        """Wait for the child's exit code, logging what it reports as it runs, and kill it
+        when it lingers ``LINGER_S`` after its main program died."""
+        main_ended_at: float | None = None
         while True:
             try:
                 return process.wait(timeout=CHECK_S)
@@ -215,6 +228,11 @@ class Supervisor:
             said = self.reasons.refused(new) if new else None
             if said:
                 log.warning("%s: %s", self.name, said)
+            if main_ended_at is None and main_program_ended(new):
+                main_ended_at = time.monotonic()
+            elif main_ended_at is not None and time.monotonic() - main_ended_at >= LINGER_S:
+                self.kill_running(f"its main program died {LINGER_S:g} s ago, yet it lives on")
+                main_ended_at = None
 
     def output(self) -> str:
         """What the child wrote since it started (its last ``OUTPUT_LIMIT`` bytes at most)."""
