@@ -378,8 +378,7 @@ class CoordinatorState:
     def bind_supernode(self, client_id: int, flower_node_id: int, public_key: str) -> None:
         """Record that the SuperNode with ``public_key`` (Flower node ``flower_node_id``) is
         client ``client_id``; a client's new key replaces its old one."""
-        if not 0 <= flower_node_id < 2**64:
-            raise InvalidRecord(f"flower_node_id {flower_node_id} is not a uint64")
+        _check_node_id(flower_node_id)
         with self._transaction() as conn:
             taken = conn.execute(
                 "SELECT client_id FROM supernode_keys WHERE flower_node_id = ? AND client_id != ?",
@@ -424,8 +423,7 @@ class CoordinatorState:
         the key's binding and the member's row together, so that no reader sees one id in
         one and the other in the other. False (nothing changed) when the client's key is no
         longer ``public_key``: it was revoked, or replaced, while the key was registered."""
-        if not 0 <= flower_node_id < 2**64:
-            raise InvalidRecord(f"flower_node_id {flower_node_id} is not a uint64")
+        _check_node_id(flower_node_id)
         with self._transaction() as conn:
             changed = conn.execute(
                 "UPDATE supernode_keys SET flower_node_id = ? WHERE client_id = ? "
@@ -846,6 +844,12 @@ def check_run_id(run_id: object) -> None:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_node_id(flower_node_id: int) -> None:
+    """A Flower node id is a uint64."""
+    if not 0 <= flower_node_id < 2**64:
+        raise InvalidRecord(f"flower_node_id {flower_node_id} is not a uint64")
 
 
 def _non_negative(name: str, value: object) -> int:

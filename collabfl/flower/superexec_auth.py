@@ -29,17 +29,16 @@ CLAIM_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
 def ensure_secret(state_dir: Path) -> Path:
     """The state dir's secret file, made (32 random bytes, 0600) if it does not exist."""
     path = state_dir / SECRET_FILE
-    if not path.exists():
-        write_bytes(path, secrets.token_bytes(32))  # 0600
-    return path
+    return path if path.exists() else rotate_secret(state_dir)
 
 
 def rotate_secret(state_dir: Path) -> Path:
-    """A fresh secret in the state dir's file, for a SuperLink about to start.
+    """A fresh secret in the state dir's file, for a SuperLink or SuperNode about to start.
 
     Flower remembers the nonce of each signed claim for the signature's age window (305 s)
-    to refuse a replay; an in-memory SuperLink forgets them when it restarts. Claims signed
-    for its predecessor are void under the new secret, so none can be replayed to it.
+    to refuse a replay; an in-memory SuperLink or SuperNode forgets them when it restarts.
+    Claims signed for its predecessor are void under the new secret, so none can be
+    replayed to it.
     """
     path = state_dir / SECRET_FILE
     write_bytes(path, secrets.token_bytes(32))  # 0600, replaced atomically
