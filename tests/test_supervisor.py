@@ -190,7 +190,11 @@ def test_a_child_whose_main_program_died_but_lives_on_is_killed_and_restarted(
     try:
         assert child.process is not None
         first = child.process.pid
-        _wait(lambda: child.restarts >= 1, "a restart of the lingering child", limit_s=60)
-        assert child.process.pid != first
+        _wait(
+            lambda: child.process is not None and child.process.pid != first and child.alive,
+            "a restart of the lingering child",
+            limit_s=60,
+        )
+        assert child.restarts >= 1
     finally:
         child.stop(grace_s=5)
