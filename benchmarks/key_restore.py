@@ -5,7 +5,9 @@ registers and binds ``--keys`` SuperNode keys in a coordinator.db, SIGKILLs the 
 and starts a fresh one, then times the daemon's key restorer (coordinator/
 supernode_restore.py) from the fresh SuperLink's start until every key is bound to its new
 node id, registering one key at a time (``--workers 1``) and a few at once (the daemon's
-REGISTER_WORKERS). Each registration is one ``flwr supernode register`` process.
+REGISTER_WORKERS). Each registration is one Control API call of the daemon's process
+(coordinator/superlink_control.py); before, each was a ``flwr supernode register`` process
+(benchmarks/results/key_restore-flwr-cli.json).
 
     python benchmarks/key_restore.py [--keys 4,16] [--workers 1,4] [--repeat 3]
 """

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
-import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -41,7 +40,6 @@ from collabfl.engine.report.coalition_moves import (
 )
 from collabfl.engine.report.table import human_bytes
 from collabfl.engine.run_options import RunOptions
-from collabfl.flower.processes import flower_env
 from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import write_text
 
@@ -355,14 +353,19 @@ def register_supernode(
     """Let a member's SuperNode join: register its key with the SuperLink and bind the Flower
     node id it gets to the client id. Runs on the coordinator machine, whose loopback alone
     reaches the SuperLink's Control API; runs launched afterwards use the binding."""
-    from collabfl.coordinator import flower_runs
-    from collabfl.coordinator.daemon import CONNECTION, flower_home
+    from collabfl.coordinator.daemon import local_superlink_control
+    from collabfl.coordinator.superlink_control import ControlError
 
-    env = {**os.environ, **flower_env(flower_home(state_dir))}
     try:
-        node_id = flower_runs.register_supernode(key.resolve(), CONNECTION, env)
-    except flower_runs.FlowerCliError as error:
+        control = local_superlink_control(state_dir)
+    except ValueError as error:
         _fail(error, EXIT_REFUSED)
+    try:
+        node_id = control.register(key.read_text())
+    except ControlError as error:
+        _fail(error, EXIT_REFUSED)
+    finally:
+        control.close()
     from collabfl.coordinator.state import CoordinatorState
 
     with CoordinatorState(state_dir / "coordinator.db") as state:

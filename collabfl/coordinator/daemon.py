@@ -24,7 +24,6 @@ coordinator's own certificate.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
@@ -63,12 +63,9 @@ from collabfl.coordinator.fleet_gateway import (
 from collabfl.coordinator.flower_runs import (
     FlowerCliError,
     follow_command,
-    list_supernodes,
-    register_supernode,
     stop_run,
     submit_run,
     submitted_run_id,
-    unregister_supernode,
 )
 from collabfl.coordinator.join_endpoint import JoinEndpoint
 from collabfl.coordinator.launch import (
@@ -90,6 +87,7 @@ from collabfl.coordinator.state import (
     Run,
     SchemaMismatch,
 )
+from collabfl.coordinator.superlink_control import ControlError, SuperLinkControl
 from collabfl.coordinator.supernode_restore import KeyRestorer
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
@@ -275,7 +273,7 @@ def ticket_signer(state_dir: Path) -> TicketSigner:
 
 
 def flower_home(state_dir: Path) -> Path:
-    """FLWR_HOME of the coordinator's own ``flwr`` commands (run, log, stop, register)."""
+    """FLWR_HOME of the coordinator's own ``flwr`` commands (run, log, stop)."""
     return (state_dir / "flwr").resolve()
 
 
@@ -364,41 +362,48 @@ def ended_runs(args: argparse.Namespace, state: CoordinatorState) -> dict[str, R
     return state.run_ends(since=time.time() - args.run_ticket_ttl - CLOCK_LEEWAY_S)
 
 
-def supernode_registry(args: argparse.Namespace, env: dict[str, str]) -> SuperNodeRegistry:
-    """Registers SuperNode keys with this coordinator's SuperLink, and removes them."""
-    flower = {**os.environ, **env}
-    keys = args.state_dir / "supernode_keys"
-    keys.mkdir(mode=0o700, exist_ok=True)
+def superlink_control(args: argparse.Namespace) -> SuperLinkControl:
+    """The Control API of this coordinator's SuperLink, called from this process."""
+    tls = loopback_tls(args)
+    address = f"{LOOPBACK}:{args.superlink_internal_port}"
+    return SuperLinkControl(address, None if tls is None else tls.ca)
 
-    def register(public_key: str) -> int:
-        path = keys / f"{hashlib.sha256(public_key.encode()).hexdigest()[:16]}.pub"
-        write_text(path, public_key.strip() + "\n", shared=True)
-        return register_supernode(path, CONNECTION, flower)
+
+def local_superlink_control(state_dir: Path) -> SuperLinkControl:
+    """The Control API of the SuperLink of the daemon whose state dir is ``state_dir`` (on
+    this machine), found from the connection the daemon writes for ``flwr``; ValueError
+    when the daemon has not written it (not started yet) or it cannot be read."""
+    path = flower_home(state_dir) / "config.toml"
+    try:
+        connection = tomllib.loads(path.read_text())["superlink"][CONNECTION]
+        address, ca = connection["address"], connection.get("root-certificates")
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path}: no SuperLink connection ({type(error).__name__}: {error}); has the "
+            "coordinator daemon started with this --state-dir?"
+        ) from None
+    return SuperLinkControl(str(address), None if ca is None else Path(ca))
+
+
+def supernode_registry(control: SuperLinkControl) -> SuperNodeRegistry:
+    """Registers SuperNode keys with this coordinator's SuperLink, and removes them."""
 
     def unregister(node_id: int) -> None:
         try:
-            unregister_supernode(node_id, CONNECTION, flower)
-        except FlowerCliError as error:  # already gone: what revocation wants
+            control.unregister(node_id)
+        except ControlError as error:  # already gone: what revocation wants
             log.info("SuperNode %s not unregistered: %s", node_id, error)
 
-    return SuperNodeRegistry(register, unregister)
+    return SuperNodeRegistry(control.register, unregister)
 
 
 def key_restorer(
-    args: argparse.Namespace,
-    state: CoordinatorState,
-    registry: SuperNodeRegistry,
-    env: dict[str, str],
+    state: CoordinatorState, registry: SuperNodeRegistry, control: SuperLinkControl
 ) -> KeyRestorer:
     """Gives each SuperLink start the bound SuperNode keys it does not know (TLS only)."""
-    flower = {**os.environ, **env}
 
     def known_nodes() -> list[int]:
-        # a connect costs nothing, a `flwr` process about a CPU-second: no process is
-        # started for a SuperLink that does not listen yet
-        socket.create_connection((LOOPBACK, args.superlink_internal_port), 1.0).close()
-        nodes = list_supernodes(CONNECTION, flower)
-        return [int(n["node-id"]) for n in nodes if n.get("status") != "unregistered"]
+        return [int(n["node-id"]) for n in control.nodes() if n["status"] != "unregistered"]
 
     return KeyRestorer(state, known_nodes, registry.register, registry.unregister)
 
@@ -769,8 +774,9 @@ def main(argv: list[str] | None = None) -> int:
     # daemon reach it through the gateway, which holds their calls until it answers.
     # With TLS only registered keys join: each SuperLink start needs them (the first too,
     # after a restart of this daemon).
-    registry = None if files is None else supernode_registry(args, env)
-    restorer = None if registry is None else key_restorer(args, state, registry, env)
+    control = superlink_control(args)
+    registry = None if files is None else supernode_registry(control)
+    restorer = None if registry is None else key_restorer(state, registry, control)
     if restorer is not None:
         restorer.start()
     superlink = Supervisor(
@@ -792,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         args.host, args.superlink_port, LOOPBACK, args.superlink_internal_port,
     )  # fmt: skip
     address = f"{args.host}:{args.service_port}"
-    supernodes = SupernodeList(lambda: list_supernodes(CONNECTION, {**os.environ, **env}))
+    supernodes = SupernodeList(control.nodes)
     server, port = serve(
         state, signer, address, tls, runs_dir=runs_dir, activity=activity,
         enroller=enroller, supernodes=supernodes,
@@ -837,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
     gateway.stop()
     superlink.stop()
     server.stop(grace=2.0)
+    control.close()
     state.close()
     if given_up:
         log.error("coordinator: its %s kept failing; exiting", given_up[0])

@@ -1,5 +1,5 @@
-"""Flower runs, SuperNode registrations and the SuperNodes that serve them, driven through
-the ``flwr`` CLI and read back from its JSON output.
+"""Flower runs, driven through the ``flwr`` CLI and read back from its JSON output (SuperNode
+registrations are calls of the daemon itself: coordinator/superlink_control.py).
 
 ``flwr run --format json`` submits the app and prints one JSON object::
 
@@ -52,36 +52,6 @@ def submit_run(app_dir: Path, connection: str, overrides: str, env: Mapping[str,
 def stop_run(run_id: int, connection: str, env: Mapping[str, str]) -> None:
     """Ask the SuperLink to stop Flower run ``run_id`` (refused once it has ended)."""
     _reply("flwr stop", _flwr(["stop", str(run_id), connection], env))
-
-
-def register_supernode(public_key: Path, connection: str, env: Mapping[str, str]) -> int:
-    """Register a SuperNode's public key with the SuperLink; the Flower node id it gets."""
-    reply = _reply(
-        "flwr supernode register",
-        _flwr(["supernode", "register", str(public_key), connection], env),
-    )
-    node_id = str(reply.get("node-id"))
-    if not node_id.isdigit():
-        raise FlowerCliError(f"flwr supernode register gave no node id: {_one_line(str(reply))}")
-    return int(node_id)
-
-
-def unregister_supernode(node_id: int, connection: str, env: Mapping[str, str]) -> None:
-    """Remove a SuperNode's registration: its key no longer joins the Fleet API."""
-    _reply(
-        "flwr supernode unregister",
-        _flwr(["supernode", "unregister", str(node_id), connection], env),
-    )
-
-
-def list_supernodes(connection: str, env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The SuperNodes the SuperLink knows, as ``flwr supernode list`` describes each one
-    (``node-id``, ``status`` such as ``online``, ``online-at``, ...)."""
-    reply = _reply("flwr supernode list", _flwr(["supernode", "list", connection], env))
-    nodes = reply.get("nodes")
-    if not isinstance(nodes, list) or not all(isinstance(node, dict) for node in nodes):
-        raise FlowerCliError(f"flwr supernode list printed no node list: {_one_line(str(reply))}")
-    return nodes
 
 
 def follow_command(run_id: int, connection: str) -> list[str]:

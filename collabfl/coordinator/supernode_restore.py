@@ -32,8 +32,7 @@ from collabfl.coordinator.state import CoordinatorState
 log = logging.getLogger(__name__)
 
 REGISTER_WORKERS = 4
-"""Keys registered at once: each registration is a ``flwr`` process (about a CPU-second on
-a loaded machine), so a few in parallel, not one per key on a small coordinator."""
+"""Keys registered at once (each is one Control API call of this process)."""
 ASK_EVERY_S = 0.5
 """How often a SuperLink that does not answer yet is asked which nodes it knows."""
 

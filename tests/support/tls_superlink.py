@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from collabfl.coordinator.daemon import (
-    CONNECTION,
     key_restorer,
     superlink_command,
+    superlink_control,
     supernode_registry,
     write_flower_home,
 )
 from collabfl.coordinator.fleet_gateway import free_loopback_port
-from collabfl.coordinator.flower_runs import FlowerCliError, list_supernodes
 from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.superlink_control import ControlError
 from collabfl.coordinator.supernode_restore import KeyRestorer
 from collabfl.flower.processes import flower_env
 from collabfl.kernel.supervisor import stop_group
@@ -40,6 +40,7 @@ class TlsSuperLink:
             superlink_state=superlink_state,
         )
         self.env = {**os.environ, **flower_env(write_flower_home(self.args))}
+        self.control = superlink_control(self.args)
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> TlsSuperLink:
@@ -49,6 +50,7 @@ class TlsSuperLink:
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
             stop_group(self.process, grace_s=10.0)
+        self.control.close()
 
     def start(self) -> None:
         with open(self.args.state_dir / "superlink.log", "ab") as log:
@@ -69,14 +71,14 @@ class TlsSuperLink:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                return list_supernodes(CONNECTION, self.env)
-            except FlowerCliError:
+                return self.control.nodes()
+            except ControlError:
                 if time.monotonic() > deadline:
                     raise
             time.sleep(0.5)
 
     def restorer(self, state: CoordinatorState, workers: int = 4) -> KeyRestorer:
         """The daemon's key restorer for this SuperLink and ``state``."""
-        restorer = key_restorer(self.args, state, supernode_registry(self.args, self.env), self.env)
+        restorer = key_restorer(state, supernode_registry(self.control), self.control)
         restorer.workers = workers
         return restorer
