@@ -14,11 +14,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from collabfl.cli.main import app as cli_app
 from collabfl.coordinator.fleet_gateway import LoopbackTLS, free_loopback_port
 from collabfl.coordinator.member_status import _timestamp
 from collabfl.coordinator.superlink_control import ControlError, SuperLinkControl, _utc
 from collabfl.flower.supernode_key import ensure_supernode_key
+from collabfl.kernel import exit_status
 from collabfl.kernel.supervisor import stop_group
 from tests.support.tls_superlink import TlsSuperLink
 
@@ -91,3 +94,17 @@ def test_a_superlink_that_does_not_listen_is_a_control_error():
         control = SuperLinkControl(f"127.0.0.1:{held.getsockname()[1]}", None)
         with pytest.raises(ControlError, match="could not list the SuperNodes"):
             control.nodes()
+
+
+def test_register_supernode_without_a_started_daemon_says_so_and_binds_nothing(tmp_path):
+    state_dir = tmp_path / "coordinator"
+    state_dir.mkdir()
+    _, public_key = ensure_supernode_key(tmp_path / "member")
+    register = [
+        "admin", "register-supernode", "--client-id", "1", "--key", str(public_key),
+        "--state-dir", str(state_dir),
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli_app, register)
+    assert result.exit_code == exit_status.USAGE
+    assert "has the coordinator daemon started with this --state-dir?" in result.output
+    assert not (state_dir / "coordinator.db").exists()
