@@ -35,7 +35,7 @@ from typing import Any, Protocol, TypeVar
 from rich.console import Console
 
 from collabfl.client.data.client_file import save_client_file
-from collabfl.coordinator.daemon import CONNECTION, PUBLIC_KEY_FILE, grant_signer
+from collabfl.coordinator.daemon import PUBLIC_KEY_FILE, grant_signer
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.engine.config import ExperimentConfig, user_code
 from collabfl.engine.experiment import check_user_code, prepare_data
@@ -48,7 +48,6 @@ from collabfl.engine.run_options import RunOptions
 from collabfl.flower.processes import (
     DEFAULT_RUNTIME,
     flower_binary,
-    flower_env,
     has_joined,
 )
 from collabfl.flower.supernode_key import ensure_supernode_key
@@ -439,10 +438,9 @@ class LocalFederation:
 
     def _wait_connected(self, timeout_s: float) -> None:
         """Wait until every client's SuperNode has logged its node id (it connected), by
-        reading the logs: each ``flwr`` query of the SuperLink (``wait_online``) starts a
-        process that costs a CPU-second, which a federation starting on a small machine
-        cannot spare. A SuperNode logs its id once the SuperLink has registered and
-        activated it."""
+        reading the logs: a ``flwr`` query of the SuperLink starts a process that costs a
+        CPU-second, which a federation starting on a small machine cannot spare. A SuperNode
+        logs its id once the SuperLink has registered and activated it."""
         logs = {k: self.work_dir / f"client-{k}" / "supernode.log" for k in self.client_ids}
         deadline, left = time.monotonic() + timeout_s, len(logs)
         while waiting := [k for k, path in logs.items() if not has_joined(path)]:
@@ -456,37 +454,6 @@ class LocalFederation:
                     f"{timeout_s:.0f} s of the previous one; see their supernode.log"
                 )
             time.sleep(0.1)
-
-    def wait_online(self, expected: int, timeout_s: float) -> None:
-        """Poll the SuperLink until ``expected`` SuperNodes are online."""
-        deadline = time.monotonic() + timeout_s
-        online = 0
-        while time.monotonic() < deadline:
-            for name in self.processes:
-                self._check_alive(name)
-            online = len(self.online_nodes())
-            if online >= expected:
-                return
-            time.sleep(1.0)
-        raise TimeoutError(f"{online} of {expected} clients online after {timeout_s:.0f} s")
-
-    def online_nodes(self) -> list[dict[str, Any]]:
-        """The SuperLink's online SuperNodes, asked with ``flwr`` on the coordinator's host
-        (its control API need not be reachable from anywhere else)."""
-        env = {**os.environ, **flower_env(self.coordinator_dir / "flwr")}
-        command = [flower_binary("flwr"), "supernode", "list", CONNECTION, "--format", "json"]
-        try:
-            result = subprocess.run(
-                self.hosts.command("coordinator", command),
-                capture_output=True, text=True, env=env, timeout=COMMAND_HANG_S, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:  # a hung query: the callers ask again until theirs
-            return []
-        try:
-            nodes = json.loads(result.stdout).get("nodes", [])
-        except json.JSONDecodeError:
-            return []
-        return [n for n in nodes if n.get("status") == "online"]
 
     def _check_alive(self, name: str) -> None:
         process = self.processes[name]
