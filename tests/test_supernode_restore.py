@@ -1,11 +1,13 @@
 """A restarted in-memory SuperLink gets the bound SuperNode keys back (coordinator/
 supernode_restore.py): every key still bound in coordinator.db is registered again, its new
 node id replaces the old one in the binding and the member's row, a revoked key is not
-registered, and a key Flower refuses becomes an event, not a crash."""
+registered, and a key Flower refuses becomes an event, not a crash, unless the operator
+registered it meanwhile."""
 
 from __future__ import annotations
 
 from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.coordinator.supernode_restore import KeyRestorer
 from collabfl.flower.supernode_key import ensure_supernode_key
 from tests.support.tls_superlink import TlsSuperLink
 
@@ -57,3 +59,19 @@ def test_a_key_replaced_meanwhile_is_not_rebound(tmp_path):
         assert state.bound_supernodes() == [(0, 2, "new key")]
         assert state.rebind_supernode(0, "new key", 4)
         assert state.bound_supernodes() == [(0, 4, "new key")]
+
+
+def test_a_key_the_operator_registered_meanwhile_is_not_reported_lost(tmp_path):
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        state.bind_supernode(0, 11, "key 0")
+
+        def operator_was_first(public_key: str) -> int:
+            # `collabfl admin register-supernode` registered and bound the key just before
+            # the restorer's own registration, which Flower then refuses
+            state.bind_supernode(0, 12, public_key)
+            raise RuntimeError("Public key already in use. (HTTP 412)")
+
+        restorer = KeyRestorer(state, lambda: [], operator_was_first, lambda node: None)
+        assert restorer.restore()
+        assert state.bound_supernodes() == [(0, 12, "key 0")]
+        assert not [e for e in state.events("") if e.kind == "supernode_key_lost"]

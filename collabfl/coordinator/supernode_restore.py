@@ -126,6 +126,12 @@ class KeyRestorer:
         try:
             node = self.register(public_key)
         except Exception as error:
+            if self._binding(client_id) != (old_node, public_key):
+                # Registered meanwhile by `admin register-supernode` (Flower then refuses
+                # the key as in use), re-enrolled or revoked: not lost, nothing to report.
+                log.info("client %s's SuperNode key changed hands while it was registered "
+                         "again (%s); left as it is", client_id, error)  # fmt: skip
+                return False
             message = (
                 f"client {client_id}'s SuperNode key (Flower node {old_node}) was not "
                 f"registered again after the SuperLink restarted: {error}; its SuperNode is "
@@ -145,3 +151,8 @@ class KeyRestorer:
         log.info("client %s: SuperNode key registered again as node %s (was %s)",
                  client_id, node, old_node)  # fmt: skip
         return True
+
+    def _binding(self, client_id: int) -> tuple[int, str] | None:
+        """Client ``client_id``'s (node id, key) in coordinator.db now; None if unbound."""
+        bound = {client: (node, key) for client, node, key in self.state.bound_supernodes()}
+        return bound.get(client_id)
