@@ -71,6 +71,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.join_endpoint import JoinEndpoint, with_enrolment
+from collabfl.coordinator.upstream_http import UpstreamClient
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.pki import issue, make_ca, write_certificate, write_private_key
 
@@ -411,7 +412,7 @@ class FleetOnlyProxy:
         self.reply_content = ReplyContent(self.activity.replies.ring)
         self.in_flight: Counter[str] = Counter()
         """Requests in flight per peer address (the event loop's thread alone counts)."""
-        self.client: httpx.AsyncClient | None = None
+        self.client: UpstreamClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -456,9 +457,7 @@ class FleetOnlyProxy:
 
     async def _forward(self, request: Request) -> Response:
         if self.client is None:
-            self.client = httpx.AsyncClient(
-                base_url=self.upstream, verify=self.verify, timeout=UPSTREAM_TIMEOUT_S
-            )
+            self.client = UpstreamClient(self.upstream, self.verify, UPSTREAM_TIMEOUT_S)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
         body = await read_body(request, self.limits.max_body_bytes)
         path = request.url.path
