@@ -302,29 +302,3 @@ def test_an_idle_held_pull_asks_the_superlink_a_few_times_per_hold():
     asks = 1 + len(policy.intervals())
     assert asks <= 6, f"{asks} asks per {policy.hold_s} s hold"
     assert policy.max_s <= 5.0  # a lost doorbell still costs a few seconds at most
-
-
-def test_the_gateways_http_client_finds_its_async_library_without_a_search(monkeypatch):
-    """httpcore (under httpx) runs ``import sniffio`` several times per async request. With
-    sniffio absent, every one of those imports searched sys.path and failed: a quarter of
-    the Fleet gateway's CPU per forwarded call (pyproject lists sniffio for it)."""
-    import asyncio
-    import sys
-
-    from httpcore._synchronization import current_async_library
-
-    searched: list[str] = []
-
-    class Recorder:
-        @staticmethod
-        def find_spec(name: str, path: object = None, target: object = None) -> None:
-            searched.append(name)
-
-    monkeypatch.setattr(sys, "meta_path", [Recorder(), *sys.meta_path])
-
-    async def ask() -> str:
-        return current_async_library()
-
-    assert asyncio.run(ask()) == "asyncio"
-    assert asyncio.run(ask()) == "asyncio"
-    assert "sniffio" not in searched
