@@ -302,3 +302,15 @@ def test_an_idle_held_pull_asks_the_superlink_a_few_times_per_hold():
     asks = 1 + len(policy.intervals())
     assert asks <= 6, f"{asks} asks per {policy.hold_s} s hold"
     assert policy.max_s <= 5.0  # a lost doorbell still costs a few seconds at most
+
+
+def test_the_reply_the_gateway_follows_is_flowers_fleet_push():
+    """``ReplyContent`` rings when the objects a push's answer names have all been pushed; an
+    upgrade that renames the route or either field would leave every reply to the
+    ServerApp's one-second fallback wait."""
+    from flwr.superlink.routers.fleet.router import router
+
+    routes = {(route.path, method) for route in router.routes for method in route.methods}
+    assert (PUSH_PATH, "POST") in routes and (PUSH_OBJECT_PATH, "POST") in routes
+    assert "objects_to_push" in PushMessagesResponse.DESCRIPTOR.fields_by_name
+    assert "object_id" in PushObjectRequest.DESCRIPTOR.fields_by_name
