@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
-from flwr.proto.fleet_pb2 import PullMessagesResponse
+from flwr.proto.fleet_pb2 import PullMessagesResponse, PushMessagesResponse
 from flwr.proto.message_pb2 import Message as MessageProto
-from flwr.proto.message_pb2 import PullObjectResponse
+from flwr.proto.message_pb2 import PullObjectResponse, PushObjectRequest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -31,9 +31,11 @@ from collabfl.coordinator.fleet_gateway import (
     PROTOBUF,
     PULL_OBJECT_PATH,
     PULL_PATH,
+    PUSH_OBJECT_PATH,
     PUSH_PATH,
     FleetGateway,
     LongPoll,
+    ReplyContent,
 )
 
 
@@ -49,6 +51,8 @@ class FakeFleet:
         self.object_after = 0
         """The object pull answers "not there yet" until asked more than this often."""
         self.object_known = True
+        self.objects_to_push: list[str] = []
+        """What a push's answer says the SuperLink still needs of the message."""
         self.lock = threading.Lock()
 
     async def pull(self, request: Request) -> Response:
@@ -73,7 +77,8 @@ class FakeFleet:
     async def push(self, request: Request) -> Response:
         if self.refusing:
             return Response(b"", status_code=401)
-        return Response(b"", media_type=PROTOBUF)
+        answer = PushMessagesResponse(objects_to_push=self.objects_to_push)
+        return Response(answer.SerializeToString(), media_type=PROTOBUF)
 
     async def other(self, request: Request) -> Response:
         with self.lock:
@@ -108,6 +113,7 @@ def _gateway(
         Route(PULL_PATH, fleet.pull, methods=["POST"]),
         Route(PULL_OBJECT_PATH, fleet.pull_object, methods=["POST"]),
         Route(PUSH_PATH, fleet.push, methods=["POST"]),
+        Route(PUSH_OBJECT_PATH, fleet.other, methods=["POST"]),
         Route("/v1/fleet/send-node-heartbeat", fleet.other, methods=["POST"]),
     ]
     upstream, upstream_port = _serve(Starlette(routes=routes))
@@ -213,6 +219,35 @@ def test_a_supernodes_pushed_reply_rings_the_replies_doorbell(fleet, activity, r
     assert activity.replies.count == 1
 
 
+def test_a_reply_rings_the_replies_doorbell_once_its_objects_are_all_pushed(fleet, activity, rung):
+    """Rung at the message, the ServerApp would pull it before its content and ask the
+    SuperLink for each missing object again."""
+    fleet.objects_to_push = ["obj-a", "obj-b"]
+    httpx.post(rung + PUSH_PATH, content=b"", timeout=30).raise_for_status()
+    for object_id, rings in (("obj-a", 0), ("unrelated", 0), ("obj-b", 1)):
+        body = PushObjectRequest(object_id=object_id, object_content=b"x").SerializeToString()
+        httpx.post(rung + PUSH_OBJECT_PATH, content=body, timeout=30).raise_for_status()
+        assert activity.replies.count == rings, object_id
+
+
+def test_a_reply_left_incomplete_is_rung_when_too_many_wait():
+    """A SuperNode that died mid-push leaves its reply waiting; past the bound the oldest is
+    rung (its puller finds out) and forgotten, so waiting replies never grow unbounded."""
+    rings: list[int] = []
+    content = ReplyContent(lambda: rings.append(1), limit=2)
+    content.message_pushed(["a"])
+    content.message_pushed(["b", "c"])
+    assert not rings
+    content.message_pushed(["d"])  # the first is dropped and rung
+    assert len(rings) == 1
+    content.object_pushed("a")  # forgotten: no second ring for it
+    content.object_pushed("b")
+    content.object_pushed("c")
+    assert len(rings) == 2
+    content.object_pushed("d")
+    assert len(rings) == 3 and not content.waiting()
+
+
 def _pull_object(base: str) -> PullObjectResponse:
     response = httpx.post(base + PULL_OBJECT_PATH, content=b"", timeout=120)
     response.raise_for_status()
@@ -267,3 +302,15 @@ def test_an_idle_held_pull_asks_the_superlink_a_few_times_per_hold():
     asks = 1 + len(policy.intervals())
     assert asks <= 6, f"{asks} asks per {policy.hold_s} s hold"
     assert policy.max_s <= 5.0  # a lost doorbell still costs a few seconds at most
+
+
+def test_the_reply_the_gateway_follows_is_flowers_fleet_push():
+    """``ReplyContent`` rings when the objects a push's answer names have all been pushed; an
+    upgrade that renames the route or either field would leave every reply to the
+    ServerApp's one-second fallback wait."""
+    from flwr.superlink.routers.fleet.router import router
+
+    routes = {(route.path, method) for route in router.routes for method in route.methods}
+    assert (PUSH_PATH, "POST") in routes and (PUSH_OBJECT_PATH, "POST") in routes
+    assert "objects_to_push" in PushMessagesResponse.DESCRIPTOR.fields_by_name
+    assert "object_id" in PushObjectRequest.DESCRIPTOR.fields_by_name

@@ -305,3 +305,31 @@ def test_below_its_quorum_a_round_waits_for_clients_and_an_operator_may_stop_it(
     with pytest.raises(RunStopped):
         pool.send_programs(programs(1))
     assert len(grid.sent) == 3 and said[2:] == ["quorum_lost"]
+
+
+class CountedSignals:
+    """Reply signals as the coordinator service gives them: ``pushed`` answers the replies
+    signalled so far; records each wait's ``seen``."""
+
+    def __init__(self, replies_so_far: int) -> None:
+        self.replies = replies_so_far
+        self.waits: list[int] = []
+
+    def pushed(self) -> int:
+        return self.replies
+
+    def await_replies(self, seen: int, timeout_s: float) -> int:
+        self.waits.append(seen)
+        self.replies += 1  # the hung node's reply never comes; a signal per wait
+        return self.replies
+
+
+def test_a_wait_for_replies_counts_from_the_push_not_from_zero():
+    """From 0, every exchange after the first returned from its first wait at once and
+    asked the SuperLink for replies once more for nothing."""
+    grid = ScriptedGrid()
+    grid.hung = {12}
+    pool = _pool(grid, [], [])
+    pool.signals = signals = CountedSignals(replies_so_far=40)  # earlier rounds' replies
+    assert sorted(pool.send_programs(_round(0))) == [0, 1]
+    assert signals.waits and signals.waits[0] == 40

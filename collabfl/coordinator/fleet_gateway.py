@@ -19,8 +19,9 @@ loopback when the ServerApp says it pushed messages (the ``messages`` doorbell o
 coordinator/doorbell.py, rung through the coordinator service), and at growing intervals
 in case a signal is lost, until a message arrives or the hold ends; its 3 s sleep comes
 only after a hold of ``hold_s`` with nothing to do. The answer the SuperNode gets is the
-SuperLink's own, unchanged. A SuperNode's push of a reply rings the ``replies`` doorbell,
-which the ServerApp waits on instead of polling the SuperLink.
+SuperLink's own, unchanged. A SuperNode's reply rings the ``replies`` doorbell, which the
+ServerApp waits on instead of polling the SuperLink, once the SuperLink holds all of it: the
+push of the message, then of each object the SuperLink asked for (``ReplyContent``).
 
 It holds a pull of a message's object that is not there yet the same way. The SuperLink
 hands out a message as soon as its sender has pushed the message itself, before its objects
@@ -45,7 +46,7 @@ import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,8 +60,8 @@ from flwr.common.constant import (
     TIMESTAMP_HEADER,
     TIMESTAMP_TOLERANCE,
 )
-from flwr.proto.fleet_pb2 import PullMessagesResponse
-from flwr.proto.message_pb2 import PullObjectResponse
+from flwr.proto.fleet_pb2 import PullMessagesResponse, PushMessagesResponse
+from flwr.proto.message_pb2 import PullObjectResponse, PushObjectRequest
 from flwr.supercore.error.base import ApiErrorCode
 from google.protobuf.message import DecodeError
 from starlette.requests import Request
@@ -70,6 +71,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.join_endpoint import JoinEndpoint, with_enrolment
+from collabfl.coordinator.upstream_http import UpstreamClient
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.pki import issue, make_ca, write_certificate, write_private_key
 
@@ -82,6 +84,7 @@ HEALTH_PATH = "/health"
 PULL_PATH = "/v1/fleet/pull-messages"
 PULL_OBJECT_PATH = "/v1/fleet/pull-object"
 PUSH_PATH = "/v1/fleet/push-messages"
+PUSH_OBJECT_PATH = "/v1/fleet/push-object"
 ACTIVATE_PATH = "/v1/fleet/activate-node"
 PROTOBUF = "application/protobuf"
 UPSTREAM_TIMEOUT_S = 300.0
@@ -252,11 +255,71 @@ RefusedActivation = Callable[[bytes, int, str], None]
 answer's status and text (coordinator/activation_refusals.py records it)."""
 
 
-FleetAnswer = TypeVar("FleetAnswer", PullMessagesResponse, PullObjectResponse)
+FleetAnswer = TypeVar("FleetAnswer", PullMessagesResponse, PullObjectResponse, PushMessagesResponse)
 
 OBJECT_WAIT = LongPoll(hold_s=10.0, first_s=0.005, max_s=0.05)
 """A message's objects follow it within milliseconds: a hold runs out only when their
 sender died mid-push, and then the SuperNode's own retries take over."""
+
+
+MAX_PENDING_REPLIES = 4096
+"""Replies whose objects ``ReplyContent`` waits for at most; far more than SuperNodes push at
+once (one reply each), so only a flood of pushes that never complete reaches it."""
+
+
+class ReplyContent:
+    """Rings the ``replies`` doorbell when a pushed reply is complete on the SuperLink.
+
+    A SuperNode pushes its reply message first, then each object the SuperLink's answer
+    names (``objects_to_push``), one call each. Rung at the message, the ServerApp pulled
+    it before its content and asked for each missing object again, every 5 ms: a SuperLink
+    request each time. A reply still waiting when ``limit`` others are is dropped and rung
+    (its puller asks, as before); one whose objects never all arrive costs the ServerApp
+    its one-second fallback wait (flower/fleet_signals.py). The event loop's thread alone
+    calls it.
+    """
+
+    def __init__(self, ring: Callable[[], None], limit: int = MAX_PENDING_REPLIES) -> None:
+        self.ring = ring
+        self.limit = limit
+        self._missing: dict[int, set[str]] = {}
+        """Per reply waiting (in the order pushed), the objects not pushed yet."""
+        self._waiting_for: dict[str, set[int]] = {}
+        """Per object, the replies waiting for it."""
+        self._pushed = 0
+
+    def message_pushed(self, objects: Iterable[str]) -> None:
+        """A reply's message was stored; ``objects`` are those the SuperLink still needs."""
+        missing = set(objects)
+        if not missing:
+            self.ring()
+            return
+        if len(self._missing) >= self.limit:
+            self._forget(next(iter(self._missing)))
+            self.ring()
+        self._pushed += 1
+        self._missing[self._pushed] = missing
+        for object_id in missing:
+            self._waiting_for.setdefault(object_id, set()).add(self._pushed)
+
+    def object_pushed(self, object_id: str) -> None:
+        """An object was stored: ring for each reply it completes."""
+        for reply in self._waiting_for.pop(object_id, ()):
+            missing = self._missing[reply]
+            missing.discard(object_id)
+            if not missing:
+                del self._missing[reply]
+                self.ring()
+
+    def waiting(self) -> bool:
+        return bool(self._missing)
+
+    def _forget(self, reply: int) -> None:
+        for object_id in self._missing.pop(reply):
+            replies = self._waiting_for[object_id]
+            replies.discard(reply)
+            if not replies:
+                del self._waiting_for[object_id]
 
 
 def is_empty_pull(response: httpx.Response) -> bool:
@@ -346,9 +409,10 @@ class FleetOnlyProxy:
         self.limits = limits
         self.on_refused_activation = on_refused_activation
         self.clock = clock
+        self.reply_content = ReplyContent(self.activity.replies.ring)
         self.in_flight: Counter[str] = Counter()
         """Requests in flight per peer address (the event loop's thread alone counts)."""
-        self.client: httpx.AsyncClient | None = None
+        self.client: UpstreamClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -393,9 +457,7 @@ class FleetOnlyProxy:
 
     async def _forward(self, request: Request) -> Response:
         if self.client is None:
-            self.client = httpx.AsyncClient(
-                base_url=self.upstream, verify=self.verify, timeout=UPSTREAM_TIMEOUT_S
-            )
+            self.client = UpstreamClient(self.upstream, self.verify, UPSTREAM_TIMEOUT_S)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS]
         body = await read_body(request, self.limits.max_body_bytes)
         path = request.url.path
@@ -427,12 +489,25 @@ class FleetOnlyProxy:
         except httpx.TransportError as error:
             log.warning("fleet gateway: SuperLink unreachable: %s", error)
             return PlainTextResponse("the SuperLink is not answering", 503)
-        if path == PUSH_PATH and upstream.status_code == 200:
-            self.activity.replies.ring()
+        if upstream.status_code == 200:
+            self._note_reply_progress(path, body, upstream)
         if path == ACTIVATE_PATH and upstream.status_code != 200:
             await self._report_refusal(body, upstream)
         kept = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
         return Response(upstream.content, upstream.status_code, headers=kept)
+
+    def _note_reply_progress(self, path: str, body: bytes, upstream: httpx.Response) -> None:
+        """Tell ``reply_content`` of a stored reply message or object. An answer this
+        gateway cannot read rings at once: the ServerApp's pull then finds out."""
+        if path == PUSH_PATH:
+            answer = _protobuf_answer(upstream, PushMessagesResponse)
+            self.reply_content.message_pushed(answer.objects_to_push if answer is not None else ())
+        elif path == PUSH_OBJECT_PATH and self.reply_content.waiting():
+            try:
+                object_id = PushObjectRequest.FromString(body).object_id
+            except DecodeError:
+                return  # the SuperLink stored nothing it could not read either
+            self.reply_content.object_pushed(object_id)
 
     async def _await_keys(self, request: Request, wait_s: float) -> None:
         """Hold an activation while the SuperLink is being given the keys again, so that a

@@ -34,12 +34,15 @@ class Answer:
     """When the coordinator pulled the reply."""
 
 
-def push(grid: Grid, messages: list[Message], signals: FleetSignals) -> dict[str, float]:
-    """Push ``messages``; return each one's id and when it was created (Unix seconds)."""
+def push(
+    grid: Grid, messages: list[Message], signals: FleetSignals
+) -> tuple[dict[str, float], int]:
+    """Push ``messages``; return each one's id and when it was created (Unix seconds), and
+    the count of replies signalled before (``collect``'s ``seen``)."""
     grid.push_messages(messages)
-    signals.pushed()
+    seen = signals.pushed()
     # Pushing gives each message its id (before, every id is empty).
-    return {m.metadata.message_id: m.metadata.created_at for m in messages}
+    return {m.metadata.message_id: m.metadata.created_at for m in messages}, seen
 
 
 def collect(
@@ -48,9 +51,12 @@ def collect(
     timeout_s: float,
     signals: FleetSignals,
     destinations: Mapping[str, int] | None = None,
+    seen: int = 0,
 ) -> dict[int, Answer]:
     """Pull the replies to the ``sent`` messages as they arrive, until all have or the
-    deadline passed (``timeout_s`` 0: look once).
+    deadline passed (``timeout_s`` 0: look once). ``seen``: the reply signals counted
+    before the push; from 0, the first wait returns at once and the SuperLink is asked
+    once more for nothing.
 
     Returns the answer per source node id; with ``destinations`` (message id -> the node it
     went to), per destination, so that the error the SuperLink answers for a node that went
@@ -59,7 +65,6 @@ def collect(
     pending = set(sent)
     deadline = time.monotonic() + timeout_s
     answers: dict[int, Answer] = {}
-    seen = 0
     while pending:
         for reply in pull_replies(grid, list(pending)):
             pending.discard(reply.reply_to)
@@ -79,6 +84,6 @@ def exchange(
 ) -> dict[int, Answer]:
     """Push messages and collect their replies, per node, until all arrive or the deadline
     passes."""
-    sent = push(grid, messages, signals)
+    sent, seen = push(grid, messages, signals)
     destinations = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-    return collect(grid, sent, timeout_s, signals, destinations)
+    return collect(grid, sent, timeout_s, signals, destinations, seen)

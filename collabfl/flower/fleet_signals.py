@@ -29,8 +29,9 @@ REPLY_WAIT_S = 1.0
 
 
 class FleetSignals(Protocol):
-    def pushed(self) -> None:
-        """Messages were pushed to SuperNodes."""
+    def pushed(self) -> int:
+        """Messages were pushed to SuperNodes; returns the count of replies pushed so far
+        (what a wait for this push's replies has already seen)."""
 
     def await_replies(self, seen: int, timeout_s: float) -> int:
         """The count of replies pushed, once above ``seen`` or after ``timeout_s``."""
@@ -42,8 +43,8 @@ class Polling:
 
     every_s: float = 0.1
 
-    def pushed(self) -> None:
-        return None
+    def pushed(self) -> int:
+        return 0
 
     def await_replies(self, seen: int, timeout_s: float) -> int:
         time.sleep(max(0.0, min(self.every_s, timeout_s)))
@@ -62,11 +63,12 @@ class CoordinatorSignals:
         self.run_id = run_id
         self.fallback = POLLING
 
-    def pushed(self) -> None:
+    def pushed(self) -> int:
         try:
-            self.coordinator.messages_pushed(self.run_id)
+            return self.coordinator.messages_pushed(self.run_id)
         except (CoordinatorUnreachable, CoordinatorError) as error:
             log.warning("could not signal pushed messages (delivery waits a little): %s", error)
+            return 0
 
     def await_replies(self, seen: int, timeout_s: float) -> int:
         wait = max(0.0, min(REPLY_WAIT_S, timeout_s))

@@ -260,7 +260,7 @@ class RelayedSteps:
             )
             for client, node in nodes.items()
         ]
-        self._sent = push(self.grid, messages, self.signals)
+        self._sent, _ = push(self.grid, messages, self.signals)
         node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         client_of = {node: client for client, node in nodes.items()}
         self._seat_of = {message: client_of[node] for message, node in node_of.items()}
