@@ -290,7 +290,7 @@ class Enroller:
             if old is not None:
                 self.supernodes.unregister(old)
             node_id = self.supernodes.register(public_key)
-        except RuntimeError as error:  # the Flower CLI's failure: the SuperLink is not up
+        except RuntimeError as error:  # a ControlError: the SuperLink is not up, or refused
             raise EnrolmentUnavailable(f"the SuperLink did not register the key: {error}") from None
         self.state.bind_supernode(client_id, node_id, public_key.strip())
         return node_id

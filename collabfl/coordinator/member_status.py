@@ -3,10 +3,10 @@
 No single record knows it all. A member appears in up to three places in the coordinator's
 SQLite file (its registered SuperNode key, its enrolment: host and certificate, and the
 members table once it joined a run) and its SuperNode in the SuperLink's node list, which
-only the coordinator's machine can read (``flwr supernode list``). ``member_statuses``
+only the coordinator's machine can read (its Control API on loopback). ``member_statuses``
 joins them by client id (Flower node ids map to client ids through the registered keys and
 the members table); ``SupernodeList`` keeps the SuperLink's list fresh enough without making
-every ``Status`` call wait for a ``flwr`` process.
+every ``Status`` call wait for the SuperLink.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from collabfl.coordinator.state import Member
 ONLINE, OFFLINE, UNKNOWN = "online", "offline", "unknown"
 
 NodeReader = Callable[[], list[dict[str, Any]]]
-"""Reads the SuperLink's node list as ``flwr supernode list --format json`` prints it."""
+"""Reads the SuperLink's node list, each node as ``flwr supernode list --format json`` prints
+it (coordinator/superlink_control.py)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class SupernodeList:
     def _refresh(self) -> None:
         try:
             nodes, error = self._read(), ""
-        except Exception as failure:  # the SuperLink down, flwr missing: say so, keep serving
+        except Exception as failure:  # the SuperLink down or refusing: say so, keep serving
             nodes, error = None, f"{type(failure).__name__}: {failure}"
         with self._lock:
             self._nodes, self._error = nodes, error
