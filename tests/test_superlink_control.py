@@ -37,7 +37,7 @@ def _key(folder: Path) -> str:
     return ensure_supernode_key(folder)[1].read_text()
 
 
-def test_contract_a_key_is_registered_listed_and_unregistered(superlink, tmp_path):
+def test_contract_a_key_is_registered_listed_found_and_unregistered(superlink, tmp_path):
     control = superlink.control
     node = control.register(_key(tmp_path))
     listed = {n["node-id"]: n for n in control.nodes()}
@@ -47,8 +47,12 @@ def test_contract_a_key_is_registered_listed_and_unregistered(superlink, tmp_pat
     with pytest.raises(ControlError, match=r"refused to register.*already in use"):
         control.register(_key(tmp_path))
 
+    assert control.node_holding(_key(tmp_path)) == node
+    assert control.node_holding(_key(tmp_path / "other")) is None
+
     control.unregister(node)
     assert {n["node-id"]: n["status"] for n in control.nodes()}[str(node)] == "unregistered"
+    assert control.node_holding(_key(tmp_path)) is None
     with pytest.raises(ControlError, match=f"refused to unregister node {node}.*not found"):
         control.unregister(node)
 

@@ -61,17 +61,21 @@ def test_a_key_replaced_meanwhile_is_not_rebound(tmp_path):
         assert state.bound_supernodes() == [(0, 4, "new key")]
 
 
-def test_a_key_the_operator_registered_meanwhile_is_not_reported_lost(tmp_path):
+def test_a_key_the_operator_registered_meanwhile_is_rebound_to_its_node(tmp_path):
     with CoordinatorState(tmp_path / "coordinator.db") as state:
         state.bind_supernode(0, 11, "key 0")
+        state.bind_supernode(1, 21, "key 1")
+        held = {"key 0": 12, "key 1": 22}
 
         def operator_was_first(public_key: str) -> int:
-            # `collabfl admin register-supernode` registered and bound the key just before
-            # the restorer's own registration, which Flower then refuses
-            state.bind_supernode(0, 12, public_key)
+            # `collabfl admin register-supernode` registered the key just before the
+            # restorer, which Flower then refuses as in use; for client 0 the operator's
+            # command has written its binding already, for client 1 not yet
+            if public_key == "key 0":
+                state.bind_supernode(0, held[public_key], public_key)
             raise RuntimeError("Public key already in use. (HTTP 412)")
 
-        restorer = KeyRestorer(state, lambda: [], operator_was_first, lambda node: None)
+        restorer = KeyRestorer(state, lambda: [], operator_was_first, lambda node: None, held.get)
         assert restorer.restore()
-        assert state.bound_supernodes() == [(0, 12, "key 0")]
+        assert state.bound_supernodes() == [(0, 12, "key 0"), (1, 22, "key 1")]
         assert not [e for e in state.events("") if e.kind == "supernode_key_lost"]

@@ -405,7 +405,9 @@ def key_restorer(
     def known_nodes() -> list[int]:
         return [int(n["node-id"]) for n in control.nodes() if n["status"] != "unregistered"]
 
-    return KeyRestorer(state, known_nodes, registry.register, registry.unregister)
+    return KeyRestorer(
+        state, known_nodes, registry.register, registry.unregister, control.node_holding
+    )
 
 
 def make_enroller(

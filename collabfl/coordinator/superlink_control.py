@@ -115,6 +115,17 @@ class SuperLinkControl:
             for node in reply.nodes_info
         ]
 
+    def node_holding(self, public_key: str) -> int | None:
+        """The node the SuperLink holds OpenSSH ``public_key`` under (registered, online or
+        offline); None if it holds none."""
+        wanted = _spki_pem(public_key)
+        with self._refusals("list the SuperNodes"):
+            reply = self._client.ListNodes(ListNodesRequest())
+        for node in reply.nodes_info:
+            if node.status != "unregistered" and node.public_key == wanted:
+                return int(node.node_id)
+        return None
+
     @contextmanager
     def _refusals(self, what: str) -> Iterator[None]:
         """Any failure of the call as a ControlError naming ``what`` and the SuperLink's

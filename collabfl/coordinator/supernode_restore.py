@@ -42,7 +42,9 @@ class KeyRestorer:
 
     ``known_nodes``: the node ids the SuperLink knows (raises while it does not answer);
     ``register``: registers a public key, returns its new node id; ``unregister``: removes a
-    node id (a key registered for a client whose key changed meanwhile).
+    node id (a key registered for a client whose key changed meanwhile); ``holder``: the node
+    id the SuperLink holds a public key under, None if it holds none (asked when
+    ``register`` failed).
     """
 
     def __init__(
@@ -51,12 +53,14 @@ class KeyRestorer:
         known_nodes: Callable[[], Iterable[int]],
         register: Callable[[str], int],
         unregister: Callable[[int], None],
+        holder: Callable[[str], int | None],
         workers: int = REGISTER_WORKERS,
     ) -> None:
         self.state = state
         self.known_nodes = known_nodes
         self.register = register
         self.unregister = unregister
+        self.holder = holder
         self.workers = workers
         self.ready = threading.Event()
         """Set once the running SuperLink knows every bound key that could be registered."""
@@ -126,20 +130,16 @@ class KeyRestorer:
         try:
             node = self.register(public_key)
         except Exception as error:
-            if self._binding(client_id) != (old_node, public_key):
-                # Registered meanwhile by `admin register-supernode` (Flower then refuses
-                # the key as in use), re-enrolled or revoked: not lost, nothing to report.
-                log.info("client %s's SuperNode key changed hands while it was registered "
-                         "again (%s); left as it is", client_id, error)  # fmt: skip
+            held = self._held_as(public_key)
+            if held is None:
+                self._lost(client_id, old_node, public_key, error)
                 return False
-            message = (
-                f"client {client_id}'s SuperNode key (Flower node {old_node}) was not "
-                f"registered again after the SuperLink restarted: {error}; its SuperNode is "
-                "refused until `collabfl admin register-supernode` registers it"
-            )
-            log.error("%s", message)
-            self.state.record_event("", "supernode_key_lost", message, "error", client_id=client_id)
-            return False
+            # Flower refuses a key it holds: registered meanwhile (`admin register-supernode`,
+            # whose binding may not be written yet), or by a restore that stopped before it
+            # rebound the key. Either way it is back, under ``held``.
+            log.info("client %s's SuperNode key is registered already, as node %s",
+                     client_id, held)  # fmt: skip
+            node = held
         if not self.state.rebind_supernode(client_id, public_key, node):
             log.info("client %s's key changed while it was registered; node %s removed",
                      client_id, node)  # fmt: skip
@@ -151,6 +151,29 @@ class KeyRestorer:
         log.info("client %s: SuperNode key registered again as node %s (was %s)",
                  client_id, node, old_node)  # fmt: skip
         return True
+
+    def _held_as(self, public_key: str) -> int | None:
+        """The node the SuperLink holds ``public_key`` under; None if none, or unknown."""
+        try:
+            return self.holder(public_key)
+        except Exception as error:
+            log.warning("could not ask the SuperLink which node holds a key: %s", error)
+            return None
+
+    def _lost(self, client_id: int, old_node: int, public_key: str, error: Exception) -> None:
+        """Record that the key of ``client_id`` could not be registered, unless it is no
+        longer bound as it was (re-enrolled or revoked meanwhile: nothing was lost)."""
+        if self._binding(client_id) != (old_node, public_key):
+            log.info("client %s's SuperNode key changed while it was registered again (%s); "
+                     "left as it is", client_id, error)  # fmt: skip
+            return
+        message = (
+            f"client {client_id}'s SuperNode key (Flower node {old_node}) was not "
+            f"registered again after the SuperLink restarted: {error}; its SuperNode is "
+            "refused until `collabfl admin register-supernode` registers it"
+        )
+        log.error("%s", message)
+        self.state.record_event("", "supernode_key_lost", message, "error", client_id=client_id)
 
     def _binding(self, client_id: int) -> tuple[int, str] | None:
         """Client ``client_id``'s (node id, key) in coordinator.db now; None if unbound."""
