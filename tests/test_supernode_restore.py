@@ -79,3 +79,18 @@ def test_a_key_the_operator_registered_meanwhile_is_rebound_to_its_node(tmp_path
         assert restorer.restore()
         assert state.bound_supernodes() == [(0, 12, "key 0"), (1, 22, "key 1")]
         assert not [e for e in state.events("") if e.kind == "supernode_key_lost"]
+
+
+def test_a_key_held_as_another_clients_node_is_reported_not_rebound(tmp_path):
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        state.bind_supernode(0, 11, "key 0")
+        state.bind_supernode(5, 55, "key 0")  # the operator registered client 0's key as 5's
+
+        def in_use(public_key: str) -> int:
+            raise RuntimeError("Public key already in use. (HTTP 412)")
+
+        restorer = KeyRestorer(state, lambda: [55], in_use, lambda node: None, lambda key: 55)
+        assert restorer.restore()
+        assert state.bound_supernodes() == [(0, 11, "key 0"), (5, 55, "key 0")]
+        (lost,) = [e for e in state.events("") if e.kind == "supernode_key_lost"]
+        assert lost.client_id == 0 and "client 5's node 55" in lost.message

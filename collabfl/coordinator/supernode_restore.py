@@ -131,8 +131,12 @@ class KeyRestorer:
             node = self.register(public_key)
         except Exception as error:
             held = self._held_as(public_key)
-            if held is None:
-                self._lost(client_id, old_node, public_key, error)
+            owner = None if held is None else self.state.supernode_bindings().get(held)
+            if held is None or owner not in (None, client_id):
+                reason = str(error)
+                if owner is not None:  # the operator registered this key for another client
+                    reason = f"the SuperLink holds it as client {owner}'s node {held}"
+                self._lost(client_id, old_node, public_key, reason)
                 return False
             # Flower refuses a key it holds: registered meanwhile (`admin register-supernode`,
             # whose binding may not be written yet), or by a restore that stopped before it
@@ -160,16 +164,16 @@ class KeyRestorer:
             log.warning("could not ask the SuperLink which node holds a key: %s", error)
             return None
 
-    def _lost(self, client_id: int, old_node: int, public_key: str, error: Exception) -> None:
+    def _lost(self, client_id: int, old_node: int, public_key: str, reason: str) -> None:
         """Record that the key of ``client_id`` could not be registered, unless it is no
         longer bound as it was (re-enrolled or revoked meanwhile: nothing was lost)."""
         if self._binding(client_id) != (old_node, public_key):
             log.info("client %s's SuperNode key changed while it was registered again (%s); "
-                     "left as it is", client_id, error)  # fmt: skip
+                     "left as it is", client_id, reason)  # fmt: skip
             return
         message = (
             f"client {client_id}'s SuperNode key (Flower node {old_node}) was not "
-            f"registered again after the SuperLink restarted: {error}; its SuperNode is "
+            f"registered again after the SuperLink restarted: {reason}; its SuperNode is "
             "refused until `collabfl admin register-supernode` registers it"
         )
         log.error("%s", message)
