@@ -30,9 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from collabfl.coordinator.coordinator_pki import CoordinatorTLSFiles
 from collabfl.coordinator.enrolment_store import (
@@ -42,6 +40,7 @@ from collabfl.coordinator.enrolment_store import (
     TokenRefused,
 )
 from collabfl.coordinator.state import CoordinatorState, NotFound
+from collabfl.flower.supernode_key import supernode_key_pem
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.join_token import TokenParts
 from collabfl.kernel.pki import ca_pin, issue_for_csr
@@ -284,7 +283,7 @@ class Enroller:
 
     def _register_supernode(self, client_id: int, public_key: str) -> int:
         """Register the member's SuperNode key; a re-enrolled member's old key goes."""
-        _check_supernode_key(public_key)
+        supernode_key_pem(public_key)  # ValueError for a key Flower cannot read
         old = self._node_of(client_id)
         try:
             if old is not None:
@@ -345,13 +344,3 @@ def _check_subject(role: Role, subject: str) -> None:
             )
     else:
         raise ValueError(f"only members and operators enrol by token, not {role.value}")
-
-
-def _check_supernode_key(public_key: str) -> None:
-    """A SuperNode key is an OpenSSH NIST-curve public key (what Flower reads)."""
-    try:
-        key = serialization.load_ssh_public_key(public_key.strip().encode())
-    except (ValueError, TypeError, UnsupportedAlgorithm):
-        raise ValueError("supernode_key is not an OpenSSH public key") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise ValueError("supernode_key must be on a NIST curve (Flower's requirement)")

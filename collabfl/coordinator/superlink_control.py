@@ -22,19 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from flwr.proto.control_pb2 import (
     ListNodesRequest,
     RegisterNodeRequest,
     UnregisterNodeRequest,
 )
+from flwr.proto.node_pb2 import NodeInfo
 from flwr.supercore.constant import FLWR_CLIENT_METADATA_KEY
 from flwr.supercore.control import ControlHttpClient
 from flwr.supercore.protobuf.client import ProtobufCall, ProtobufRequestContext
 from flwr.supercore.runtime_version_compatibility import RuntimeVersionMetadata
+
+from collabfl.flower.supernode_key import supernode_key_pem
 
 COMPONENT = "collabfl coordinator"
 """Who calls, as the SuperLink's runtime-version check and its logs read it."""
@@ -103,8 +102,6 @@ class SuperLinkControl:
         --format json`` describes one: ``node-id``, ``status`` (``registered``, ``online``,
         ``offline``, ``unregistered``), ``online-at`` and ``offline-at`` in UTC ("N/A": never).
         """
-        with self._refusals("list the SuperNodes"):
-            reply = self._client.ListNodes(ListNodesRequest())
         return [
             {
                 "node-id": str(node.node_id),
@@ -112,19 +109,21 @@ class SuperLinkControl:
                 "online-at": _utc(node.last_activated_at),
                 "offline-at": _utc(node.last_deactivated_at),
             }
-            for node in reply.nodes_info
+            for node in self._nodes_info()
         ]
 
     def node_holding(self, public_key: str) -> int | None:
         """The node the SuperLink holds OpenSSH ``public_key`` under (registered, online or
         offline); None if it holds none."""
         wanted = _spki_pem(public_key)
-        with self._refusals("list the SuperNodes"):
-            reply = self._client.ListNodes(ListNodesRequest())
-        for node in reply.nodes_info:
+        for node in self._nodes_info():
             if node.status != "unregistered" and node.public_key == wanted:
                 return int(node.node_id)
         return None
+
+    def _nodes_info(self) -> list[NodeInfo]:
+        with self._refusals("list the SuperNodes"):
+            return list(self._client.ListNodes(ListNodesRequest()).nodes_info)
 
     @contextmanager
     def _refusals(self, what: str) -> Iterator[None]:
@@ -151,15 +150,11 @@ def _reason(error: httpx.HTTPStatusError) -> str:
 
 
 def _spki_pem(public_key: str) -> bytes:
-    """An OpenSSH EC public key as the PEM the SuperLink stores and compares (what ``flwr
-    supernode register`` sends); ControlError for another kind of key."""
+    """``supernode_key_pem``, refusing a key Flower cannot read with a ControlError."""
     try:
-        key = serialization.load_ssh_public_key(public_key.strip().encode())
-    except (ValueError, TypeError, UnsupportedAlgorithm) as error:
-        raise ControlError(f"not an OpenSSH public key: {error}") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise ControlError("a SuperNode key must be an EC key on a NIST curve")
-    return key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+        return supernode_key_pem(public_key)
+    except ValueError as error:
+        raise ControlError(str(error)) from None
 
 
 def _utc(timestamp: str) -> str:

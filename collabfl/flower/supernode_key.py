@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -40,3 +41,18 @@ def ensure_supernode_key(state_dir: Path) -> tuple[Path, Path]:
     )
     write_bytes(public_path, public + b"\n", shared=True)
     return private_path, public_path
+
+
+def supernode_key_pem(public_key: str) -> bytes:
+    """An OpenSSH SuperNode public key as the PEM the SuperLink stores and compares (what
+    ``flwr supernode register`` sends); ValueError unless it is an EC key on a NIST curve,
+    which is what Flower reads."""
+    try:
+        key = serialization.load_ssh_public_key(public_key.strip().encode())
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise ValueError("supernode_key is not an OpenSSH public key") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise ValueError("supernode_key must be on a NIST curve (Flower's requirement)")
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
