@@ -1,9 +1,8 @@
 """Every method on CUDA in both runtimes (issue 31), against the same runs on the CPU.
 
 Skipped, with its reason, where torch sees no CUDA device (CI and the development machines);
-it is written to run on a GPU machine. There, with collabfl's wheels and the checkout on
-PYTHONPATH (docs in /work/shared/notes/gpu-machine.md; pytest-xdist may be absent, hence the
-emptied addopts):
+it is written to run on a GPU machine. There (pytest-xdist may be absent, hence the emptied
+addopts):
 
     python -m pytest -o addopts="" -v -s tests/test_gpu.py
 
