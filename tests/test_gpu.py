@@ -4,7 +4,7 @@ Skipped, with its reason, where torch sees no CUDA device (CI and the developmen
 it is written to run on a GPU machine. There (pytest-xdist may be absent, hence the emptied
 addopts):
 
-    python -m pytest -o addopts="" -v -s tests/test_gpu.py
+    python -m pytest -o addopts="" -rs -v -s tests/test_gpu.py
 
 Each method runs in-process and in a real federation (2 clients, 2 rounds) with
 ``device=cuda``, and in-process on the CPU as the reference. CUDA's kernels do not sum in the
