@@ -18,7 +18,7 @@ validation samples) and the GPU benchmark's (``cifar_cnn`` on 2,000, as in
 ``benchmarks/gpu_round.py --samples 40000``); the candidates are one initial model plus
 small random perturbations, as averages of nearby models are.
 
-    python benchmarks/ggc_batching.py [--repeats 200] [--devices cpu,cuda]
+    python benchmarks/ggc_batching.py [--repeats 200] [--devices cpu,cuda] [--name NAME]
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--devices", default="cpu,cuda", help="those absent are skipped")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--name", default="ggc_batching", help="results/<name>.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     devices = []
@@ -169,7 +170,7 @@ def main() -> None:
         )
     )
     path = write_results(
-        "ggc_batching",
+        args.name,
         {"rows": rows},
         {
             "repeats": args.repeats,
