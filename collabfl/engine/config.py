@@ -72,6 +72,12 @@ class DataConfig(_Section):
         description="*_groups partitions: samples of a large client per sample of a small one",
     )
     partition_file: Path | None = Field(None, description="reuse a saved partition")
+    source: Annotated[str, AfterValidator(check_import_path)] | None = Field(
+        None,
+        description="pkg.mod:factory, factory(client_id) -> {train, val (optional), test, "
+        "num_classes}: each client's data from your own loader instead of dataset and "
+        "partition (client/data/source.py)",
+    )
 
 
 def _model_name(name: str) -> str:
