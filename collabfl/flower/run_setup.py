@@ -45,6 +45,9 @@ class RunSettings:
     device: str
     threads: int
     training: TrainingConfig
+    val_fraction: float = 0.2
+    """The share of a ``data.source`` client's train split held out for validation when
+    its factory gives no val split (the config's ``data.val_fraction``)."""
 
     def to_json(self) -> str:
         values = dataclasses.asdict(self)

@@ -45,6 +45,7 @@ from collabfl.engine.report.comparison import write_comparison
 from collabfl.engine.report.setting import partition_text
 from collabfl.engine.report.table import print_results
 from collabfl.engine.run_options import RunOptions
+from collabfl.engine.sourced import sourced_data
 from collabfl.flower.processes import (
     DEFAULT_RUNTIME,
     flower_binary,
@@ -173,7 +174,7 @@ def coordinator_tls_flags(tls: FederationCredentials | None) -> list[str]:
 
 def client_command(
     client_id: int,
-    data: Path,
+    data: Path | str,
     state_dir: Path,
     superlink: str,
     peer_port: int,
@@ -225,7 +226,8 @@ class LocalFederation:
     """
 
     work_dir: Path
-    client_files: list[Path]
+    client_files: Sequence[Path | str]
+    """Each client's ``--data``: a data file, or a ``data.source`` factory's import path."""
     runtime: str = DEFAULT_RUNTIME
     hosts: Hosts = field(default_factory=Loopback)
     tls: bool = False
@@ -309,7 +311,7 @@ class LocalFederation:
         for k, data in enumerate(self.client_files):
             self.start_client(k, data, key)
 
-    def start_client(self, k: int, data: Path, key: Path) -> None:
+    def start_client(self, k: int, data: Path | str, key: Path) -> None:
         name = f"client-{k}"
         if self.credentials is not None:
             self.register_supernode(k, self.client_dir(k))
@@ -514,6 +516,20 @@ def write_client_files(
     return files
 
 
+def client_data(
+    config: ExperimentConfig, specs: list[MethodSpec], out_dir: Path
+) -> Sequence[Path | str]:
+    """Each client daemon's ``--data``: the config's ``data.source`` factory, checked on a
+    sample against every spec's model as ``simulate`` checks it (each daemon then calls it
+    with its own client id), or a data file written from the dataset and partition."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if config.data.source is not None:
+        sourced_data(config, [spec.config for spec in specs])
+        return [config.data.source] * config.data.num_clients
+    folder = out_dir / "federation" / "data"
+    return write_client_files(config, folder, partition_path=out_dir / "partition.npz")
+
+
 def run_on_federation(
     federation: LocalFederation,
     spec: MethodSpec,
@@ -561,11 +577,12 @@ def federation_up(
     ``runtime``: how the client daemons run ClientApp messages (``--runtime`` of
     ``collabfl-client``); ``tls``: certificates for every role, TLS on every link."""
     check_user_code(specs)
-    out_dir.mkdir(parents=True, exist_ok=True)
     work_dir = out_dir / "federation"
-    files = write_client_files(config, work_dir / "data", partition_path=out_dir / "partition.npz")
+    files = client_data(config, specs, out_dir)
     summaries, run_dirs = [], {}
     allowed = sorted({path for spec in specs for path in user_code(spec.config)})
+    if config.data.source is not None:
+        allowed = sorted({*allowed, config.data.source})
     with LocalFederation(
         work_dir, files, runtime=runtime, tls=tls, allow_imports=allowed
     ) as federation:
