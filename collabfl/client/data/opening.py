@@ -58,8 +58,8 @@ def check_data(ref: DataRef, client_id: int, allowed: Collection[str]) -> str:
     sample = check_sample(ref, [client_id], allowed)
     shape = "×".join(map(str, sample.input_shape))
     return (
-        f"data.source {ref}: client {client_id}'s splits read, inputs {shape}, "
-        f"{sample.num_classes} classes"
+        f"data.source {ref}: client {client_id}, a sample of every split valid, inputs "
+        f"{shape}, {sample.num_classes} classes"
     )
 
 
