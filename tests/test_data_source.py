@@ -240,6 +240,18 @@ def test_a_streamed_dataset_is_read_a_batch_at_a_time_never_whole(tmp_path):
     assert Counted.peak <= eval_batch, Counted.peak
 
 
+def test_dataloader_workers_read_the_same_items_in_the_same_order():
+    from collabfl.client.data.source import load_client
+
+    cpu = torch.device("cpu")
+    alone, _ = load_client(f"{SOURCES}:blobs", 1, cpu, 0.2, seed=3)
+    workers, _ = load_client(f"{SOURCES}:blobs", 1, cpu, 0.2, seed=3, workers=2)
+    for split in ("train", "val", "test"):
+        a, b = getattr(alone, split), getattr(workers, split)
+        assert torch.equal(a.y, b.y)
+        assert torch.equal(a.inputs(torch.arange(len(a))), b.inputs(torch.arange(len(b))))
+
+
 # --- the documented example ----------------------------------------------------------------
 
 

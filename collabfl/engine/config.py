@@ -78,6 +78,12 @@ class DataConfig(_Section):
         "num_classes}: each client's data from your own loader instead of dataset and "
         "partition (client/data/source.py)",
     )
+    workers: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="DataLoader processes reading a data.source's Datasets (0: the run's own)",
+    )
 
 
 def _model_name(name: str) -> str:

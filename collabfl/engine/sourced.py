@@ -24,12 +24,15 @@ class SourcedData:
     num_classes: int
     val_fraction: float
     seed: int
+    workers: int
 
     def splits(self, device: torch.device) -> list[ClientSplits]:
         """Clients 0..N-1 on ``device``, each from ``factory(client_id)``."""
         try:
             return [
-                load_client(self.source, k, device, self.val_fraction, self.seed)[0]
+                load_client(
+                    self.source, k, device, self.val_fraction, self.seed, workers=self.workers
+                )[0]
                 for k in range(self.num_clients)
             ]
         except SourceError as error:
@@ -49,6 +52,7 @@ def sourced_data(config: ExperimentConfig, configs: Sequence[ExperimentConfig]) 
             check_model(source, module, sample.inputs, sample.num_classes, name)
     except ValueError as error:  # SourceError, or user code that does not import
         raise ConfigError(str(error)) from None
+    data = config.data
     return SourcedData(
-        source, config.data.num_clients, sample.num_classes, config.data.val_fraction, config.seed
+        source, data.num_clients, sample.num_classes, data.val_fraction, config.seed, data.workers
     )

@@ -272,6 +272,7 @@ def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:
         threads=config.threads,
         training=config.training,
         val_fraction=config.data.val_fraction,
+        data_workers=config.data.workers,
     )
 
 

@@ -150,7 +150,13 @@ def open_node(
         torch.set_num_threads(settings.threads)
     device = resolve_device(settings.device)
     splits, num_classes = open_data(
-        data, client_id, device, settings.val_fraction, settings.seed, allowed
+        data,
+        client_id,
+        device,
+        settings.val_fraction,
+        settings.seed,
+        allowed,
+        settings.data_workers,
     )
     module = build_model(settings.model, num_classes, settings.seed, allowed)
     if isinstance(data, str):  # a factory's classes: the model must give as many outputs

@@ -70,8 +70,10 @@ def open_data(
     val_fraction: float,
     seed: int,
     allowed: Collection[str],
+    workers: int = 0,
 ) -> tuple[ClientSplits, int]:
-    """This client's splits on ``device`` and its number of classes."""
+    """This client's splits on ``device`` and its number of classes (``workers``: DataLoader
+    processes reading a factory's Datasets)."""
     from collabfl.client.node import ClientSplits
 
     if isinstance(ref, Path):
@@ -79,7 +81,7 @@ def open_data(
         return ClientSplits.from_data(data, device), int(meta["num_classes"])
     from .source import load_client
 
-    return load_client(ref, client_id, device, val_fraction, seed, allowed)
+    return load_client(ref, client_id, device, val_fraction, seed, allowed, workers)
 
 
 def describe_data(

@@ -136,18 +136,21 @@ def load_client(
     val_fraction: float,
     seed: int,
     allowed: Collection[str] | None = None,
+    workers: int = 0,
 ) -> tuple[ClientSplits, int]:
     """Client ``client_id``'s splits on ``device`` and its number of classes: Dataset train
-    and test splits streamed, val stacked (given, or ``val_fraction`` of train drawn with
-    ``seed``, as the Python API draws it)."""
+    and test splits streamed (their items read once up front by ``workers`` DataLoader
+    processes, for their labels), val stacked (given, or ``val_fraction`` of train drawn
+    with ``seed``, as the Python API draws it)."""
     returned = call_factory(path, client_id, allowed)
     classes = returned["num_classes"]
     fail = _failure(path, client_id)
     try:
-        train = samples(returned["train"], _where(path, client_id, "train"), device, True)
-        test = samples(returned["test"], _where(path, client_id, "test"), device, True)
+        where = {split: _where(path, client_id, split) for split in SPLITS}
+        train = samples(returned["train"], where["train"], device, True, workers)
+        test = samples(returned["test"], where["test"], device, True, workers)
         if "val" in returned:
-            val = stacked(returned["val"], _where(path, client_id, "val"), device)
+            val = stacked(returned["val"], where["val"], device)
         else:
             train, val = carve(train, val_fraction, seed, client_id)
     except SourceError:

@@ -10,12 +10,12 @@ participant daemon and the in-process runtime read a split the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from collabfl.kernel.streamed import StreamedData
 from collabfl.kernel.training import Samples, TensorData
@@ -47,21 +47,27 @@ def _stacked_subset(data: Samples, index: torch.Tensor) -> TensorData:
     return TensorData(data.inputs(index), data.y[index])
 
 
-def samples(split: Split, where: str, device: torch.device, stream: bool) -> Samples:
-    """One split on ``device``: streamed when asked and it is a Dataset, else stacked."""
+def samples(
+    split: Split, where: str, device: torch.device, stream: bool, workers: int = 0
+) -> Samples:
+    """One split on ``device``: streamed when asked and it is a Dataset, else stacked
+    (``workers``: DataLoader processes reading a streamed Dataset's items once)."""
     if isinstance(split, StreamedData):
         return split.on(device)
     if stream and isinstance(split, Dataset):
-        return streamed(split, where, device)
+        return streamed(split, where, device, workers)
     return stacked(split, where, device)
 
 
-def streamed(dataset: Dataset[Any], where: str, device: torch.device) -> StreamedData:
+def streamed(
+    dataset: Dataset[Any], where: str, device: torch.device, workers: int = 0
+) -> StreamedData:
     """``dataset`` for reading a batch at a time: every item is read once now, to check it
-    as a stacked split's items are checked and to keep its label; its input is not kept."""
+    as a stacked split's items are checked and to keep its label; its input is not kept.
+    With ``workers``, a DataLoader's processes read (and decode) the items, in order."""
     shape: tuple[int, ...] | None = None
     labels = []
-    for i, (x, label) in enumerate(_items(dataset, where)):
+    for i, (x, label) in enumerate(_items(dataset, where, workers)):
         _inputs(x.unsqueeze(0), f"{where} item {i}")
         if shape is None:
             shape = tuple(x.shape)
@@ -89,21 +95,31 @@ def stacked(split: Split, where: str, device: torch.device) -> TensorData:
     return TensorData(_inputs(x, where).to(device), _labels(y, len(x), where).to(device))
 
 
-def _items(dataset: Dataset[Any], where: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Each item of ``dataset`` as (input, label) tensors; ValueError for a Dataset without
-    len(), an empty one, or an item that is not such a pair."""
+def _items(
+    dataset: Dataset[Any], where: str, workers: int = 0
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each item of ``dataset`` as (input, label) tensors, read by ``workers`` DataLoader
+    processes when there are any; ValueError for a Dataset without len(), an empty one, or
+    an item that is not such a pair."""
     try:
         size = len(dataset)  # type: ignore[arg-type]
     except TypeError:
         raise ValueError(f"{where}: the Dataset has no len(); give a map-style Dataset") from None
     if size == 0:
         raise ValueError(f"{where} is empty")
-    for i in range(size):
-        item = dataset[i]
+    read: Iterable[Any] = (dataset[i] for i in range(size))
+    if workers:
+        read = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_read)
+    for i, item in enumerate(read):
         if not isinstance(item, tuple | list) or len(item) != 2:
             raise ValueError(f"{where}: item {i} is not an (input, label) pair")
         x = _as_tensor(item[0], where, f"item {i}'s input")
         yield x, _as_tensor(item[1], where, f"item {i}'s label")
+
+
+def _as_read(item: Any) -> Any:
+    """A DataLoader's item as the Dataset gave it (no conversion: ``_items`` checks it)."""
+    return item
 
 
 def _stack(dataset: Dataset[Any], where: str) -> tuple[torch.Tensor, torch.Tensor]:
