@@ -99,6 +99,13 @@ def test_simulate_refuses_a_wrong_factory_with_exit_2_and_writes_nothing(tmp_pat
     assert not (out / "partition.npz").exists() and not list(out.glob("*/metrics.jsonl"))
 
 
+def test_federation_prepare_has_no_files_to_write_for_a_factory(tmp_path):
+    flags = ["--set", f"data.source={SOURCES}:blobs"]
+    result = CliRunner().invoke(app, ["federation", "prepare", *flags, "--out", str(tmp_path)])
+    assert result.exit_code == exit_status.USAGE
+    assert "there are no files to prepare" in result.output and not list(tmp_path.iterdir())
+
+
 def test_a_factory_sample_checks_the_factory_not_the_whole_set():
     """The check reads a few items of each split, whatever the split's length."""
     config = validate_config(_config("blobs"))

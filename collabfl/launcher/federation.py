@@ -37,7 +37,7 @@ from rich.console import Console
 from collabfl.client.data.client_file import save_client_file
 from collabfl.coordinator.daemon import PUBLIC_KEY_FILE, grant_signer
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
-from collabfl.engine.config import ExperimentConfig, user_code
+from collabfl.engine.config import ConfigError, ExperimentConfig, user_code
 from collabfl.engine.experiment import check_user_code, prepare_data
 from collabfl.engine.methods import MethodSpec, run_request
 from collabfl.engine.recording import safe_name
@@ -499,6 +499,11 @@ def write_client_files(
 
     In a real deployment every participant brings its own file; this makes demo ones.
     """
+    if config.data.source is not None:
+        raise ConfigError(
+            f"data.source {config.data.source}: each participant reads its own data through "
+            "it (collabfl-client --data); there are no files to prepare"
+        )
     data = prepare_data(config)
     (partition_path or folder / "partition.npz").parent.mkdir(parents=True, exist_ok=True)
     data.partition.save(partition_path or folder / "partition.npz")
