@@ -153,8 +153,6 @@ def load_client(
             val = stacked(returned["val"], where["val"], device)
         else:
             train, val = carve(train, val_fraction, seed, client_id)
-    except SourceError:
-        raise
     except ValueError as error:  # user_splits' words, with where it happened in front
         raise SourceError(str(error)) from None
     for split, data in (("train", train), ("val", val), ("test", test)):
