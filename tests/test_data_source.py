@@ -209,7 +209,7 @@ def _gone() -> None:
     Counted.alive -= 1
 
 
-TRAIN_ITEMS = 1000
+TRAIN_ITEMS = 500
 
 
 def counted(client_id: int) -> dict[str, Any]:
@@ -245,6 +245,46 @@ def test_a_streamed_dataset_is_read_a_batch_at_a_time_never_whole(tmp_path):
     assert Counted.reads > 4 * TRAIN_ITEMS
     # ... but never more than one evaluation batch of inputs at once
     assert Counted.peak <= eval_batch, Counted.peak
+
+
+class Labelled(Counted):
+    """A million items whose labels are known without reading any (``targets``, as
+    torchvision's ImageFolder has them): nothing is read up front."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size, seed=7)
+        self.targets = np.arange(size) % 10
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, _ = super().__getitem__(i)
+        return x, int(self.targets[i])
+
+
+HUGE = 1_000_000
+
+
+def labelled(client_id: int) -> dict[str, Any]:
+    data = counted(client_id)
+    return {**data, "train": Labelled(HUGE)}
+
+
+def test_a_dataset_with_targets_of_a_million_items_is_read_only_as_batches_need(tmp_path):
+    Counted.alive = Counted.peak = Counted.reads = 0
+    overrides = {
+        "data.source": f"{__name__}:labelled",
+        "data.num_clients": 2,
+        "rounds": 1,
+        "epochs": 0.0005,  # 16 steps of 32 of a million samples
+        "method": "fedavg",
+        "model.name": "tests.support.user_code:make_net",
+        "training.eval_batch_size": 64,
+    }
+    flags = [arg for k, v in overrides.items() for arg in ("--set", f"{k}={json.dumps(v)}")]
+    result = CliRunner().invoke(app, ["simulate", *flags, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    trained = 2 * 16 * 32  # two clients' steps; the rest are the small test sets' reads
+    assert Counted.reads < trained + 4 * 2 * (TRAIN_ITEMS + 10), Counted.reads
+    assert Counted.peak <= 64, Counted.peak
 
 
 def test_dataloader_workers_read_the_same_items_in_the_same_order():

@@ -22,6 +22,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from collabfl.client.node import ClientSplits
+from collabfl.kernel.streamed import StreamedData
+from collabfl.kernel.training import Samples
 from collabfl.kernel.user_code import load_object
 
 from .user_splits import Split, carve, samples, stacked
@@ -147,8 +149,8 @@ def load_client(
     fail = _failure(path, client_id)
     try:
         where = {split: _where(path, client_id, split) for split in SPLITS}
-        train = samples(returned["train"], where["train"], device, True, workers)
-        test = samples(returned["test"], where["test"], device, True, workers)
+        train = _streamed(returned["train"], where["train"], device, workers)
+        test = _streamed(returned["test"], where["test"], device, workers)
         if "val" in returned:
             val = stacked(returned["val"], where["val"], device)
         else:
@@ -158,6 +160,34 @@ def load_client(
     for split, data in (("train", train), ("val", val), ("test", test)):
         _check_labels(data.y, classes, fail, split)
     return ClientSplits(train=train, val=val, test=test), classes
+
+
+def _streamed(split: Split, where: str, device: torch.device, workers: int) -> Samples:
+    """``split`` streamed; a Dataset with ``targets`` (one label per item, as torchvision's
+    ImageFolder has) is not read up front at all: its labels are those, and each input is
+    read, and its shape checked, when a batch needs it."""
+    targets = getattr(split, "targets", None)
+    if not isinstance(split, Dataset) or targets is None:
+        return samples(split, where, device, True, workers)
+    try:
+        y = torch.as_tensor(np.asarray(targets))
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"{where}, targets: not integer labels ({error})") from None
+    try:
+        size = len(split)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{where}: the Dataset has no len(); give a map-style Dataset") from None
+    if y.ndim != 1 or len(y) != size or y.dtype not in _INTEGERS:
+        raise ValueError(
+            f"{where}, targets: {y.numel()} labels of {y.dtype} for {size} items; "
+            "give one integer label per item"
+        )
+    first = torch.as_tensor(np.asarray(split[0][0]))
+    rows = torch.arange(size)
+    return StreamedData(split, rows, y.to(torch.int64).to(device), tuple(first.shape), device)
+
+
+_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def train_size(
