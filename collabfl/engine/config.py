@@ -82,7 +82,8 @@ class DataConfig(_Section):
         0,
         ge=0,
         le=256,
-        description="DataLoader processes reading a data.source's Datasets (0: the run's own)",
+        description="DataLoader processes reading a data.source's Datasets once up front "
+        "(0: the run's own; spawned, so a Dataset must pickle)",
     )
 
 

@@ -200,6 +200,7 @@ class NodeKey:
 
     @classmethod
     def of(cls, client_id: int, data: DataRef, state: NodeState) -> NodeKey:
+        """A ``data.source`` factory has no stamp: what its loader reads is its own."""
         return cls(
             client_id=client_id,
             data_ref=data.resolve() if isinstance(data, Path) else data,
