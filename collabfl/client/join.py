@@ -1,10 +1,11 @@
-"""``collabfl-client join COORDINATOR --token T --data FILE --state-dir DIR``: enrol this
-machine with a join token, then run the daemon.
+"""``COLLABFL_JOIN_TOKEN=T collabfl-client join COORDINATOR --data FILE --state-dir DIR``:
+enrol this machine with a join token, then run the daemon.
 
-The keys are made here and never leave: a fresh TLS key (its certificate comes back from
-the coordinator, kernel/join_client.py) and a fresh SuperNode key (the coordinator
-registers its public half before the SuperNode first starts). What comes back is written
-to ``DIR/tls`` and the daemon's flags to ``DIR`` (kernel/saved_args.py), so a restart is
+The token never comes on the command line (kernel/token_source.py says why). The keys are
+made here and never leave: a fresh TLS key (its certificate comes back from the
+coordinator, kernel/join_client.py) and a fresh SuperNode key (the coordinator registers its
+public half before the SuperNode first starts). What comes back is written to ``DIR/tls``
+and the daemon's flags to ``DIR`` (kernel/saved_args.py), so a restart is
 ``collabfl-client --state-dir DIR``. Flags after the join's own go to the daemon as they
 are (``--device cuda:1``, ``--runtime subprocess``, ...).
 """
@@ -25,15 +26,18 @@ from collabfl.kernel.daemon_help import daemon_parser
 from collabfl.kernel.join_client import JoinFailed, NotYet, coordinator_address, join
 from collabfl.kernel.pki import write_private_key
 from collabfl.kernel.saved_args import save
+from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
 
-DESCRIPTION = """Enrol this machine in a federation with the join token its operator sent, then run
+DESCRIPTION = f"""Enrol this machine in a federation with the join token its operator sent, then run
 the participant (`collabfl-client`).
 
-The keys are made on this machine and never leave it. The certificate and the participant's
-options are saved under --state-dir, so `collabfl-client --state-dir DIR` starts it again
-later. Options after the join's own go to the participant as they are (e.g. --device cuda)."""
+The token comes from the environment ({ENV_VAR}) or --token-file, never
+from the command line, where other local users could read it. The keys are made on this
+machine and never leave it. The certificate and the participant's options are saved under
+--state-dir, so `collabfl-client --state-dir DIR` starts it again later. Options after the
+join's own go to the participant as they are (e.g. --device cuda)."""
 EXAMPLE = (
-    "collabfl-client join coord.example.org:9093 --token cfj1.… "
+    f"{ENV_VAR}=cfj1.… collabfl-client join coord.example.org:9093 "
     "--data /data/lab-a.npz --state-dir /var/lib/collabfl-client"
 )
 
@@ -45,7 +49,12 @@ DEFAULT_PEER_LISTEN = "0.0.0.0:9200"
 def parser() -> argparse.ArgumentParser:
     p = daemon_parser("collabfl-client join", DESCRIPTION, EXAMPLE)
     p.add_argument("coordinator", help="the coordinator's public HOST:PORT (its Fleet port, 9093)")
-    p.add_argument("--token", required=True, help="the join token `collabfl admin invite` printed")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"read the join token from FILE (- for standard input) instead of {ENV_VAR}",
+    )
+    p.add_argument("--token", help=argparse.SUPPRESS)  # refused, with the safe forms named
     p.add_argument("--data", type=Path, required=True, help="this participant's data file")
     p.add_argument("--state-dir", type=Path, required=True, help="models, keys, state, logs")
     p.add_argument(
@@ -64,11 +73,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args, daemon_flags = parser().parse_known_args(argv)
+    if args.token is not None:
+        print(f"collabfl-client join: {ON_ARGV}", file=sys.stderr)
+        return exit_status.USAGE
     try:
+        token = read_token(args.token_file)
         load_client_file(args.data)  # a wrong file fails before the token is spent
         coordinator_address(args.coordinator)
         keep_private(args.state_dir)
-        daemon_argv = enrol(args)
+        daemon_argv = enrol(args, token)
     except (JoinFailed, ValueError, FileNotFoundError) as error:
         print(f"collabfl-client join: {error}", file=sys.stderr)
         return exit_status.FAILURE if isinstance(error, NotYet) else exit_status.USAGE
@@ -84,7 +97,7 @@ def main(argv: list[str]) -> int:
     return daemon.main([*daemon_argv, *daemon_flags])
 
 
-def enrol(args: argparse.Namespace) -> list[str]:
+def enrol(args: argparse.Namespace, token: str) -> list[str]:
     """Spend the token; write what came back; the daemon's command line (without extras)."""
     state_dir: Path = args.state_dir.resolve()
     tls = state_dir / TLS_DIR
@@ -93,7 +106,7 @@ def enrol(args: argparse.Namespace) -> list[str]:
         (state_dir / stale).unlink(missing_ok=True)
     _, supernode_public = ensure_supernode_key(state_dir)
     key = ec.generate_private_key(ec.SECP256R1())
-    joined = join(args.coordinator, args.token, key, supernode_public.read_text())
+    joined = join(args.coordinator, token, key, supernode_public.read_text())
     if joined.role != "member":
         raise JoinFailed(
             f"this token enrols {joined.role} {joined.subject}: use `collabfl admin login`"
