@@ -1,7 +1,9 @@
-"""``collabfl-client join`` as an operator runs it: with the token where no other local user
-can read it.
+"""``collabfl-client join`` as an operator runs it: twice, with a spent token, and with the
+token where no other local user can read it.
 
-Before, the token was an argument (``--token cfj1.…``), readable by every local user in ``ps``
+Before, re-running the printed join line on an enrolled state dir replaced the SuperNode
+key, then the spent token was refused (403): the lab was locked out until a fresh invite.
+And the token was an argument (``--token cfj1.…``), readable by every local user in ``ps``
 for the minutes a join retries an unreachable coordinator. Against a real gateway and
 enrolment endpoint (tests/test_enrolment.py's), and the real console scripts.
 """
@@ -29,6 +31,7 @@ from collabfl.client import join
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
 from collabfl.coordinator.service import serve
+from collabfl.kernel.identity import Role
 from collabfl.kernel.token_source import ENV_VAR
 
 BIN = Path(sys.executable).parent
@@ -50,6 +53,57 @@ def _token_file(tmp_path: Path, token: str) -> Path:
     path.write_text(token + "\n")
     path.chmod(0o600)
     return path
+
+
+def _join(address: str, token: Path, data: Path, state_dir: Path, *extra: str) -> int:
+    return join.main([address, "--token-file", str(token), "--data", str(data),
+                      "--state-dir", str(state_dir), "--no-start", *extra])  # fmt: skip
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+KEYS = ["supernode_key", "supernode_key.pub", "tls/member.key", "tls/member.pem", "tls/ca.pem"]
+
+
+def test_a_rerun_join_on_an_enrolled_state_dir_changes_nothing(coordinator, data, tmp_path, capsys):  # noqa: F811
+    state_dir, token = tmp_path / "state", _token_file(tmp_path, coordinator.invite(3))
+    assert _join(coordinator.address, token, data, state_dir) == 0
+    enrolled = _files(state_dir)
+    assert set(KEYS) <= set(enrolled)
+    capsys.readouterr()
+    assert _join(coordinator.address, token, data, state_dir) == 2  # the printed line, again
+    said = capsys.readouterr().err
+    assert (
+        f"already enrolled as client 3; start it with `collabfl-client --state-dir {state_dir}`"
+        in said
+    )
+    assert _files(state_dir) == enrolled  # every key, certificate and saved flag
+    assert coordinator.events("impostor") == []
+
+
+def test_a_refused_re_enrolment_leaves_every_key_in_place(coordinator, data, tmp_path, capsys):  # noqa: F811
+    state_dir, token = tmp_path / "state", _token_file(tmp_path, coordinator.invite(3))
+    assert _join(coordinator.address, token, data, state_dir) == 0
+    enrolled = _files(state_dir)
+    assert _join(coordinator.address, token, data, state_dir, "--re-enrol") == 2  # spent: 403
+    assert "refused the join (403)" in capsys.readouterr().err
+    assert _files(state_dir) == enrolled
+
+
+def test_an_accepted_re_enrolment_replaces_the_keys(coordinator, data, tmp_path):  # noqa: F811
+    state_dir = tmp_path / "state"
+    assert _join(coordinator.address, _token_file(tmp_path, coordinator.invite(3)), data,
+                 state_dir) == 0  # fmt: skip
+    old = _files(state_dir)
+    coordinator.enroller.revoke(Role.MEMBER, "3")
+    fresh = _token_file(tmp_path, coordinator.invite(3))
+    assert _join(coordinator.address, fresh, data, state_dir, "--re-enrol") == 0
+    new = _files(state_dir)
+    assert all(new[name] != old[name] for name in KEYS if name != "tls/ca.pem")
+    assert new["supernode_key.pub"].decode() in coordinator.superlink.registered.values()
+    assert not (state_dir / join.STAGING_DIR).exists()
 
 
 def test_a_token_on_the_command_line_is_refused(data, tmp_path, capsys):
