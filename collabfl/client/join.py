@@ -108,13 +108,13 @@ def main(argv: list[str]) -> int:
         print(f"collabfl-client join: {ON_ARGV}", file=sys.stderr)
         return exit_status.USAGE
     restart = f"collabfl-client --state-dir {args.state_dir}"
-    client_id = enrolled_as(args.state_dir)
-    if client_id is not None and not args.re_enrol:
-        print(f"collabfl-client join: already enrolled as client {client_id}; start it with "
-              f"`{restart}` (nothing changed; --re-enrol spends a new token here)",
-              file=sys.stderr)  # fmt: skip
-        return exit_status.USAGE
     try:
+        client_id = enrolled_as(args.state_dir)
+        if client_id is not None and not args.re_enrol:
+            print(f"collabfl-client join: already enrolled as client {client_id}; start it "
+                  f"with `{restart}` (nothing changed; --re-enrol spends a new token here)",
+                  file=sys.stderr)  # fmt: skip
+            return exit_status.USAGE
         token = read_token(args.token_file)
         load_client_file(args.data)  # a wrong file fails before the token is spent
         coordinator_address(args.coordinator)
@@ -135,12 +135,17 @@ def main(argv: list[str]) -> int:
 
 
 def enrolled_as(state_dir: Path) -> str | None:
-    """The client id ``state_dir`` is enrolled as (its certificate's), or None."""
+    """The client id ``state_dir`` is enrolled as (its certificate's), or None; ValueError
+    naming the file when it holds no member certificate."""
+    path = state_dir / TLS_DIR / CERT_FILE
     try:
-        pem = (state_dir / TLS_DIR / CERT_FILE).read_bytes()
+        pem = path.read_bytes()
     except FileNotFoundError:
         return None
-    return identity_of_certificate(x509.load_pem_x509_certificate(pem)).name
+    try:
+        return identity_of_certificate(x509.load_pem_x509_certificate(pem)).name
+    except ValueError as error:
+        raise ValueError(f"{path} is not a member certificate ({error}): move it away") from None
 
 
 def enrol(args: argparse.Namespace, token: str) -> list[str]:

@@ -35,8 +35,8 @@ it streams in, before it is buffered; on every route, the enrolment calls too, o
 address holds a bounded number of connections, and a request's headers and body each have
 a deadline (coordinator/public_protocol.py); the joins in flight have a bound of their own
 (coordinator/join_endpoint.py), far below uvicorn's, so that joins never take the
-SuperNodes' share; a
-connection idle after a response is closed; uvicorn's ``limit_concurrency`` bounds the rest.
+SuperNodes' share; a connection idle after a response is closed; uvicorn's
+``limit_concurrency`` bounds the rest.
 """
 
 from __future__ import annotations
