@@ -30,7 +30,8 @@ from collabfl.coordinator.fleet_gateway import PUSH_PATH, FleetGateway, GatewayL
 from collabfl.coordinator.join_endpoint import JOIN_PATH, MAX_JOINS_IN_FLIGHT, JoinEndpoint
 from collabfl.coordinator.state import CoordinatorState
 
-LIMITS = GatewayLimits(per_peer=6, header_timeout_s=5.0, body_timeout_s=2.0)
+LIMITS = GatewayLimits(per_peer=6, max_concurrency=16, header_timeout_s=5.0, body_timeout_s=3.0)
+"""Room for 16 connections in all: 20 slow joins from one address would take every one."""
 MAX_JOINS = 2
 assert LIMITS.per_peer < MAX_JOINS_IN_FLIGHT  # the per-address bound is what bites first
 SLOW_JOIN = (
@@ -109,7 +110,7 @@ def _ask(port: int, method: str, path: str, source: str, body: bytes = b"") -> h
 
 
 def test_slow_joins_from_one_address_are_bounded_and_dropped_while_fleet_answers(port):
-    excess = 4
+    excess = 14
     opened = time.monotonic()
     joins = [SlowJoin(port, "127.0.0.1") for _ in range(LIMITS.per_peer + excess)]
     try:
