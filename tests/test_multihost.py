@@ -87,13 +87,13 @@ class Bed:
         )  # fmt: skip
 
     def start(
-        self, host: str, argv: list[str], log: str, env: dict[str, str]
+        self, host: str, argv: list[str], log: str, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         """A daemon the README starts on ``host`` (typed), with ``env`` set for it."""
-        self.typed.append((host, argv, env))
+        self.typed.append((host, argv, env or {}))
         command = [flower_binary(argv[0]), *argv[1:]]
         return self.net.popen(host, command, self.folder(host) / log,
-                              env={**self.env(host), **env})  # fmt: skip
+                              env={**self.env(host), **(env or {})})  # fmt: skip
 
     def admin_json(self, host: str, *args: str) -> object:
         done = self.run(host, ["collabfl", "admin", *args, "--json"])
