@@ -200,7 +200,14 @@ def parser() -> argparse.ArgumentParser:
         "--fleet-per-peer",
         type=int,
         default=GatewayLimits.per_peer,
-        help="requests one address may have in flight on the participants' port",
+        help="connections one address may hold open on the participants' port (every "
+        "route, joins too; SuperNodes behind one NAT share it)",
+    )
+    p.add_argument(
+        "--fleet-body-timeout",
+        type=float,
+        default=GatewayLimits.body_timeout_s,
+        help="seconds a request's body may take on the participants' port; a slower one is dropped",
     )
     p.add_argument(
         "--service-port",
@@ -461,7 +468,15 @@ def gateway_limits(args: argparse.Namespace) -> GatewayLimits:
             f"--fleet-max-body-mib ({args.fleet_max_body_mib}) and --fleet-per-peer "
             f"({args.fleet_per_peer}) must be at least 1"
         )
-    return GatewayLimits(max_body_bytes=args.fleet_max_body_mib << 20, per_peer=args.fleet_per_peer)
+    if not 0 < args.fleet_body_timeout < float("inf"):
+        raise ValueError(
+            f"--fleet-body-timeout ({args.fleet_body_timeout}) must be a positive number of seconds"
+        )
+    return GatewayLimits(
+        max_body_bytes=args.fleet_max_body_mib << 20,
+        per_peer=args.fleet_per_peer,
+        body_timeout_s=args.fleet_body_timeout,
+    )
 
 
 def write_app(state_dir: Path) -> Path:

@@ -498,6 +498,7 @@ def write_client_files(
     In a real deployment every participant brings its own file; this makes demo ones.
     """
     data = prepare_data(config)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # private data: a private folder
     (partition_path or folder / "partition.npz").parent.mkdir(parents=True, exist_ok=True)
     data.partition.save(partition_path or folder / "partition.npz")
     files = []
