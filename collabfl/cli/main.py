@@ -379,6 +379,7 @@ def federation_up_command(
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
     from collabfl.engine.config import ConfigError, load_config
+    from collabfl.engine.experiment import resolve_device
     from collabfl.engine.methods import parse_method_spec
     from collabfl.launcher.federation import federation_up
 
@@ -393,6 +394,8 @@ def federation_up_command(
             )
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
+        for spec in specs:  # every daemon runs on this machine: its device must be here
+            resolve_device(spec.config.device)
         out_dir = _output_dir(out, overwrite, settings, "federation")
         federation_up(
             settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime, tls=tls

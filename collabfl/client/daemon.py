@@ -70,7 +70,8 @@ DESCRIPTION = """Run one participant of a federation on this machine.
 It takes part in every run the coordinator starts (training, choosing collaborators and
 evaluating on this machine's data, which never leaves it) and lends its published models
 only to the participants the coordinator grants. Start it once with
-`collabfl-client join COORDINATOR --token ... --data FILE --state-dir DIR`, which enrols this
+`COLLABFL_JOIN_TOKEN=... collabfl-client join COORDINATOR --data FILE --state-dir DIR`, which
+enrols this
 machine and saves these options; afterwards `collabfl-client --state-dir DIR` starts it
 again with what was saved. It waits for the coordinator and restarts its parts for as long
 as it takes unless --max-restarts says otherwise."""
@@ -286,8 +287,8 @@ def check_args(args: argparse.Namespace) -> None:
     if missing:
         raise ValueError(
             f"{args.state_dir} holds no saved settings and {', '.join(missing)} "
-            "were not given: enrol this machine with `collabfl-client join COORDINATOR "
-            "--token TOKEN --data FILE --state-dir DIR`, or give every flag"
+            "were not given: enrol this machine with `COLLABFL_JOIN_TOKEN=TOKEN collabfl-client "
+            "join COORDINATOR --data FILE --state-dir DIR`, or give every flag"
         )
     if args.device:  # torch is imported (seconds) only to check a device that is named
         from collabfl.kernel.devices import resolve_device

@@ -614,4 +614,6 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
 
 def format_validation_error(error: ValidationError) -> str:
     """One line per problem: dotted path, what is wrong, and the value given."""
-    return "\n".join(["invalid configuration:", *(f"  {p}" for p in problems(error))])
+    return "\n".join(
+        ["invalid configuration:", *(f"  {p}" for p in problems(error, ExperimentConfig))]
+    )

@@ -84,6 +84,9 @@ def prepare_clients(config: ExperimentConfig, specs: list[MethodSpec]) -> Client
 def prepare_data(config: ExperimentConfig) -> FederationData:
     """Load the pool and make (or load) the partition the config describes."""
     data = config.data
+    saved = None
+    if data.partition_file is not None:
+        saved = _saved_partition(data.partition_file, data.num_clients)
     pool = load_pool(
         data.dataset,
         root=data.root,
@@ -92,15 +95,10 @@ def prepare_data(config: ExperimentConfig) -> FederationData:
         num_train=data.num_train,
         num_test=data.num_test,
     )
-    if data.partition_file is not None:
-        partition = Partition.load(data.partition_file)
-        if len(partition.clients) != data.num_clients:
-            raise ConfigError(
-                f"data.partition_file has {len(partition.clients)} clients but "
-                f"data.num_clients is {data.num_clients}"
-            )
-    else:
-        partition = make_partition(
+    partition = (
+        saved
+        if saved is not None
+        else make_partition(
             pool,
             num_clients=data.num_clients,
             scheme=data.partition,
@@ -112,7 +110,27 @@ def prepare_data(config: ExperimentConfig) -> FederationData:
             label_flip_fraction=data.label_flip_fraction,
             size_ratio=data.size_ratio,
         )
+    )
     return FederationData(pool, partition, client_datasets(pool, partition))
+
+
+def _saved_partition(path: Path, num_clients: int) -> Partition:
+    """``data.partition_file``, read before the pool so a wrong path fails in a second."""
+    try:
+        partition = Partition.load(path)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"data.partition_file: {path} does not exist (a partition.npz "
+            "that an earlier run wrote, or leave the key out to make a new partition)"
+        ) from None
+    except ValueError as e:
+        raise ConfigError(f"data.partition_file: {e}") from None
+    if len(partition.clients) != num_clients:
+        raise ConfigError(
+            f"data.partition_file has {len(partition.clients)} clients but "
+            f"data.num_clients is {num_clients}"
+        )
+    return partition
 
 
 def resolve_device(name: str) -> torch.device:
@@ -136,7 +154,7 @@ def run_comparison(
     device = resolve_device(config.device)
     if config.threads:
         torch.set_num_threads(config.threads)
-    data = prepare_clients(config, specs)
+    data = prepare_clients(config, specs)  # refusals here leave no --out folder behind
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(data, FederationData):
         data.partition.save(out_dir / "partition.npz")

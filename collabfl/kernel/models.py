@@ -103,7 +103,14 @@ def seeded_module(factory: ModelFactory, seed: int, label: str) -> nn.Module:
     as it was); ``label`` names the factory in the error for anything but a Module."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = factory()
+        try:
+            module = factory()
+        except Exception as e:  # the user's code: any failure is theirs to fix, in one line
+            raise UserCodeError(
+                f"model factory {label} failed when called with no arguments: "
+                f"{type(e).__name__}: {e} (model.name needs a function that takes none and "
+                "returns a torch.nn.Module)"
+            ) from None
     if not isinstance(module, nn.Module):
         kind = type(module).__name__
         raise UserCodeError(

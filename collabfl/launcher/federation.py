@@ -505,6 +505,7 @@ def write_client_files(
             "it (collabfl-client --data); there are no files to prepare"
         )
     data = prepare_data(config)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # private data: a private folder
     (partition_path or folder / "partition.npz").parent.mkdir(parents=True, exist_ok=True)
     data.partition.save(partition_path or folder / "partition.npz")
     files = []
@@ -527,10 +528,12 @@ def client_data(
     """Each client daemon's ``--data``: the config's ``data.source`` factory, checked on a
     sample against every spec's model as ``simulate`` checks it (each daemon then calls it
     with its own client id), or a data file written from the dataset and partition."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if config.data.source is not None:
+    source = config.data.source
+    if source is not None:  # checked before --out is made: a refusal leaves none behind
         sourced_data(config, [spec.config for spec in specs])
-        return [config.data.source] * config.data.num_clients
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        return [source] * config.data.num_clients
     folder = out_dir / "federation" / "data"
     return write_client_files(config, folder, partition_path=out_dir / "partition.npz")
 
