@@ -72,6 +72,19 @@ class DataConfig(_Section):
         description="*_groups partitions: samples of a large client per sample of a small one",
     )
     partition_file: Path | None = Field(None, description="reuse a saved partition")
+    source: Annotated[str, AfterValidator(check_import_path)] | None = Field(
+        None,
+        description="pkg.mod:factory, factory(client_id) -> {train, val (optional), test, "
+        "num_classes}: each client's data from your own loader instead of dataset and "
+        "partition (client/data/source.py)",
+    )
+    workers: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="DataLoader processes reading a data.source's Datasets once up front "
+        "(0: the run's own; spawned, so a Dataset must pickle)",
+    )
 
 
 def _model_name(name: str) -> str:
