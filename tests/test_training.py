@@ -61,7 +61,12 @@ def test_same_seed_same_initial_model():
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_models_build_with_expected_outputs(name):
-    shapes = {"mnist1d_cnn": (1, 40), "cifar_cnn": (3, 32, 32), "femnist_cnn": (1, 28, 28)}
+    shapes = {
+        "mnist1d_cnn": (1, 40),
+        "cifar_cnn": (3, 32, 32),
+        "femnist_cnn": (1, 28, 28),
+        "resnet18": (3, 32, 32),
+    }
     classes = 62 if name == "femnist_cnn" else 10
     model = build_model(name, classes, seed=0)
     assert model(torch.zeros(2, *shapes[name])).shape == (2, classes)
