@@ -1,0 +1,56 @@
+"""The inputs of each batch a loop visits, read ahead by DataLoader workers where that pays.
+
+A ``TensorData`` split already sits on the device: indexing it is one gather, and nothing is
+read ahead. A streamed split (kernel/streamed.py) reads every item from its Dataset in
+Python; with ``training.loader_workers > 0`` that reading moves to worker processes, which
+assemble the batches of the loop's own order ahead of it, in page-locked memory copied
+without a host wait when the device is CUDA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from collabfl.kernel.streamed import Index, StreamedData
+
+if TYPE_CHECKING:
+    from collabfl.kernel.training import Samples
+
+Batch = tuple[Index, Index]
+"""A batch's positions twice: on the CPU (a streamed split's rows) and on the labels'
+device (a tensor split's inputs and every split's labels)."""
+
+
+class _Batches(Dataset[torch.Tensor]):
+    """A streamed split whose item ``i`` is the stacked inputs of batch ``i``."""
+
+    def __init__(self, data: StreamedData, batches: Sequence[Index]) -> None:
+        self.data = data
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, item: int) -> torch.Tensor:
+        return self.data.inputs(self.batches[item])
+
+
+def batch_inputs(data: Samples, batches: Sequence[Batch], workers: int) -> Iterator[torch.Tensor]:
+    """The inputs of ``batches`` in order, on the device of ``data``'s labels."""
+    if workers == 0 or not isinstance(data, StreamedData):
+        if isinstance(data, StreamedData):  # its rows are on the CPU: no device-to-host copy
+            return (data.inputs(host) for host, _ in batches)
+        return (data.inputs(on_device) for _, on_device in batches)
+    pinned = data.device.type == "cuda"
+    host = data.on(torch.device("cpu"))
+    loader = DataLoader(
+        _Batches(host, [rows for rows, _ in batches]),
+        batch_size=None,
+        num_workers=workers,
+        pin_memory=pinned,
+    )
+    return (batch.to(data.device, non_blocking=pinned) for batch in loader)
