@@ -1,15 +1,16 @@
 """Images per second of collabfl's local training against a bare PyTorch loop (issue 41's
 anchor: within 0.9× on a GPU).
 
-Both sides train the built-in ResNet-18 (kernel/models.py) on the same synthetic CIFAR-shaped
-images (3×32×32, 10 classes, already on the device), at the same batch size, with the same
-SGD (lr, momentum, weight decay), the same precision (``--amp``) and layout
-(``--channels-last``), drawing a fresh permutation every epoch. collabfl's side is what a
-client does for a Train step: load its model into the flat workspace, ``kernel.training.train``
-for ``--steps`` steps, read the model back. The bare side is a module, ``torch.optim.SGD`` and
-``torch.autocast`` (with a GradScaler for fp16), the loop a PyTorch user would write.
-The sides alternate, ``--repeats`` times each after one warm-up each; the figure is the
-median images per second.
+Both sides train the built-in ResNet-18 (kernel/models.py; ``--model cifar_cnn`` for a quick
+look) on the same synthetic CIFAR-shaped images (3×32×32, 10 classes, already on the
+device), at the same batch size, with the same SGD (lr, momentum, weight decay), the same
+precision (``--amp``) and layout (``--channels-last``), drawing a fresh permutation every
+epoch. collabfl's side is what a client does for a Train step: load its model into the flat
+workspace, ``kernel.training.train`` for ``--steps`` steps, read the model back. The bare
+side is a module, ``torch.optim.SGD`` and ``torch.autocast`` (with a GradScaler for fp16),
+the loop a PyTorch user would write. The sides alternate, ``--repeats`` times each after one
+warm-up each; the figure is the median images per second. Both sides report their mean
+loss: at ``--amp off`` equal, so the same work was timed (tests/test_train_throughput.py).
 
     python benchmarks/train_throughput.py --device cuda --amp bf16 --channels-last
     python benchmarks/train_throughput.py --device cpu --batch-size 32 --steps 4 --repeats 3
@@ -35,8 +36,9 @@ SAMPLES = 2048
 """Images in the synthetic split (several epochs' worth of steps at small batch sizes)."""
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-Runner = Callable[[int, int], None]
-"""(steps, seed) → trains that many steps from the same start model."""
+Runner = Callable[[int, int], float]
+"""(steps, seed) → trains that many steps from the same start model; the mean loss (equal
+on both sides at amp off: the same work is timed)."""
 
 
 def synthetic(device: torch.device, samples: int) -> TensorData:
@@ -46,25 +48,29 @@ def synthetic(device: torch.device, samples: int) -> TensorData:
     return TensorData(x.to(device), y.to(device))
 
 
-def collabfl_side(config: TrainingConfig, data: TensorData, device: torch.device) -> Runner:
+def collabfl_side(
+    model: str, config: TrainingConfig, data: TensorData, device: torch.device
+) -> Runner:
     """A client's Train step: load, ``train``, read back (kernel/training.py)."""
-    workspace = FlatModel(build_model("resnet18", 10, seed=0), device)
+    workspace = FlatModel(build_model(model, 10, seed=0), device)
     start = workspace.get()
 
-    def run(steps: int, seed: int) -> None:
+    def run(steps: int, seed: int) -> float:
         workspace.load(start)
-        train(workspace, data, 1.0, config, torch.Generator().manual_seed(seed), steps=steps)
+        generator = torch.Generator().manual_seed(seed)
+        loss = train(workspace, data, 1.0, config, generator, steps=steps)
         workspace.get()
+        return loss
 
     return run
 
 
-def bare_side(config: TrainingConfig, data: TensorData, device: torch.device) -> Runner:
+def bare_side(model: str, config: TrainingConfig, data: TensorData, device: torch.device) -> Runner:
     """The loop as PyTorch's documentation writes it."""
-    model = build_model("resnet18", 10, seed=0).to(device)
+    module = build_model(model, 10, seed=0).to(device)
     if config.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    start = {k: v.clone() for k, v in model.state_dict().items()}
+        module = module.to(memory_format=torch.channels_last)
+    start = {k: v.clone() for k, v in module.state_dict().items()}
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     autocast = (
         (lambda: torch.autocast(device.type, dtype=DTYPES[config.amp]))
@@ -73,17 +79,18 @@ def bare_side(config: TrainingConfig, data: TensorData, device: torch.device) ->
     )
     size = config.batch_size
 
-    def run(steps: int, seed: int) -> None:
-        model.load_state_dict(start)
-        model.train()
+    def run(steps: int, seed: int) -> float:
+        module.load_state_dict(start)
+        module.train()
         optimizer = torch.optim.SGD(
-            model.parameters(),
+            module.parameters(),
             lr=config.lr,
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
         generator = torch.Generator().manual_seed(seed)
         order, position = torch.empty(0, dtype=torch.long), 0
+        total = torch.zeros((), device=device)
         for _ in range(steps):
             if position >= len(order):
                 order, position = torch.randperm(len(data), generator=generator).to(device), 0
@@ -94,7 +101,7 @@ def bare_side(config: TrainingConfig, data: TensorData, device: torch.device) ->
                 x = x.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad()
             with autocast():
-                loss = F.cross_entropy(model(x), data.y[index])
+                loss = F.cross_entropy(module(x), data.y[index])
             if scaler is None:
                 loss.backward()
                 optimizer.step()
@@ -102,21 +109,22 @@ def bare_side(config: TrainingConfig, data: TensorData, device: torch.device) ->
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 scaler.update()
-        float(loss.detach())  # as collabfl's side returns its mean loss
+            total += loss.detach()
+        return float(total) / steps
 
     return run
 
 
-def timed(run: Runner, steps: int, seed: int, device: torch.device) -> Stopwatch:
+def timed(run: Runner, steps: int, seed: int, device: torch.device) -> tuple[Stopwatch, float]:
     """Wall and process CPU seconds of one run (the CPU time is the steadier figure on a
-    shared machine; on a GPU the wall time is the figure)."""
+    shared machine; on a GPU the wall time is the figure), and its mean loss."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     with Stopwatch() as watch:
-        run(steps, seed)
+        loss = run(steps, seed)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    return watch
+    return watch, loss
 
 
 def measure(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -125,15 +133,18 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     )
     data = synthetic(device, max(SAMPLES, args.batch_size))
     sides = {
-        "collabfl": collabfl_side(config, data, device),
-        "bare PyTorch": bare_side(config, data, device),
+        "collabfl": collabfl_side(args.model, config, data, device),
+        "bare PyTorch": bare_side(args.model, config, data, device),
     }
     for run in sides.values():  # warm-up: kernels chosen, memory cached
         timed(run, min(args.steps, 3), 0, device)
     watches: dict[str, list[Stopwatch]] = {name: [] for name in sides}
+    losses: dict[str, list[float]] = {name: [] for name in sides}
     for repeat in range(args.repeats):
         for name, run in sides.items():
-            watches[name].append(timed(run, args.steps, repeat + 1, device))
+            watch, loss = timed(run, args.steps, repeat + 1, device)
+            watches[name].append(watch)
+            losses[name].append(loss)
     images = args.steps * args.batch_size
     rates = {name: [images / w.wall for w in values] for name, values in watches.items()}
     cpu_rates = {name: [images / w.cpu for w in values] for name, values in watches.items()}
@@ -145,6 +156,7 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         "ratio": medians["collabfl"] / medians["bare PyTorch"],
         "images_per_cpu_s": cpu_rates,
         "ratio_cpu_time": cpu_medians["collabfl"] / cpu_medians["bare PyTorch"],
+        "mean_loss": losses,
     }
 
 
@@ -152,6 +164,7 @@ def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    parser.add_argument("--model", choices=["resnet18", "cifar_cnn"], default="resnet18")
     parser.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off")
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--batch-size", type=int, default=256)
@@ -179,8 +192,9 @@ def main() -> None:
     ratios = f"{figures['ratio']:.3f} (wall), {figures['ratio_cpu_time']:.3f} (process CPU time)"
     print(f"collabfl / bare: {ratios}; {args.device}, amp {args.amp}")
     layout = "-nhwc" if args.channels_last else ""
-    name = args.name or f"train_throughput-{args.device}-{args.amp}{layout}"
-    settings = {k: v for k, v in vars(args).items() if k != "name"} | {"model": "resnet18"}
+    model = "" if args.model == "resnet18" else f"-{args.model}"
+    name = args.name or f"train_throughput{model}-{args.device}-{args.amp}{layout}"
+    settings = {k: v for k, v in vars(args).items() if k != "name"}
     print(f"written: {write_results(name, figures, settings)}")
 
 
