@@ -220,3 +220,8 @@ def test_exact_steps_replace_epochs():
     assert not torch.equal(by_epoch.get(), longer.get())
     with pytest.raises(ValueError, match="steps"):
         train(_flat(), data, 1, config, torch.Generator().manual_seed(1), steps=0)
+
+
+def test_alignment_gradient_is_zero_at_the_origin():
+    direction = torch.randn(5)
+    assert torch.equal(alignment_gradient(torch.zeros(5), direction), torch.zeros(5))

@@ -9,7 +9,7 @@ without a host wait when the device is CUDA.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,21 +26,18 @@ device (a tensor split's inputs and every split's labels)."""
 
 
 class _Batches(Dataset[torch.Tensor]):
-    """A streamed split whose item ``i`` is the stacked inputs of batch ``i``."""
+    """A streamed split whose item at a batch's rows is that batch's stacked inputs."""
 
-    def __init__(self, data: StreamedData, batches: Sequence[Index]) -> None:
+    def __init__(self, data: StreamedData) -> None:
         self.data = data
-        self.batches = batches
 
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, item: int) -> torch.Tensor:
-        return self.data.inputs(self.batches[item])
+    def __getitem__(self, rows: Index) -> torch.Tensor:
+        return self.data.inputs(rows)
 
 
-def batch_inputs(data: Samples, batches: Sequence[Batch], workers: int) -> Iterator[torch.Tensor]:
-    """The inputs of ``batches`` in order, on the device of ``data``'s labels."""
+def batch_inputs(data: Samples, batches: Iterable[Batch], workers: int) -> Iterator[torch.Tensor]:
+    """The inputs of ``batches`` in order, on the device of ``data``'s labels; ``batches``
+    is read lazily (a few batches ahead with workers), never held whole."""
     if workers == 0 or not isinstance(data, StreamedData):
         if isinstance(data, StreamedData):  # its rows are on the CPU: no device-to-host copy
             return (data.inputs(host) for host, _ in batches)
@@ -48,7 +45,8 @@ def batch_inputs(data: Samples, batches: Sequence[Batch], workers: int) -> Itera
     pinned = data.device.type == "cuda"
     host = data.on(torch.device("cpu"))
     loader = DataLoader(
-        _Batches(host, [rows for rows, _ in batches]),
+        _Batches(host),
+        sampler=(rows for rows, _ in batches),
         batch_size=None,
         num_workers=workers,
         pin_memory=pinned,

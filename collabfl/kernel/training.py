@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import tee
 from typing import Annotated
 
 import torch
@@ -145,8 +146,9 @@ def train(
     scaled = _ScaledStep(model, update, scaler) if scaler is not None else None
     model.set_training(True)
     total_loss = torch.zeros((), device=device)
-    plan = list(batch_plan(len(data), steps, config.batch_size, generator, data.y.device))
-    inputs = batch_inputs(data, plan, compute.loader_workers)
+    # Two readers of one lazy plan: the loop (labels) and the inputs, read ahead by workers.
+    plan, ahead = tee(batch_plan(len(data), steps, config.batch_size, generator, data.y.device))
+    inputs = batch_inputs(data, ahead, compute.loader_workers)
     for step, ((_, index), x) in enumerate(zip(plan, inputs, strict=True)):
         grad.zero_()
         with compute.autocast(device):
@@ -243,11 +245,15 @@ def _update_rule(
 
 
 def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
-    """∇_w ⟨w/‖w‖, d⟩ = (d − (w·d / ‖w‖²) w) / ‖w‖ (zero at w = 0)."""
+    """∇_w ⟨w/‖w‖, d⟩ = (d − (w·d / ‖w‖²) w) / ‖w‖ (zero at w = 0).
+
+    The zero case is selected on the device: reading the norm on the host would wait for
+    the GPU at every pFedGraph step."""
     norm = weights.norm()
-    if float(norm) == 0.0:
-        return torch.zeros_like(weights)
-    return (direction - (weights @ direction) / norm**2 * weights) / norm
+    nonzero = norm != 0
+    safe = torch.where(nonzero, norm, 1.0)
+    gradient = (direction - (weights @ direction) / safe**2 * weights) / safe
+    return torch.where(nonzero, gradient, 0.0)
 
 
 @torch.inference_mode()  # lighter than no_grad: no version counters on what it makes
