@@ -4,7 +4,9 @@ The optimiser works on the flat parameter vector directly (one fused update per 
 same arithmetic as torch.optim.SGD without dampening or Nesterov), so per-step framework
 overhead stays flat as the model grows in layers. A user's optimiser (kernel/objective.py)
 steps the same parameters instead: they are views into the flat vector, so what it writes is
-the model the methods average.
+the model the methods average. Mixed precision, the inputs' layout and loader workers
+(``training.amp``, ``channels_last``, ``loader_workers``) are kernel/compute.py's and
+kernel/loader.py's; at their defaults the loops run the operations they always ran.
 """
 
 from __future__ import annotations
