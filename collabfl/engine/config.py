@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import torch
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -25,6 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from collabfl.engine.registry import REGISTRY
+from collabfl.kernel.compute import amp_problem
 from collabfl.kernel.devices import DEVICE_FORMS, check_spec
 from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
@@ -609,7 +611,16 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     except ValidationError as error:
         raise ConfigError(format_validation_error(error)) from None
     check_budgets(config)
+    if config.device == "cpu":  # other specs are checked where they resolve (check_compute)
+        check_compute(config, torch.device("cpu"))
     return config
+
+
+def check_compute(config: ExperimentConfig, device: torch.device) -> None:
+    """Refuse training settings ``device`` cannot run (ConfigError), before any training."""
+    problem = amp_problem(config.training.amp, device)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def format_validation_error(error: ValidationError) -> str:

@@ -27,7 +27,7 @@ from collabfl.client.data import (
     true_groups,
 )
 from collabfl.client.node import ClientSplits
-from collabfl.engine.config import ConfigError, ExperimentConfig, model_name
+from collabfl.engine.config import ConfigError, ExperimentConfig, check_compute, model_name
 from collabfl.engine.driver import AfterRound, drive
 from collabfl.engine.inprocess import build_federation
 from collabfl.engine.interrupts import init_worker, worker_task
@@ -152,6 +152,7 @@ def run_comparison(
     check_user_code(specs)
     require_tracking(config)
     device = resolve_device(config.device)
+    check_compute(config, device)
     if config.threads:
         torch.set_num_threads(config.threads)
     data = prepare_clients(config, specs)  # refusals here leave no --out folder behind
@@ -317,6 +318,7 @@ def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
+    check_compute(config, device)
     data = prepare_clients(config, [spec])
     return run_method(spec, data, data.splits(device), device, run_dir, _updates.put)
 

@@ -10,7 +10,6 @@ participant daemon and the in-process runtime read a split the same way.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from collabfl.kernel.loader import worker_context
 from collabfl.kernel.streamed import StreamedData
 from collabfl.kernel.training import Samples, TensorData
 
@@ -115,22 +115,13 @@ def _items(
             batch_size=None,
             num_workers=workers,
             collate_fn=_as_read,
-            multiprocessing_context=_worker_context(),
+            multiprocessing_context=worker_context(),
         )
     for i, item in enumerate(read):
         if not isinstance(item, tuple | list) or len(item) != 2:
             raise ValueError(f"{where}: item {i} is not an (input, label) pair")
         x = _as_tensor(item[0], where, f"item {i}'s input")
         yield x, _as_tensor(item[1], where, f"item {i}'s label")
-
-
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """Workers forked from a fork server, not from this process: a participant's executor
-    holds gRPC threads whose locks a fork would copy; the server, started once with torch
-    imported, makes every later worker as cheap as a fork."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch"])
-    return context
 
 
 def _as_read(item: Any) -> Any:
