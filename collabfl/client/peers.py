@@ -11,6 +11,7 @@ asked for, never the order in which models arrived.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -176,9 +177,12 @@ class PeerFetcher:
             raise InvalidPeerModel(
                 f"peer {owner} sent {vector.numel()} values, expected {self.expected_numel}"
             )
-        if not bool(torch.isfinite(vector).all()):
+        # One pass and no model-sized temporary (the budget counts every model held):
+        # the extremes are NaN when any weight is, and infinite when any weight is.
+        low, high = (float(v) for v in torch.aminmax(vector)) if vector.numel() else (0.0, 0.0)
+        if not (math.isfinite(low) and math.isfinite(high)):
             raise InvalidPeerModel(f"peer {owner} sent NaN or Inf weights")
-        largest = float(vector.abs().max()) if vector.numel() else 0.0
+        largest = max(-low, high)
         if largest > self.max_weight:
             raise InvalidPeerModel(
                 f"peer {owner} sent a weight of magnitude {largest:.3g}, above the limit "
