@@ -19,11 +19,13 @@ from torch.utils._pytree import tree_flatten
 
 
 class StoragePeak(TorchDispatchMode):
-    """Peak bytes of live storages of at least ``min_bytes`` allocated inside the block."""
+    """Peak bytes of live storages of at least ``min_bytes`` allocated inside the block (on
+    ``device_type`` alone when given: "cpu", "cuda")."""
 
-    def __init__(self, min_bytes: int) -> None:
+    def __init__(self, min_bytes: int, device_type: str | None = None) -> None:
         super().__init__()
         self.min_bytes = min_bytes
+        self.device_type = device_type
         self.live: dict[int, list[int]] = {}
         """data pointer -> [bytes, tensors still alive on it]"""
         self.current = 0
@@ -41,7 +43,7 @@ class StoragePeak(TorchDispatchMode):
     def track(self, tensor: torch.Tensor) -> None:
         """Count ``tensor``'s storage until the tensor is collected."""
         nbytes = tensor.untyped_storage().nbytes()
-        if nbytes < self.min_bytes:
+        if nbytes < self.min_bytes or self.device_type not in (None, tensor.device.type):
             return
         ptr = _ptr(tensor)
         with self._lock:

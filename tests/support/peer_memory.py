@@ -64,9 +64,10 @@ def mlp_node(
     )
 
 
-def collaboration_peak(node: ClientNode, task: Collaborate) -> int:
-    """Peak bytes of model-sized storages (half a model or more) the step kept alive at once."""
-    with StoragePeak(min_bytes=node.workspace.nbytes // 2) as probe:
+def collaboration_peak(node: ClientNode, task: Collaborate, device_type: str | None = None) -> int:
+    """Peak bytes of model-sized storages (half a model or more) the step kept alive at once
+    (on ``device_type`` alone when given)."""
+    with StoragePeak(node.workspace.nbytes // 2, device_type) as probe:
         node.fetcher.source.probe = probe  # type: ignore[attr-defined]
         node.handle(Instruction(0, task))
     return probe.peak
