@@ -4,8 +4,13 @@ top of its own model, measured by counting the model-sized storages it allocates
 
 from __future__ import annotations
 
-import pytest
+import gc
+import weakref
 
+import pytest
+import torch
+
+from collabfl.client.peers import PeerFetcher
 from collabfl.strategies.verbs import Collaborate
 from tests.support.peer_memory import CopyingStore, WireStore, collaboration_peak, mlp_node
 
@@ -30,3 +35,25 @@ def test_a_collaboration_step_holds_at_most_budget_plus_one_models(
     peak = collaboration_peak(node, task)
     assert peak >= model_bytes * min(budget, len(candidates))  # the probe sees the peers
     assert peak <= (budget + 1) * model_bytes
+
+
+def test_a_peer_model_moved_to_the_device_leaves_no_host_copy_behind():
+    """``peers_on = "device"``: the fetched (host) model goes once the node has replaced it
+    with its device copy, so the host does not hold the batch through the search."""
+    store = CopyingStore()
+    for peer in (1, 2):
+        store.publish(peer, 0, torch.zeros(10))
+    fetched: list[weakref.ref[torch.Tensor]] = []
+
+    class Recording(CopyingStore):
+        def fetch(self, owner: int, round_index: int) -> torch.Tensor:
+            vector = store.fetch(owner, round_index)
+            fetched.append(weakref.ref(vector))
+            return vector
+
+    with PeerFetcher(Recording(), 10).hold([1, 2], 0, limit=2) as models:
+        for peer, model in models.items():
+            models[peer] = model.to("meta")
+        del model
+        gc.collect()
+        assert [ref() for ref in fetched] == [None, None]
