@@ -13,6 +13,7 @@ and ``/`` by a float, and slices (``inplace.Vector``: torch tensors, NumPy array
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal
@@ -143,18 +144,10 @@ def bggc(
             state.visit(order, models, weights, rng, budget)
             return state.selection(batches_loaded=1)
 
-    batches_loaded = 0
-
-    def sum_of_all() -> tuple[V, float]:
-        nonlocal batches_loaded
-        sum_y, total_y = own_model * own_weight, own_weight
-        for batch in batches(list(candidates), size):
-            with load(batch) as models:
-                batches_loaded += 1
-                sum_y, total_y = add_models(sum_y, total_y, models, weights)
-        return sum_y, total_y
-
-    state = _SearchState(own_model, own_weight, *sum_of_all(), loss, tie, scratch)
+    sum_y = _sum_of_all(own_model, own_weight, candidates, weights, load, size)
+    state = _SearchState(own_model, own_weight, *sum_y, loss, tie, scratch)
+    del sum_y  # the state alone holds Y's sum, and drops it before X's average is made
+    batches_loaded = math.ceil(len(candidates) / size)
     for batch in batches(order, max(size - 1, 1)):
         with load(batch) as models:
             batches_loaded += 1
@@ -162,6 +155,22 @@ def bggc(
                 return state.selection(batches_loaded)
             state.fold()
     return state.selection(batches_loaded)
+
+
+def _sum_of_all(
+    own_model: V,
+    own_weight: float,
+    candidates: Sequence[int],
+    weights: Mapping[int, float],
+    load: BatchLoader[V],
+    size: int,
+) -> tuple[V, float]:
+    """BGGC's first pass: the weighted sum of the owner and every candidate, and its weight."""
+    sum_y, total_y = own_model * own_weight, own_weight
+    for batch in batches(list(candidates), size):
+        with load(batch) as models:
+            sum_y, total_y = add_models(sum_y, total_y, models, weights)
+    return sum_y, total_y
 
 
 class _SearchState(Generic[V]):
