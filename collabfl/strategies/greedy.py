@@ -250,7 +250,7 @@ class _SearchState(Generic[V]):
                 self.total_x, self.reward_x = total_x_add, reward_x_add
                 self.chosen.append(j)
             else:
-                add_scaled(self.sum_y, w_j, p_j, sign=-1.0)
+                add_scaled(self.sum_y, w_j, p_j, subtract=True)
                 self.total_y, self.reward_y = total_y_remove, reward_y_remove
             if _budget_reached(len(self.chosen), budget):
                 return True

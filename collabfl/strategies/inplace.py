@@ -1,6 +1,6 @@
 """Model arithmetic a slice at a time, in place: a running sum or a candidate average costs
 no model-sized temporaries, so a client holding Bc peer models needs at most one more
-model's memory for its search (docs/performance.md, "Peer memory").
+model's memory for its search (docs/performance.md, "Peer memory under the budget").
 
 Every slice goes through the operations of the whole-vector expression it replaces, in the
 same order (``s + w * p``, ``s - w * p``, ``s / t``). Those elementwise operations round each
@@ -43,11 +43,11 @@ def _slices(length: int) -> Iterator[slice]:
         yield slice(start, start + SLICE)
 
 
-def add_scaled(running: V, vector: V, scale: float, sign: float = 1.0) -> None:
-    """``running = running + vector * scale`` (``-`` when ``sign`` is negative), in place."""
+def add_scaled(running: V, vector: V, scale: float, subtract: bool = False) -> None:
+    """``running = running + vector * scale`` (``-`` when ``subtract``), in place."""
     for part in _slices(len(running)):
         weighted = vector[part] * scale
-        running[part] = running[part] + weighted if sign > 0 else running[part] - weighted
+        running[part] = running[part] - weighted if subtract else running[part] + weighted
 
 
 def divide(running: V, total: float) -> None:
