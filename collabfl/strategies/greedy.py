@@ -140,6 +140,7 @@ def bggc(
                 loss,
                 tie,
                 scratch,
+                fold_each=batch_size is None,
             )
             state.visit(order, models, weights, rng, budget)
             return state.selection(batches_loaded=1)
@@ -179,7 +180,8 @@ class _SearchState(Generic[V]):
     Y's sum is one vector, updated in place. X's is a base (the owner's weighted model until
     a chosen peer's batch is dropped, then a running sum) plus the chosen peers still
     resident, added up slice by slice into ``scratch`` when a reward needs them: at most
-    ``batch_size`` - 1 vector additions more per evaluation, and one model less held.
+    ``batch_size`` - 1 vector additions more per evaluation, and one model less held (with
+    no batch size, each chosen peer is folded in at once).
     """
 
     def __init__(
@@ -191,11 +193,15 @@ class _SearchState(Generic[V]):
         loss: Callable[[V], float],
         tie: TieRule,
         scratch: V,
+        fold_each: bool = False,
     ) -> None:
         self.own_model, self.own_weight = own_model, own_weight
         self.loss = loss
         self.tie = tie
         self.scratch = scratch
+        self.fold_each = fold_each
+        """Fold each chosen peer into X's sum at once: no memory bound to keep (no batch
+        size), and no growing additions per evaluation either."""
         self.base_x: V | None = None
         """X's running sum without ``resident_x`` (None: own model × own weight, not made)."""
         self.resident_x: list[tuple[V, float]] = []
@@ -249,6 +255,8 @@ class _SearchState(Generic[V]):
                 self.resident_x.append((w_j, p_j))
                 self.total_x, self.reward_x = total_x_add, reward_x_add
                 self.chosen.append(j)
+                if self.fold_each:
+                    self.fold()
             else:
                 add_scaled(self.sum_y, w_j, p_j, subtract=True)
                 self.total_y, self.reward_y = total_y_remove, reward_y_remove
