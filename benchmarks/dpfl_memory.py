@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--peers-on", choices=["device", "host"], default="device")
     parser.add_argument("--name", default="dpfl_memory")
     args = parser.parse_args()
+    measure("average", 1, args)  # warm-up: the first step also pays torch's lazy set-up
     rows = [measure(step, budget, args) for budget in args.budgets for step in STEPS]
     headers = list(rows[0])
     print(format_table(headers, [[row[h] for h in headers] for row in rows]))
