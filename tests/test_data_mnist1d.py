@@ -112,3 +112,19 @@ def test_callers_global_random_state_is_untouched(tmp_path: Path) -> None:
 def test_sizes_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="num_train"):
         load_pool("mnist1d", cache_dir=tmp_path, num_train=0, num_test=10)
+
+
+def test_a_fresh_cache_serves_what_a_warm_one_does(tmp_path: Path) -> None:
+    """The first run (data generated) and every later one (data read) see identical arrays,
+    down to the memory layout: a torch kernel may pick its path by strides, and a layout
+    difference once made a fresh clone's results differ from every run after it."""
+    fresh = _load(tmp_path)
+    cached = _load(tmp_path)
+    for split in ("train", "test"):
+        for field in ("x", "y"):
+            a, b = getattr(getattr(fresh, split), field), getattr(getattr(cached, split), field)
+            np.testing.assert_array_equal(a, b)
+            assert a.strides == b.strides, (split, field)
+    assert fresh.train.x.strides == (4 * 40, 4 * 40, 4)  # no stride-0 channel axis
+    picked = np.arange(0, 203, 3)
+    assert fresh.train.subset(picked).x.strides == cached.train.subset(picked).x.strides

@@ -77,8 +77,17 @@ def exists(path: str) -> bool:
     return (ROOT / path).exists()
 
 
+def ignored_top_level_names() -> set[str]:
+    """Plain names .gitignore ignores (``runs/``, ``build/``): what a command run in the
+    checkout leaves there, such as the quickstart's ``runs/``, is not part of the repository."""
+    lines = (ROOT / ".gitignore").read_text().splitlines()
+    names = {line.strip().strip("/") for line in lines}
+    return {n for n in names if n and not any(c in n for c in "*?[!/#")}
+
+
 def top_level_entries() -> set[str]:
-    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".")}
+    ignored = ignored_top_level_names()
+    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".") and p.name not in ignored}
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -121,6 +130,14 @@ def test_the_checks_see_what_they_check() -> None:
     named = repository_paths(sample, top_level_entries())
     assert named == {"benchmarks/peer_fetch.py", "client/nowhere.py", "examples/quickstart.toml"}
     assert [p for p in sorted(named) if not exists(p)] == ["client/nowhere.py"]
+
+
+def test_what_the_quickstart_leaves_is_not_a_repository_path() -> None:
+    """The README's first command writes ``runs/`` into the checkout; the docs' examples
+    that write there (``--out runs/fed``) must not then read as repository paths."""
+    assert "runs" in ignored_top_level_names()
+    assert "runs" not in top_level_entries()
+    assert repository_paths("`--out runs/fed`", top_level_entries() | {"runs"}) == {"runs/fed"}
 
 
 def test_the_rooms_picture_is_what_the_code_imports():

@@ -165,6 +165,14 @@ class NotAModule:
     pass
 
 
+def _one_client_wider(client: int, split: str = "train") -> list[tuple[np.ndarray, np.ndarray]]:
+    """The default clients' ``split`` with 30 features instead of 40 at ``client``."""
+    splits = list(arrays()[split])
+    y = splits[client][1]
+    splits[client] = (np.zeros((len(y), 30), np.float32), y)
+    return splits
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -196,6 +204,17 @@ class NotAModule:
             r"test\[0\] is empty",
         ),
         ({"test": [np.zeros(3)] * 3}, "expected a torch Dataset or a pair of arrays"),
+        (
+            {"optimizer": torch.optim.Adam(nn.Linear(2, 2).parameters())},
+            r"optimizer is an? Adam instance.*lambda params: torch.optim.Adam\(params",
+        ),
+        ({"loss": nn.CrossEntropyLoss}, r"loss is the class CrossEntropyLoss.*Loss\(\)"),
+        ({"loss": 3}, "loss must be a function"),
+        ({"train": _one_client_wider(1)}, r"client 1's train inputs of shape \(30,\) do not fit"),
+        (
+            {"test": _one_client_wider(2, "test"), "loss": nn.CrossEntropyLoss()},
+            r"client 2's test inputs of shape \(30,\) do not fit",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_error(kwargs, message):

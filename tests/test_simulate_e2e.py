@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,26 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
     assert not out.exists()
     result = CliRunner().invoke(app, ["compare", "--methods", "nope", "--out", str(out)])
     assert result.exit_code == 2 and "unknown method" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "setting", "message"),
+    [
+        ("simulate", "model.name=torch.nn:Linear", "model factory torch.nn:Linear failed when"),
+        ("simulate", "data.partition_file=/no/such.npz", "data.partition_file: /no/such.npz"),
+        ("simulate", "training.lrr=0.1", "training.lrr: .*did you mean lr"),
+        ("federation up", "device=cuda:99", "cuda:99"),
+    ],
+)
+def test_a_refused_run_says_why_in_one_line_and_leaves_no_out(tmp_path, command, setting, message):
+    out = tmp_path / "never"
+    args = [*command.split(), "--set", setting, "--set", "rounds=1", "--out", str(out)]
+    args += ["--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert re.search(message, result.output), result.output
+    assert "Traceback" not in result.output
     assert not out.exists()
 
 

@@ -19,6 +19,7 @@ from collabfl.api.results import RunResult
 from collabfl.client.node import ClientSplits
 from collabfl.engine.config import (
     ExperimentConfig,
+    check_compute,
     load_config,
     model_name,
     parse_override,
@@ -92,12 +93,14 @@ def run(
     UserCodeError) with one message on bad input, before any training, and RunFailed when a
     step failed on every client (user code that raises when it runs, say).
     """
+    _check_objective(loss, optimizer)
     chosen: dict[str, Any] = {"rounds": rounds, "seed": seed, "epochs": epochs, "lr": lr}
     chosen |= {"batch_size": batch_size, "device": device}
     named_code = {"model.name": model, "training.loss": loss, "training.optimizer": optimizer}
     spec = resolve_spec(method, config, overrides, chosen, named_code, client_count(train))
     settings = spec.config
     compute = resolve_device(settings.device)
+    check_compute(settings, compute)
     splits = client_splits(train, val, test, compute, val_fraction, settings.seed, stream)
     named = objective_from_names(settings.training.loss, settings.training.optimizer)
     objective = Objective(
@@ -114,8 +117,7 @@ def run(
     else:
         model_label = _describe(model)
         module = seeded_module(model, settings.seed, model_label)
-    if objective.loss is F.cross_entropy:
-        _check_outputs(module, splits)
+    _check_outputs(module, splits, per_class=objective.loss is F.cross_entropy)
     given = {
         "data": f"{len(splits)} clients' splits given to collabfl.api.run"
         + (", Dataset train and test inputs read a batch at a time" if stream else ""),
@@ -273,18 +275,58 @@ def _all(splits: ClientSplits) -> tuple[Any, ...]:
     return splits.train, splits.val, splits.test
 
 
-def _check_outputs(module: nn.Module, splits: list[ClientSplits]) -> None:
-    """Cross-entropy needs one output per class: say so before training, not mid-round."""
-    first = splits[0].train.inputs(slice(0, 1))
-    with torch.no_grad():
-        outputs = module.to(first.device).eval()(first)
-    top = max(int(split.y.max()) for s in splits for split in _all(s))
-    if outputs.ndim != 2 or outputs.shape[1] <= top:
+def _check_objective(loss: object, optimizer: object) -> None:
+    """Refuse a loss or optimiser given in a shape the run would misuse, before anything
+    runs: an optimiser instance is bound to other parameters than every client's model, and
+    a loss class called with (outputs, labels) builds a module instead of a loss."""
+    if isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(
-            f"the model maps an input of shape {tuple(first.shape[1:])} to outputs of shape "
-            f"{tuple(outputs.shape[1:])}; cross-entropy needs one output per class "
-            f"(labels go up to {top})"
+            f"optimizer is an {type(optimizer).__name__} instance, bound to one set of "
+            "parameters; pass a factory that builds one for each client's model, e.g. "
+            f"optimizer=lambda params: torch.optim.{type(optimizer).__name__}(params, lr=...)"
         )
+    if optimizer is not None and not callable(optimizer) and not isinstance(optimizer, str):
+        raise ValueError(
+            f"optimizer must be a factory (params -> optimiser) or an import path, "
+            f"got {type(optimizer).__name__}"
+        )
+    if isinstance(loss, type):
+        raise ValueError(
+            f"loss is the class {loss.__name__}, not a loss; pass an instance "
+            f"(loss={loss.__name__}()) or a function (outputs, labels) -> mean loss"
+        )
+    if loss is not None and not callable(loss) and not isinstance(loss, str):
+        raise ValueError(
+            f"loss must be a function (outputs, labels) -> mean loss or an import path, "
+            f"got {type(loss).__name__}"
+        )
+
+
+def _check_outputs(module: nn.Module, splits: list[ClientSplits], *, per_class: bool) -> None:
+    """Every client's every split goes through the model once before training, so one whose
+    inputs do not fit is refused by name instead of dropped mid-run; with cross-entropy
+    (``per_class``) the outputs must also hold one score per class."""
+    top = max(int(split.y.max()) for s in splits for split in _all(s))
+    module.eval()
+    for k, client in enumerate(splits):
+        for name, split in zip(("train", "val", "test"), _all(client), strict=True):
+            if len(split) == 0:
+                continue
+            first = split.inputs(slice(0, 1))
+            try:
+                with torch.no_grad():
+                    outputs = module.to(first.device)(first)
+            except (RuntimeError, ValueError, TypeError, IndexError) as e:
+                raise ValueError(
+                    f"client {k}'s {name} inputs of shape {tuple(first.shape[1:])} do not fit "
+                    f"the model: {str(e).splitlines()[0]}"
+                ) from None
+            if per_class and (outputs.ndim != 2 or outputs.shape[1] <= top):
+                raise ValueError(
+                    f"the model maps client {k}'s {name} input of shape "
+                    f"{tuple(first.shape[1:])} to outputs of shape {tuple(outputs.shape[1:])}; "
+                    f"cross-entropy needs one output per class (labels go up to {top})"
+                )
 
 
 def _describe(code: object) -> str:

@@ -256,8 +256,14 @@ def doctor(
     ] = None,
     ca: Annotated[Path | None, typer.Option("--ca", help="the federation CA (PEM)")] = None,
     data: Annotated[
-        Path | None, typer.Option("--data", help="this participant's data file")
+        str | None,
+        typer.Option(
+            "--data", help="this participant's data file, or its data.source pkg.mod:factory"
+        ),
     ] = None,
+    client_id: Annotated[
+        int, typer.Option("--client-id", help="the client id a data.source factory is called for")
+    ] = 0,
     peers: Annotated[
         list[str] | None,
         typer.Option("--peer", help="another member's peer port, HOST:PORT; repeat for each"),
@@ -289,7 +295,9 @@ def doctor(
     if members:
         peers += _member_peer_addresses()
     try:
-        inputs = Inputs(coordinator, service, ca, data, tuple(peers), state_dir, device)
+        inputs = Inputs(
+            coordinator, service, ca, data, tuple(peers), state_dir, device, client_id=client_id
+        )
         if state_dir is not None:
             inputs = from_saved_client(state_dir, inputs)
     except ValueError as error:
@@ -371,6 +379,7 @@ def federation_up_command(
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
     from collabfl.engine.config import ConfigError, load_config
+    from collabfl.engine.experiment import resolve_device
     from collabfl.engine.methods import parse_method_spec
     from collabfl.launcher.federation import federation_up
 
@@ -385,6 +394,8 @@ def federation_up_command(
             )
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
+        for spec in specs:  # every daemon runs on this machine: its device must be here
+            resolve_device(spec.config.device)
         out_dir = _output_dir(out, overwrite, settings, "federation")
         federation_up(
             settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime, tls=tls

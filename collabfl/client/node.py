@@ -293,9 +293,13 @@ class ClientNode:
         """Validation and test loss/accuracy of ``slot``'s model, which then competes as
         ``candidate`` for the slot's best-validation record (ties keep the earlier model)."""
         self.workspace.load(self.slot(slot))
-        batch = self.training.eval_batch_size
-        val_loss, val_acc = evaluate(self.workspace, self.data.val, batch, self.objective)
-        test_loss, test_acc = evaluate(self.workspace, self.data.test, batch, self.objective)
+        batch, compute = self.training.eval_batch_size, self.training.compute
+        val_loss, val_acc = evaluate(
+            self.workspace, self.data.val, batch, self.objective, compute=compute
+        )
+        test_loss, test_acc = evaluate(
+            self.workspace, self.data.test, batch, self.objective, compute=compute
+        )
         best = self.best.setdefault(slot, BestModel())
         best.scores_local |= candidate == "local"
         if (val_acc, -val_loss) > (best.val_acc, -best.val_loss):
@@ -308,7 +312,14 @@ class ClientNode:
         """F_k^V: the reward GGC maximises is minus this."""
         self.workspace.load(vector)
         batch = self.training.eval_batch_size
-        loss, _ = evaluate(self.workspace, data, batch, self.objective, accuracy=False)
+        loss, _ = evaluate(
+            self.workspace,
+            data,
+            batch,
+            self.objective,
+            accuracy=False,
+            compute=self.training.compute,
+        )
         return loss
 
     def _reward_split(self, samples: int | None) -> Samples:

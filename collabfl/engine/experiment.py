@@ -27,7 +27,7 @@ from collabfl.client.data import (
     true_groups,
 )
 from collabfl.client.node import ClientSplits
-from collabfl.engine.config import ConfigError, ExperimentConfig, model_name
+from collabfl.engine.config import ConfigError, ExperimentConfig, check_compute, model_name
 from collabfl.engine.driver import AfterRound, drive
 from collabfl.engine.inprocess import build_federation
 from collabfl.engine.interrupts import init_worker, worker_task
@@ -39,6 +39,7 @@ from collabfl.engine.report.comparison import write_comparison
 from collabfl.engine.report.run_dir import SEEDS_FILE
 from collabfl.engine.report.seeds import aggregate_seeds
 from collabfl.engine.report.table import print_results
+from collabfl.engine.sourced import SourcedData, sourced_data
 from collabfl.engine.tracking import require_tracking, tensorboard_hook
 from collabfl.kernel import devices
 from collabfl.kernel.atomic import write_text
@@ -59,10 +60,33 @@ class FederationData:
     partition: Partition
     clients: list[ClientData]
 
+    @property
+    def num_classes(self) -> int:
+        return self.pool.num_classes
+
+    def splits(self, device: torch.device) -> list[ClientSplits]:
+        """Every client's arrays on ``device``."""
+        return [ClientSplits.from_data(client, device) for client in self.clients]
+
+
+ClientsData = FederationData | SourcedData
+"""Where a run's clients get their data: a dataset and a partition, or a data.source."""
+
+
+def prepare_clients(config: ExperimentConfig, specs: list[MethodSpec]) -> ClientsData:
+    """The clients' data for running ``specs``: from ``data.source`` (checked on a sample
+    against every spec's model) when the config names one, else ``prepare_data``'s."""
+    if config.data.source is not None:
+        return sourced_data(config, [spec.config for spec in specs])
+    return prepare_data(config)
+
 
 def prepare_data(config: ExperimentConfig) -> FederationData:
     """Load the pool and make (or load) the partition the config describes."""
     data = config.data
+    saved = None
+    if data.partition_file is not None:
+        saved = _saved_partition(data.partition_file, data.num_clients)
     pool = load_pool(
         data.dataset,
         root=data.root,
@@ -71,15 +95,10 @@ def prepare_data(config: ExperimentConfig) -> FederationData:
         num_train=data.num_train,
         num_test=data.num_test,
     )
-    if data.partition_file is not None:
-        partition = Partition.load(data.partition_file)
-        if len(partition.clients) != data.num_clients:
-            raise ConfigError(
-                f"data.partition_file has {len(partition.clients)} clients but "
-                f"data.num_clients is {data.num_clients}"
-            )
-    else:
-        partition = make_partition(
+    partition = (
+        saved
+        if saved is not None
+        else make_partition(
             pool,
             num_clients=data.num_clients,
             scheme=data.partition,
@@ -91,7 +110,27 @@ def prepare_data(config: ExperimentConfig) -> FederationData:
             label_flip_fraction=data.label_flip_fraction,
             size_ratio=data.size_ratio,
         )
+    )
     return FederationData(pool, partition, client_datasets(pool, partition))
+
+
+def _saved_partition(path: Path, num_clients: int) -> Partition:
+    """``data.partition_file``, read before the pool so a wrong path fails in a second."""
+    try:
+        partition = Partition.load(path)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"data.partition_file: {path} does not exist (a partition.npz "
+            "that an earlier run wrote, or leave the key out to make a new partition)"
+        ) from None
+    except ValueError as e:
+        raise ConfigError(f"data.partition_file: {e}") from None
+    if len(partition.clients) != num_clients:
+        raise ConfigError(
+            f"data.partition_file has {len(partition.clients)} clients but "
+            f"data.num_clients is {num_clients}"
+        )
+    return partition
 
 
 def resolve_device(name: str) -> torch.device:
@@ -113,11 +152,13 @@ def run_comparison(
     check_user_code(specs)
     require_tracking(config)
     device = resolve_device(config.device)
+    check_compute(config, device)
     if config.threads:
         torch.set_num_threads(config.threads)
+    data = prepare_clients(config, specs)  # refusals here leave no --out folder behind
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = prepare_data(config)
-    data.partition.save(out_dir / "partition.npz")
+    if isinstance(data, FederationData):
+        data.partition.save(out_dir / "partition.npz")
     run_dirs = {spec.label: out_dir / safe_name(spec.label) for spec in specs}
     jobs = parallel_jobs(config.jobs, len(specs))
     columns = (
@@ -131,7 +172,7 @@ def run_comparison(
             progress, [s.label for s in specs], {s.label: s.config.rounds for s in specs}
         )
         if jobs == 1:
-            splits = [ClientSplits.from_data(client, device) for client in data.clients]
+            splits = data.splits(device)
             summaries = [
                 run_method(spec, data, splits, device, run_dirs[spec.label], board.show)
                 for spec in specs
@@ -277,14 +318,14 @@ def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
-    data = prepare_data(config)
-    splits = [ClientSplits.from_data(client, device) for client in data.clients]
-    return run_method(spec, data, splits, device, run_dir, _updates.put)
+    check_compute(config, device)
+    data = prepare_clients(config, [spec])
+    return run_method(spec, data, data.splits(device), device, run_dir, _updates.put)
 
 
 def run_method(
     spec: MethodSpec,
-    data: FederationData,
+    data: ClientsData,
     splits: list[ClientSplits],
     device: torch.device,
     run_dir: Path,
@@ -293,7 +334,7 @@ def run_method(
     """Run one method to the end, recording every round (and to the tracking sinks the
     config asks for), passing ``on_round`` an update per round; return its summary."""
     config = spec.config
-    module = build_model(model_name(config), data.pool.num_classes, seed=config.seed)
+    module = build_model(model_name(config), data.num_classes, seed=config.seed)
     objective = objective_from_names(config.training.loss, config.training.optimizer)
     with tensorboard_hook(config, spec.label) as track:
 
@@ -311,7 +352,7 @@ def run_method(
             run_dir,
             model_name(config),
             after_round,
-            data=data_record(config, data.partition),
+            data=data_record(config, data.partition) if isinstance(data, FederationData) else None,
         )
 
 
