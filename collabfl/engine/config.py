@@ -195,6 +195,12 @@ class DPFLConfig(_Section):
     budget_counts_owner: bool = Field(
         False, description="Bc counts the client itself (Algorithms 2-3), not only peers (Eq. 3)"
     )
+    peers_on: Literal["device", "host"] = Field(
+        "device", description="where a client holds peer models and the search's sums"
+    )
+    reward_samples: int | None = Field(
+        None, ge=1, le=10**9, description="GGC's rewards on this many validation samples (all)"
+    )
 
 
 class FedProxConfig(_Section):
