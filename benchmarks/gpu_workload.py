@@ -79,6 +79,7 @@ class Workload:
             f"rounds={self.rounds}",
             "epochs=1",
             f"device={self.device}",
+            "threads=1",
             f"training.batch_size={self.batch_size}",
             f"training.eval_batch_size={max(self.batch_size, 256)}",
             f"training.amp={self.amp}",
@@ -145,6 +146,7 @@ class GpuSampler:
 def bare_loop(work: Workload, data_dir: Path, steps: int) -> dict[str, float]:
     """Images per second of the loop a PyTorch user writes, over client 0's Dataset."""
     os.environ["WORKLOAD_DATA"] = str(data_dir)
+    torch.set_num_threads(1)  # as the runs' threads = 1
     device = torch.device(work.device)
     split = workload_data.factory(0)["train"]
     module = build_model(work.model, workload_data.CLASSES, seed=0).to(device)
