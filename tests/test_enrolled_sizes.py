@@ -103,3 +103,29 @@ def test_a_report_outside_the_enrolled_size_is_replaced(monkeypatch):
     assert counts == {0: 400, 1: 380}
     [(client, message)] = anomalies
     assert client == 0 and "reported 40000 training samples, declared 400" in message
+
+
+def test_a_start_with_undeclared_sizes_names_them_or_is_refused(coordinator, admin):  # noqa: F811
+    """Client 0 declared its size at enrolment, client 1 did not: a size-weighted run
+    says so at start and records an event; with federation.require_declared_sizes it is
+    refused and nothing is created; a method that weighs no size says nothing."""
+    for client, extra in (("0", ["--samples", "1200"]), ("1", [])):
+        invited = admin("invite", "--client-id", client, "--host", "127.0.0.1", *extra, "--json")
+        join(coordinator.address, json.loads(invited.output)["token"], _key(), SUPERNODE_KEY)
+    refused = admin("start", "--clients", "2", "--method", "fedavg", "--run-id", "strict",
+                    "--set", "federation.require_declared_sizes=true")  # fmt: skip
+    assert refused.exit_code != 0
+    assert (
+        "federation.require_declared_sizes" in refused.output and "client(s) 1:" in refused.output
+    )
+    assert [r.run_id for r in coordinator.state.runs()] == []
+    started = admin("start", "--clients", "2", "--method", "fedavg", "--run-id", "lenient")
+    assert started.exit_code == 0, started.output
+    assert "warning: no declared training-sample count for client(s) 1:" in started.output
+    [event] = [e for e in coordinator.state.events("lenient") if e.kind == "undeclared_sizes"]
+    assert "client(s) 1:" in event.message
+    coordinator.state.finish_run("lenient", "stopped")
+    alone = admin("start", "--clients", "2", "--method", "local", "--run-id", "alone")
+    assert alone.exit_code == 0 and "undeclared" not in alone.output + "".join(
+        e.kind for e in coordinator.state.events("alone")
+    )

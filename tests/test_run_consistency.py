@@ -32,7 +32,7 @@ def test_a_rejoin_claiming_more_samples_keeps_the_first_count(monkeypatch):
     [(client, message)] = anomalies
     assert client == 0
     assert "reported 40000 training samples, 400 earlier in this run" in message
-    assert message.endswith("keeping 400")
+    assert message.endswith("keeping the lowest, 400")
 
 
 def test_the_first_accepted_count_is_kept_when_a_declared_size_replaced_it(monkeypatch):
@@ -67,3 +67,38 @@ def test_a_training_reply_with_another_count_is_recorded_once_and_not_refused():
     [anomaly] = [e for e in events if e[0] == "anomaly"]
     assert anomaly[1] == 0 and "reported 5000 training samples, 100 earlier" in anomaly[2]
     assert pool.sample_counts[0] == 100
+
+
+def test_a_lie_told_at_set_up_gives_way_to_the_first_honest_reply():
+    """Set-up claims 100x the data (no size declared): the first training reply's honest
+    count becomes the member's, so its FedAvg weight falls back from the share cap."""
+    counts = FirstCounts({0: (10_000, 10_000), 1: (100, 100), 2: (100, 100)})
+    events: list[tuple[str, int, str]] = []
+
+    def answer(client: int, step: Instruction) -> Reply:
+        return Reply(ClientMetrics(train_loss=0.1, num_samples=100), torch.zeros(4))
+
+    members = [Member(0, 10, "h:0", 10_000), Member(1, 11, "h:1", 100), Member(2, 12, "h:2", 100)]
+    pool = FlowerClientPool(
+        AnsweringGrid(answer),
+        members,
+        lambda fetcher, owners, round_index: {},
+        lambda round_index, kind, client, message: events.append((kind, client, message)),
+        lambda nodes: [],
+        first_counts=counts,
+    )
+    liar_share = pool.sample_counts[0] / sum(pool.sample_counts.values())
+    assert liar_share > 0.5  # at the share cap
+    pool.send(dict.fromkeys(range(3), Instruction(0, Train(epochs=1))))
+    assert dict(pool.sample_counts) == {0: 100, 1: 100, 2: 100}
+    [anomaly] = [e for e in events if e[0] == "anomaly"]
+    assert anomaly[1] == 0 and anomaly[2].endswith("keeping the lowest, 100")
+
+
+def test_a_rejoin_claiming_fewer_samples_lowers_the_count(monkeypatch):
+    counts = FirstCounts()
+    _admit(monkeypatch, {0: 4_000, 1: 300}, DeclaredSizes(), counts)
+    again, [(client, said)] = _admit(monkeypatch, {0: 400, 1: 300}, DeclaredSizes(), counts)
+    assert again == {0: 400, 1: 300} and client == 0 and "keeping the lowest, 400" in said
+    later, _ = _admit(monkeypatch, {0: 4_000, 1: 300}, DeclaredSizes(), counts)
+    assert later == {0: 400, 1: 300}  # claiming more again buys nothing back

@@ -440,6 +440,9 @@ def start(
     with _client(ctx) as client:
         run = client.create_run(run_id, spec.label, request, overwrite)
         console.print(f"run {run.run_id} ({spec.label}): {run.status}", highlight=False)
+        for event in client.list_events(run.run_id):
+            if event.kind == "undeclared_sizes":
+                console.print(f"warning: {event.message}", highlight=False)
         console.print(
             f"follow it: collabfl admin runs (its status line), collabfl admin events "
             f"{run.run_id}, collabfl admin metrics {run.run_id}",

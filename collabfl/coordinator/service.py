@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from pydantic import ValidationError
@@ -58,6 +58,10 @@ from collabfl.coordinator.state import (
 )
 from collabfl.coordinator.substep_relay import SubstepRelay
 from collabfl.coordinator.substep_service import WORKERS, SubstepService
+from collabfl.flower.reported_sizes import undeclared, undeclared_message
+
+if TYPE_CHECKING:
+    from collabfl.engine.methods import MethodSpec
 from collabfl.kernel.identity import Role, caller_identity
 from collabfl.kernel.tls import ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
@@ -134,12 +138,16 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         # Imported at the first run, not at start: it imports torch (about a CPU-second),
         # which clients starting beside the coordinator on one machine need to join. The
         # client gives this call a longer deadline for it (service_client.CREATE_RUN_S).
+        from collabfl.engine.config import ConfigError
         from collabfl.engine.methods import read_run_request
         from collabfl.engine.report.run_dir import claim_output_dir
 
         check_run_id(request.run_id)
         config = parse_json_object(request.config_json or "{}", "config_json")
-        _, options = read_run_request(request.method, config)
+        spec, options = read_run_request(request.method, config)
+        missing = self._undeclared_members(spec)
+        if missing and spec.config.federation.require_declared_sizes:
+            raise ConfigError(f"federation.require_declared_sizes: {undeclared_message(missing)}")
         run_dir = options.run_dir(self._runs_dir, request.run_id)
         with self._writes:
             runs = self._state.runs()
@@ -153,8 +161,21 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             if not (resumed or request.out_claimed):
                 claim_output_dir(run_dir, request.overwrite)
             created = self._state.create_run(request.run_id, request.method, config)
+            if missing:
+                self._state.record_event(
+                    created.run_id, "undeclared_sizes", undeclared_message(missing)
+                )
         self._activity.runs.ring()
         return run_to_pb(created)
+
+    def _undeclared_members(self, spec: MethodSpec) -> list[int]:
+        """The enrolled members (not revoked) whose sizes the run would take on their word."""
+        enrolled = [int(e.subject) for e in self._enrolments.enrolments("member") if not e.revoked]
+        declared = {
+            **self._enrolments.declared_samples(),
+            **spec.config.federation.declared_sizes,
+        }
+        return undeclared(spec.name, enrolled, declared)
 
     @admitted
     def GetRun(self, request: pb.RunRef, context: Any) -> pb.Run:

@@ -366,6 +366,11 @@ class FederationConfig(_Section):
     size_tolerance: float = Field(
         0.1, ge=0, le=10, description="how far a report may stray, as a fraction of its size"
     )
+    require_declared_sizes: bool = Field(
+        False,
+        description="refuse to start a method that weighs sample counts while a member has "
+        "no declared size (admin invite --samples, or declared_sizes): else an event says so",
+    )
     max_share: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] = Field(
         "auto",
         description="the most of the total sample count one member may weigh (1: no cap; "

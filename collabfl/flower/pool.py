@@ -264,7 +264,8 @@ class FlowerClientPool:
         """Whether a reply to one of the client's steps holds a value outside its domain
         (reply_checks.py): then it is recorded as an ``anomaly`` and the client treated as
         not answering. A sample count that disagrees with the client's first in the run is
-        an ``anomaly`` too, but refuses nothing: no method reads a reply's count."""
+        an ``anomaly`` too, and refuses nothing; a lower count becomes the member's from
+        then on (run_consistency.py: the lowest report is believed)."""
         for step, reply in answered:
             reason = refusal(reply, step)
             if reason is not None:
@@ -273,6 +274,9 @@ class FlowerClientPool:
             count = reply.metrics.num_samples
             if count is not None and (why := self.first_counts.disagreement(client_id, count)):
                 self.on_event(step.round, "anomaly", client_id, why)
+            lowered = None if count is None else self.first_counts.lower(client_id, count)
+            if lowered is not None and client_id in self.members:
+                self.members[client_id] = replace(self.members[client_id], num_samples=lowered)
         return False
 
     def _reachable(

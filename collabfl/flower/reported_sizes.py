@@ -13,7 +13,7 @@ trusts its clients and applies neither.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -93,3 +93,22 @@ def declared_sizes(
         if client in configured and configured[client] != samples
     }
     return {**enrolled, **configured}, conflicts
+
+
+def undeclared(method: str, members: Iterable[int], declared: Mapping[int, int]) -> list[int]:
+    """The members whose size nobody vouches for, when ``method`` weighs sizes (every
+    built-in method but ``local``): their own reports weigh them, up to the share cap."""
+    if method == "local":
+        return []
+    return sorted(set(members) - set(declared))
+
+
+def undeclared_message(clients: Iterable[int]) -> str:
+    """The sentence an operator reads for members whose sizes are undeclared."""
+    names = ", ".join(str(k) for k in clients)
+    return (
+        f"no declared training-sample count for client(s) {names}: their own reports weigh "
+        "them (up to federation.max_share); declare them with `collabfl admin invite "
+        "--samples N` or federation.declared_sizes, or refuse such starts with "
+        "federation.require_declared_sizes = true"
+    )

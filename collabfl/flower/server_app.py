@@ -51,7 +51,12 @@ from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
 from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
 from collabfl.flower.pool import NOTICES, FlowerClientPool
-from collabfl.flower.reported_sizes import DeclaredSizes, declared_sizes
+from collabfl.flower.reported_sizes import (
+    DeclaredSizes,
+    declared_sizes,
+    undeclared,
+    undeclared_message,
+)
 from collabfl.flower.run_consistency import FirstCounts
 from collabfl.flower.run_setup import (
     SETUP_MESSAGE,
@@ -159,6 +164,12 @@ def run_federated(
         coordinator.set_run_message(run_id, message)
 
     members, num_classes, described = join(grid, setup, options, gate, signals, say)
+    missing = undeclared(spec.name, [m.client_id for m in members], sizes)
+    if missing and federation.require_declared_sizes:
+        raise ConfigError(f"federation.require_declared_sizes: {undeclared_message(missing)}")
+    if missing:
+        log.warning("run %s: %s", run_id, undeclared_message(missing))
+        coordinator.record_event(run_id, "undeclared_sizes", undeclared_message(missing), "warning")
     reports = {c: d.market for c, d in described.items() if d.market}
     coordinator.register_members(members, run_id)
     joined = [m.client_id for m in members]
