@@ -9,10 +9,13 @@ its summary, its records and the results table name the failures.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import pytest
 from flwr.app import Error, Message
+from rich.console import Console
 from test_flower_pool import ScriptedGrid, _pool, _round
 from test_flower_pool import flower_task as flower_task  # autouse: Flower's task identity
 from typer.testing import CliRunner
@@ -20,8 +23,11 @@ from typer.testing import CliRunner
 from collabfl.cli.main import app
 from collabfl.client.node import ClientNode
 from collabfl.client.peers import MemoryModelStore
+from collabfl.engine.config import load_config
+from collabfl.engine.methods import parse_method_spec
 from collabfl.engine.report.run_dir import read_run
 from collabfl.engine.step_failures import StepLedger, fatal
+from collabfl.launcher.federation import federation_up
 from collabfl.strategies.protocol import Instruction, StepFailed
 from collabfl.strategies.verbs import Collaborate, Evaluate, Train, Verb
 from tests.support.cli_runs import IN_THIS_PROCESS, SMALL
@@ -114,20 +120,22 @@ def test_the_ledger_counts_failures_against_the_clients_sent_the_step():
     assert ledger.take() == []
 
 
-def test_a_federation_whose_clients_cannot_open_the_run_fails_and_exits_non_zero(tmp_path):
+def test_a_federation_whose_clients_cannot_open_the_run_fails(tmp_path):
     """The run asks for a CUDA device no client has: every client's round-0 message fails;
-    before, such a run went on, or ended with whatever the failures left."""
+    before, such a run went on, or ended with whatever the failures left. (`federation up`
+    refuses such a device before starting anything; the launcher is driven directly here,
+    as a remote coordinator's run would reach clients whose devices it cannot check.)"""
     overrides = [*settings(clients=2, rounds=2), "device=cuda:63"]
     overrides.append(f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}")
-    flags = [arg for o in overrides for arg in ("--set", o)]
+    config = load_config(None, overrides)
     out = tmp_path / "real"
-    args = ["federation", "up", *flags, "--methods", "dpfl", "--out", str(out), "--timeout", "300"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code != 0, result.output
-    said = " ".join(result.output.split())
+    console = Console(file=io.StringIO(), width=200)
+    with pytest.raises(RuntimeError) as failed:
+        federation_up(config, [parse_method_spec("dpfl", config)], out, console, timeout_s=300)
+    said = " ".join(str(failed.value).split())
     assert "ended as failed: dpfl step failed on 2/2 clients in round 0" in said, said
     assert "device 'cuda:63'" in said
-    summary = json.loads((out / "summary.json").read_text())[0]
+    summary = json.loads((out / "dpfl" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["clients_reported"] == "0/2"
 
 
