@@ -107,7 +107,7 @@ def _setup(log_level: str) -> None:
 
 
 def _output_dir(
-    out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str, resume: bool
+    out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str, resume: bool = False
 ) -> Path:
     """`--out` checked before anything is written, or a new folder under runs/."""
     from collabfl.engine.report.run_dir import claim_output_dir
@@ -435,7 +435,7 @@ def federation_up_command(
         specs = [parse_method_spec(name, settings) for name in names]
         for spec in specs:  # every daemon runs on this machine: its device must be here
             resolve_device(spec.config.device)
-        out_dir = _output_dir(out, overwrite, settings, "federation", resume=False)
+        out_dir = _output_dir(out, overwrite, settings, "federation")
         federation_up(
             settings, specs, out_dir, console, timeout_s=timeout, runtime=runtime, tls=tls
         )

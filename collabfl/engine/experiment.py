@@ -146,7 +146,7 @@ def run_comparison(
     out_dir.mkdir(parents=True, exist_ok=True)
     data.partition.save(out_dir / "partition.npz")
     todo = [spec for spec in specs if spec.label not in kept]
-    for spec in todo:  # a resumed method cut short starts again from its first round
+    for spec in todo if resume else []:  # a method cut short starts again from round 0
         shutil.rmtree(run_dirs[spec.label], ignore_errors=True)
     try:
         ran = _run_specs(todo, data, device, run_dirs, config.jobs, console)
