@@ -72,7 +72,8 @@ def test_an_unregistered_client_waits_says_why_and_joins_once_registered(coordin
             assert re.search(
                 r"supernode exited with 1: the coordinator has not registered this SuperNode's "
                 r"key \(client 0\).*: \[code: 2004\] Failed to activate SuperNode\.; enrol this "
-                r"machine with `collabfl-client join 127\.0\.0\.1:\d+ --token <token>`.*"
+                r"machine with `COLLABFL_JOIN_TOKEN=<token> collabfl-client join "
+                r"127\.0\.0\.1:\d+`.*"
                 r"`collabfl admin invite --client-id 0 --host 127\.0\.0\.1`\); restarting in",
                 line,
             ), line

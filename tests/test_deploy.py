@@ -123,7 +123,8 @@ class Client:
         assert restart[1] == "collabfl-client", script
         self.restart_argv = restart[2:]
         self.restart = client_daemon.parser().parse_args(self.restart_argv)
-        self.token_file = PurePosixPath(re.fullmatch(r"\$\(cat (\S+)\)", self.join.token)[1])
+        assert self.join.token is None, script  # never on the command line
+        self.token_file = PurePosixPath(self.join.token_file)
 
 
 def _invited(compose: dict) -> dict[str, tuple[str, int, dict]]:

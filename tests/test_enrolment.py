@@ -216,6 +216,7 @@ def test_oversized_and_malformed_bodies_are_refused(coordinator):
     context = ssl.create_default_context(cafile=str(coordinator.files.ca))
     assert _post(url, b"x" * (65 * 1024), context) == 413
     assert _post(url, b"{not json", context) == 400
+    assert _post(url, b"[" * 30_000 + b"]" * 30_000, context) == 400  # nested past the stack
     assert _post(url.replace("/join", "/anything"), b"{}", context) == 404
 
 

@@ -34,9 +34,13 @@ BAD_INPUT = {
         "collabfl-coordinator", "--state-dir", "{tmp}/c", "--ssl-certfile", "/nonexistent.pem",
     ],
     "the client daemon without its flags": ["collabfl-client"],
-    "a join with a malformed token": [
+    "a join with its token on the command line": [
         "collabfl-client", "join", "127.0.0.1:1", "--token", "not-a-token",
         "--data", "/nonexistent.npz", "--state-dir", "{tmp}/j",
+    ],
+    "a join with no token": [
+        "collabfl-client", "join", "127.0.0.1:1", "--data", "/nonexistent.npz",
+        "--state-dir", "{tmp}/j",
     ],
 }  # fmt: skip
 

@@ -136,12 +136,15 @@ def test_a_foreign_app_from_another_local_user_runs_nowhere(tmp_path, outside, r
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr  # Flower accepts it
         refusal = _wait_for_line(coordinator_log, "REFUSED the ServerApp of Flower run", 240)
+        stopped = _wait_for_line(coordinator_log, "stopped foreign Flower run", 120)
         run = wait_for(federation, run_id, lambda r: not r.active, limit_s=300)
     serverapps = [argv for argv in argvs if any("flwr-serverapp" in a for a in argv)]
     assert serverapps and all("--token-file" in argv for argv in serverapps), serverapps
     assert not [argv for argv in argvs if _shows_token(argv)]
     assert all("401 Unauthorized" in claim for claim in claims), claims
     assert "the coordinator did not submit it" in refusal
+    foreign_id = refusal.split("Flower run ", 1)[1].split(":", 1)[0]
+    assert stopped.rstrip().endswith(f"Flower run {foreign_id}"), stopped  # not left pending
     assert not list(markers.glob("*")), "the foreign app was imported somewhere"
     assert run.status == "finished", run.message
 

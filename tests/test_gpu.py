@@ -13,22 +13,31 @@ best test accuracy, and on the mean), not bitwise; what must hold exactly: every
 with no failed step, every client reported every round, and a method that fetched peer
 models on the CPU fetched them on CUDA (before the fix DPFL's and the equilibrium's
 collaboration failed on every GPU client and the runs went on without peers).
+
+The ResNet-18 tests at the end train with ``training.amp`` (bf16, fp16 with loss scaling) and
+``training.channels_last`` on CUDA (issue 41).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
+import collabfl.api as cf
 from collabfl.cli.main import app
 from collabfl.engine.recording import safe_name
 from collabfl.engine.registry import REGISTRY
 from collabfl.engine.report.run_dir import read_run
+from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.models import build_model
+from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
 from tests.support.runtime_equality import settings
 
 pytestmark = pytest.mark.skipif(
@@ -100,3 +109,57 @@ def test_every_method_on_cuda_equals_the_cpu_run(runs, method, runtime):
     assert len({r["client"] for r in rows}) == CLIENTS
     for a, b in zip(rows, reference, strict=True):
         assert a["best_test_acc"] == pytest.approx(b["best_test_acc"], abs=TOLERANCE), a
+
+
+def _images_on_cuda(n: int = 64) -> TensorData:
+    """Random images whose label is the brightest of ten bands: a ResNet learns it quickly."""
+    generator = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 10, (n,), generator=generator)
+    x = torch.randn(n, 3, 32, 32, generator=generator) * 0.5
+    for i, label in enumerate(y.tolist()):
+        x[i, :, 3 * label : 3 * label + 3] += 2.0
+    return TensorData(x.cuda(), y.cuda())
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
+def test_resnet18_trains_on_cuda_with_amp_and_channels_last(amp, channels_last):
+    data = _images_on_cuda()
+    model = FlatModel(build_model("resnet18", 10, seed=0), "cuda")
+    config = TrainingConfig(batch_size=16, lr=0.02, amp=amp, channels_last=channels_last)
+    losses = [train(model, data, 1.0, config, torch.Generator().manual_seed(s)) for s in range(6)]
+    loss, accuracy = evaluate(model, data, 32, compute=config.compute)
+    assert all(math.isfinite(value) for value in [*losses, loss]), (losses, loss)
+    assert torch.isfinite(model.get()).all() and 0 <= accuracy <= 1
+    assert losses[-1] < losses[0], (amp, channels_last, losses)
+
+
+def _first_loss(amp: str, channels_last: bool) -> float:
+    model = FlatModel(build_model("resnet18", 10, seed=0), "cuda")
+    config = TrainingConfig(batch_size=32, amp=amp, channels_last=channels_last)
+    return train(model, _images_on_cuda(), 1.0, config, torch.Generator().manual_seed(0), steps=1)
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_amp_and_channels_last_compute_the_same_loss_as_float32(amp):
+    reference = _first_loss("off", False)
+    assert _first_loss("off", True) == pytest.approx(reference, rel=5e-3)
+    assert _first_loss(amp, False) == pytest.approx(reference, rel=2e-2)
+    assert _first_loss(amp, True) == pytest.approx(reference, rel=2e-2)
+
+
+def test_resnet18_federation_round_in_process_with_bf16_on_cuda():
+    rng = np.random.default_rng(0)
+
+    def splits(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [
+            (rng.standard_normal((n, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, n))
+            for _ in range(3)
+        ]
+
+    for method in ("fedavg", "dpfl:budget=1"):
+        result = cf.run(method, "resnet18", splits(32), None, splits(16), rounds=1,
+                        batch_size=16, val_fraction=0.25, device="cuda",
+                        overrides={"training.amp": "bf16", "training.channels_last": True,
+                                   "dpfl.init_epochs": 0.5})  # fmt: skip
+        assert result.status == "finished", method

@@ -33,6 +33,7 @@ from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import GrantSigner, load_private_key
 from collabfl.kernel.join_token import TokenParts
 from collabfl.kernel.tickets import InvalidTicket, TicketSigner, run_key
+from collabfl.kernel.token_source import ENV_VAR
 from collabfl.launcher.federation import write_client_files
 from tests.support.netns import Link, NetworkBed, unavailable_reason
 from tests.support.runtime_equality import CLIENTS, ROUNDS, SETTINGS, assert_same_rows
@@ -61,7 +62,8 @@ class Bed:
     inprocess: Path
     run_id: str
     tokens: dict[int, str]
-    typed: list[tuple[str, list[str]]] = field(default_factory=list)
+    typed: list[tuple[str, list[str], dict[str, str]]] = field(default_factory=list)
+    """What was typed on each host: the command and the variables set before it."""
 
     def folder(self, host: str) -> Path:
         return self.root / host
@@ -71,21 +73,27 @@ class Bed:
         home = self.folder(host) / "home"
         return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
 
-    def run(self, host: str, argv: list[str], typed: bool = False) -> subprocess.CompletedProcess:
-        """``argv`` on ``host`` to completion; ``typed``: one of the README's commands."""
+    def run(
+        self, host: str, argv: list[str], typed: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        """``argv`` on ``host`` to completion, with ``env`` set for it; ``typed``: one of the
+        README's commands."""
         if typed:
-            self.typed.append((host, argv))
+            self.typed.append((host, argv, env or {}))
         command = [flower_binary(argv[0]), *argv[1:]]
         return subprocess.run(
             self.net.command(host, command), capture_output=True, text=True, timeout=120,
-            env={**self.net.env(), **self.env(host)}, check=False,
+            env={**self.net.env(), **self.env(host), **(env or {})}, check=False,
         )  # fmt: skip
 
-    def start(self, host: str, argv: list[str], log: str) -> subprocess.Popen[bytes]:
-        """A daemon the README starts on ``host`` (typed)."""
-        self.typed.append((host, argv))
+    def start(
+        self, host: str, argv: list[str], log: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A daemon the README starts on ``host`` (typed), with ``env`` set for it."""
+        self.typed.append((host, argv, env or {}))
         command = [flower_binary(argv[0]), *argv[1:]]
-        return self.net.popen(host, command, self.folder(host) / log, env=self.env(host))
+        return self.net.popen(host, command, self.folder(host) / log,
+                              env={**self.env(host), **(env or {})})  # fmt: skip
 
     def admin_json(self, host: str, *args: str) -> object:
         done = self.run(host, ["collabfl", "admin", *args, "--json"])
@@ -104,11 +112,15 @@ def _wait(condition, what: str, timeout_s: float = 120.0, every_s: float = 1.0):
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
-def _invite(bed: Bed, *flags: str) -> str:
-    """``collabfl admin invite`` on the coordinator; the command it printed."""
+def _invite(bed: Bed, *flags: str) -> tuple[dict[str, str], list[str]]:
+    """``collabfl admin invite`` on the coordinator; the command it printed, as the variables
+    it sets (the token) and its arguments (never the token)."""
     done = bed.run("coordinator", ["collabfl", "admin", "invite", *flags], typed=True)
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
+    assignment, *argv = shlex.split(done.stdout.strip().splitlines()[-1])
+    name, _, token = assignment.partition("=")
+    assert name == ENV_VAR and not any("cfj1" in w for w in argv), (assignment, argv)
+    return {name: token}, argv
 
 
 def _coordinator_up(bed: Bed) -> bool:
@@ -139,15 +151,14 @@ def bed(tmp_path_factory) -> Iterator[Bed]:
         _wait(lambda: _coordinator_up(bed), "the coordinator to answer")
         # One invite per participant; each lab runs the command it printed.
         for k, lab in enumerate(LABS):
-            printed = _invite(bed, "--client-id", str(k), "--host", f"{lab}.example.org",
-                              "--data", str(bed.folder(lab) / "data.npz"),
-                              "--state-dir", str(bed.folder(lab) / "state"))  # fmt: skip
-            argv = shlex.split(printed)
-            bed.tokens[k] = argv[argv.index("--token") + 1]
-            bed.start(lab, argv, "client.log")
+            env, argv = _invite(bed, "--client-id", str(k), "--host", f"{lab}.example.org",
+                                "--data", str(bed.folder(lab) / "data.npz"),
+                                "--state-dir", str(bed.folder(lab) / "state"))  # fmt: skip
+            bed.tokens[k] = env[ENV_VAR]
+            bed.start(lab, argv, "client.log", env)
         # The operator's laptop: invited the same way, then logs in.
-        login = shlex.split(_invite(bed, "--operator", "bob"))
-        done = bed.run("laptop", login, typed=True)
+        env, login = _invite(bed, "--operator", "bob")
+        done = bed.run("laptop", login, typed=True, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
         _wait(lambda: len(_online(bed)) == CLIENTS, f"{CLIENTS} SuperNodes online", 180)
         flags = [arg for o in overrides for arg in ("--set", o)]
@@ -189,14 +200,15 @@ def _events(bed: Bed) -> str:
 
 def test_setup_took_one_command_per_machine_and_no_file_copies(bed):
     by_host: dict[str, int] = {}
-    for host, argv in bed.typed:
+    for host, argv, _ in bed.typed:
         by_host[host] = by_host.get(host, 0) + 1
         if argv[:3] == ["collabfl", "admin", "invite"]:
             continue  # its --data/--state-dir are the participant's, text for the printout
         for arg in argv:  # every path a host's command reads is that host's own
             if arg.startswith(str(bed.root)):
                 assert Path(arg).is_relative_to(bed.folder(host)), (host, arg)
-    tokens = [arg for _, argv in bed.typed for arg in argv if arg.startswith("cfj1.")]
+    tokens = [value for _, _, env in bed.typed for value in env.values() if "cfj1." in value]
+    assert not [arg for _, argv, _ in bed.typed for arg in argv if "cfj1." in arg]
     print(f"\ncommands typed per host: {by_host}; token strings: {len(tokens)}; files copied: 0")
     assert by_host == {"coordinator": 1 + CLIENTS + 1, **dict.fromkeys(LABS, 1), "laptop": 1}
     assert len(tokens) == CLIENTS + 1  # one per participant, one for the operator
@@ -361,9 +373,9 @@ def test_rogue_supernode_cannot_join_the_fleet(bed):
 
 def _join(bed: Bed, host: str, token: str) -> subprocess.CompletedProcess:
     folder = bed.folder(host) / f"join-{time.monotonic_ns()}"
-    return bed.run(host, ["collabfl-client", "join", f"{COORDINATOR}:{FLEET}", "--token", token,
+    return bed.run(host, ["collabfl-client", "join", f"{COORDINATOR}:{FLEET}",
                           "--data", str(bed.folder("lab-0") / "data.npz"),
-                          "--state-dir", str(folder)])  # fmt: skip
+                          "--state-dir", str(folder)], env={ENV_VAR: token})  # fmt: skip
 
 
 def test_a_replayed_token_is_refused(bed):
@@ -373,16 +385,15 @@ def test_a_replayed_token_is_refused(bed):
 
 
 def test_an_expired_token_is_refused(bed):
-    token = shlex.split(_invite(bed, "--client-id", "8", "--host", "x.example.org", "--ttl", "1s"))
+    env, _ = _invite(bed, "--client-id", "8", "--host", "x.example.org", "--ttl", "1s")
     time.sleep(1.5)  # the token's lifetime is wall-clock time: let it pass
-    done = _join(bed, "attacker", token[token.index("--token") + 1])
+    done = _join(bed, "attacker", env[ENV_VAR])
     assert done.returncode == 2
     assert "expired" in done.stderr
 
 
 def test_a_token_edited_to_another_id_is_refused(bed):
-    printed = shlex.split(_invite(bed, "--client-id", "9", "--host", "y.example.org"))
-    mine = TokenParts.parse(printed[printed.index("--token") + 1])
+    mine = TokenParts.parse(_invite(bed, "--client-id", "9", "--host", "y.example.org")[0][ENV_VAR])
     theirs = TokenParts.parse(bed.tokens[1])
     forged = TokenParts(theirs.token_id, mine.secret, mine.pin).text()
     done = _join(bed, "attacker", forged)
@@ -398,8 +409,7 @@ def test_a_join_against_a_fake_coordinator_sends_nothing(bed):
                                       str(state), "--host", "0.0.0.0", "--name", COORDINATOR],
                          bed.folder("attacker") / "fake.log", env=bed.env("attacker"))  # fmt: skip
     _wait(lambda: (state / "pki" / "ca.pem").exists() and _listening(bed), "the fake coordinator")
-    printed = shlex.split(_invite(bed, "--client-id", "7", "--host", "z.example.org"))
-    token = printed[printed.index("--token") + 1]
+    token = _invite(bed, "--client-id", "7", "--host", "z.example.org")[0][ENV_VAR]
     done = _join(bed, "spoofed-lab", token)
     fake.terminate()
     assert done.returncode == 2

@@ -9,9 +9,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from flwr.proto.runtime_pb2 import AcquireTaskResponse
 
+from collabfl.flower import serverapp_launcher
 from collabfl.flower.serverapp_launcher import (
     CLAIM_POLL_S,
     IDLE_CLAIM_S,
@@ -19,6 +22,7 @@ from collabfl.flower.serverapp_launcher import (
     ServerAppLauncher,
     SubmittedRuns,
 )
+from collabfl.flower.superexec_auth import ensure_secret
 from tests.support.task_claims import superexec_superlink
 
 
@@ -109,3 +113,69 @@ def test_wait_expected_returns_when_a_submission_is_announced() -> None:
     started = time.monotonic()
     submitted.wait_expected(30.0, stopping)
     assert time.monotonic() - started < 10.0
+
+
+def test_a_stranger_s_run_is_refused_at_once_when_no_submission_awaits_its_id() -> None:
+    submitted = SubmittedRuns()
+    started = time.monotonic()
+    assert not submitted.wait_for(41, timeout_s=30.0)
+    assert time.monotonic() - started < 5.0  # was: the whole wait, for every claim of it
+    submitted.expect()
+    threading.Timer(0.2, submitted.add, args=(42,)).start()
+    started = time.monotonic()
+    assert not submitted.wait_for(41, timeout_s=30.0)  # known foreign once 42 is named
+    assert time.monotonic() - started < 5.0
+    assert submitted.wait_for(42, timeout_s=0.0)
+
+
+def test_a_failed_submission_stops_being_awaited() -> None:
+    submitted = SubmittedRuns()
+    submitted.expect()
+    submitted.abandon()
+    started = time.monotonic()
+    assert not submitted.wait_for(7, timeout_s=30.0)
+    assert time.monotonic() - started < 5.0
+    assert not submitted.expecting()
+
+
+def test_a_pending_foreign_run_does_not_delay_a_relaunch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stranger's task is claimed first, every time it is offered; the coordinator's
+    own relaunch still gets its ServerApp within seconds, and the stranger is reported once."""
+    foreign, own = 900, 901
+    submitted = SubmittedRuns()
+    reported: list[int] = []
+    launcher = ServerAppLauncher(
+        "127.0.0.1:9", None, ensure_secret(tmp_path), submitted, tmp_path / "tokens",
+        tmp_path / "serverapps.log", {}, on_foreign=reported.append,
+    )  # fmt: skip
+    started: list[list[str]] = []
+
+    def popen(command: list[str], **kwargs: object) -> SimpleNamespace:
+        started.append(command)
+        return SimpleNamespace(poll=lambda: None, terminate=lambda: None, wait=lambda timeout=0: 0)
+
+    monkeypatch.setattr(serverapp_launcher.subprocess, "Popen", popen)
+    offered = {"turn": 0}
+
+    def acquire(request: object) -> AcquireTaskResponse:
+        offered["turn"] += 1
+        run = foreign if offered["turn"] % 2 else own  # the stranger first, then ours
+        reply = AcquireTaskResponse(token=f"t{offered['turn']}")
+        reply.task.task_id, reply.task.run_id = offered["turn"], run
+        return reply
+
+    launcher.client.AcquireTask = acquire  # type: ignore[method-assign]
+    submitted.expect()  # the relaunch: its id arrives after the stranger's task is claimed
+    threading.Timer(0.5, submitted.add, args=(own,)).start()
+    begun = time.monotonic()
+    launcher.start()
+    try:
+        while not started:
+            assert time.monotonic() - begun < 20.0, "the relaunch waited on the stranger"
+            time.sleep(0.05)
+    finally:
+        launcher.stop()
+    assert time.monotonic() - begun < 20.0
+    assert reported == [foreign]

@@ -34,6 +34,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("kernel/log_rotation.py", "_shift", "replace"): "an older rotated log moved up",
     ("kernel/log_rotation.py", "rotate", "replace"): "a record file moved aside",
     ("kernel/log_rotation.py", "rotate_copy", "copyfile"): "a running process's log copied",
+    # Files written whole through the helper beside their place, then renamed into it.
+    ("client/join.py", "enrol", "replace"): "an accepted enrolment's keys, from .enrolling",
     # Outputs for people, rebuilt from the run's records whenever they are missing.
     ("engine/report/plots.py", "_save", "savefig"): "a plot (PNG)",
     ("cli/admin.py", "export", "write_graphml"): "a graph export the user asked for",

@@ -58,7 +58,7 @@ def test_an_unregistered_key_says_how_to_enrol(name):
     _one_clean_line(said)
     assert said.startswith("the coordinator has not registered this SuperNode's key (client 2)")
     assert "[code: 2004] Failed to activate SuperNode." in said
-    assert "`collabfl-client join 10.77.3.1:9093 --token <token>`" in said
+    assert "`COLLABFL_JOIN_TOKEN=<token> collabfl-client join 10.77.3.1:9093`" in said
     assert "`collabfl admin invite --client-id 2 --host lab-b.example.org`" in said
 
 

@@ -61,7 +61,12 @@ def test_same_seed_same_initial_model():
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_models_build_with_expected_outputs(name):
-    shapes = {"mnist1d_cnn": (1, 40), "cifar_cnn": (3, 32, 32), "femnist_cnn": (1, 28, 28)}
+    shapes = {
+        "mnist1d_cnn": (1, 40),
+        "cifar_cnn": (3, 32, 32),
+        "femnist_cnn": (1, 28, 28),
+        "resnet18": (3, 32, 32),
+    }
     classes = 62 if name == "femnist_cnn" else 10
     model = build_model(name, classes, seed=0)
     assert model(torch.zeros(2, *shapes[name])).shape == (2, classes)
@@ -215,3 +220,8 @@ def test_exact_steps_replace_epochs():
     assert not torch.equal(by_epoch.get(), longer.get())
     with pytest.raises(ValueError, match="steps"):
         train(_flat(), data, 1, config, torch.Generator().manual_seed(1), steps=0)
+
+
+def test_alignment_gradient_is_zero_at_the_origin():
+    direction = torch.randn(5)
+    assert torch.equal(alignment_gradient(torch.zeros(5), direction), torch.zeros(5))

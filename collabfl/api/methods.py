@@ -114,6 +114,8 @@ class DPFL(Method):
     collaborate_every: int | None = None
     ggc_tie: Literal["add", "larger"] | None = None
     budget_counts_owner: bool | None = None
+    peers_on: Literal["device", "host"] | None = None
+    reward_samples: int | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from collabfl.api.results import RunResult
 from collabfl.client.node import ClientSplits
 from collabfl.engine.config import (
     ExperimentConfig,
+    check_compute,
     load_config,
     model_name,
     parse_override,
@@ -99,6 +100,7 @@ def run(
     spec = resolve_spec(method, config, overrides, chosen, named_code, client_count(train))
     settings = spec.config
     compute = resolve_device(settings.device)
+    check_compute(settings, compute)
     splits = client_splits(train, val, test, compute, val_fraction, settings.seed, stream)
     named = objective_from_names(settings.training.loss, settings.training.optimizer)
     objective = Objective(

@@ -1,7 +1,9 @@
 """`collabfl admin invite | login | revoke | enrolments`: who may join the federation.
 
 `invite` asks the coordinator for a single-use join token and prints the one command the
-participant runs; `login` spends an operator's token from any machine and saves the
+participant runs, with the token in its environment, never its arguments
+(kernel/token_source.py says why); `login` spends an operator's token from any machine and
+saves the
 credential every other `admin` command then uses; `revoke` takes an identity out
 everywhere. coordinator/enrolment.py says what the coordinator checks.
 """
@@ -26,6 +28,7 @@ from collabfl.cli.admin import (
     admin_app,
     console,
 )
+from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
 
 DEFAULT_TTL = "24h"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -82,11 +85,11 @@ def invite(
         made = client.invite(role, subject, host or [], parse_duration(ttl), samples)
     if role == "member":
         command = (
-            f"collabfl-client join {made.join_address} --token {made.token} --data {data} "
+            f"{ENV_VAR}={made.token} collabfl-client join {made.join_address} --data {data} "
             f"--state-dir {state_dir}"
         )
     else:
-        command = f"collabfl admin login {made.join_address} --token {made.token}"
+        command = f"{ENV_VAR}={made.token} collabfl admin login {made.join_address}"
     if as_json:
         fields = {"token": made.token, "token_id": made.token_id, "expires_at": made.expires_at}
         _print_json({**fields, "role": role, "subject": subject, "command": command})
@@ -100,21 +103,36 @@ def invite(
 @admin_app.command()
 def login(
     coordinator: Annotated[str, typer.Argument(help="the coordinator's public HOST:PORT (9093)")],
-    token: Annotated[str, typer.Option(help="the join token `admin invite --operator` printed")],
+    token_file: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE",
+            help=f"read the join token from FILE (- for standard input) instead of {ENV_VAR}",
+        ),
+    ] = None,
+    token: Annotated[str | None, typer.Option(hidden=True)] = None,
     credential: Annotated[
         Path | None, typer.Option(dir_okay=False, help="where to save it (default: yours)")
     ] = None,
 ) -> None:
-    """Enrol as an operator: make a key here, get its certificate, save the credential."""
+    """Enrol as an operator with the token `admin invite --operator` printed (from
+    COLLABFL_JOIN_TOKEN or --token-file): make a key here, get its certificate, save the
+    credential."""
     from cryptography.hazmat.primitives.asymmetric import ec
 
     from collabfl.coordinator.operator_credential import OperatorCredential, default_path
     from collabfl.kernel.join_client import JoinFailed, NotYet, join
     from collabfl.kernel.pki import private_key_pem
 
+    if token is not None:
+        raise typer.BadParameter(ON_ARGV, param_hint="--token")
+    try:
+        secret = read_token(token_file)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
     key = ec.generate_private_key(ec.SECP256R1())
     try:
-        joined = join(coordinator, token, key)
+        joined = join(coordinator, secret, key)
     except JoinFailed as error:
         _fail(error, EXIT_UNREACHABLE if isinstance(error, NotYet) else EXIT_REFUSED)
     if joined.role != "operator":

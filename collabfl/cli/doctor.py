@@ -65,18 +65,22 @@ Check = Callable[[], Result | None]
 class Inputs:
     """What the operator named: `coordinator` the Fleet gateway and `service` the
     coordinator service (HOST:PORT each), `ca` the federation CA, `data` this
-    participant's data file, `peers` other members' peer ports, `state_dir` a daemon's
-    state folder, `device` the device a client trains on, `member_cert` this
-    participant's own certificate."""
+    participant's data file or `data.source` factory (`pkg.mod:factory`, called for
+    `client_id`; `allowed`: the daemon's --allow-import, None when the operator names the
+    factory here), `peers` other members' peer ports, `state_dir` a daemon's state folder,
+    `device` the device a client trains on, `member_cert` this participant's own
+    certificate."""
 
     coordinator: str | None = None
     service: str | None = None
     ca: Path | None = None
-    data: Path | None = None
+    data: Path | str | None = None
     peers: Sequence[str] = field(default_factory=tuple)
     state_dir: Path | None = None
     device: str | None = None
     member_cert: Path | None = None
+    client_id: int = 0
+    allowed: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         """Refuse malformed input before any check runs (ValueError naming the option)."""
@@ -233,21 +237,29 @@ def clock_offset(address: str, tls: bool) -> Result:
     return Result(True, line)
 
 
-def data_file(path: Path) -> Result:
-    """Whether `path` is a valid client data file (the client daemon's own check)."""
-    from collabfl.client.data.client_file import load_client_file
+def data_file(data: Path | str, client_id: int = 0, allowed: Sequence[str] | None = None) -> Result:
+    """Whether `data` is a valid client data file, or a `data.source` factory whose sample
+    of client `client_id`'s splits is valid (the client daemon's own check)."""
+    from collabfl.client.data.opening import check_data, data_ref
 
+    ref = data_ref(data)
     try:
-        client, meta = load_client_file(path)
+        line = check_data(ref, client_id, [str(ref)] if allowed is None else allowed)
     except (ValueError, FileNotFoundError) as error:
+        if isinstance(ref, str):
+            fix = (
+                "make the factory return {train, val (optional), test, num_classes} with "
+                "(input, label) items of one shape and labels below num_classes, and list it "
+                "in the daemon's --allow-import (docs/deployment.md, The participant's data)"
+            )
+            return Result(False, str(error), fix)
         return Result(
             False,
             f"data file: {error}",
             "give --data an .npz with x_train y_train x_val y_val x_test y_test and a meta "
             "JSON (client/data/client_file.py; `collabfl federation prepare` makes demo ones)",
         )
-    sizes = f"{len(client.train)} train, {len(client.val)} val, {len(client.test)} test"
-    return Result(True, f"data file {path}: {sizes} samples, {meta['num_classes']} classes")
+    return Result(True, line)
 
 
 def state_dir_writable(path: Path) -> Result:
@@ -280,6 +292,8 @@ def from_saved_client(state_dir: Path, given: Inputs) -> Inputs:
         service=given.service or saved.coordinator_service or None,
         ca=given.ca or saved.root_certificates,
         data=given.data or saved.data,
+        client_id=given.client_id if given.data or saved.client_id is None else saved.client_id,
+        allowed=given.allowed if given.data else saved.allow_import,
         device=given.device or saved.device or None,
         member_cert=given.member_cert or saved.peer_cert,
     )
@@ -345,7 +359,7 @@ def checks(inputs: Inputs) -> list[Check]:
         fix += "its firewall lets members in"
         found.append(partial(reachable, "peer", peer, fix))
     if inputs.data is not None:
-        found.append(partial(data_file, inputs.data))
+        found.append(partial(data_file, inputs.data, inputs.client_id, inputs.allowed))
     if inputs.member_cert is not None:
         found.append(partial(own_certificate, inputs.member_cert))
     if inputs.device is not None:

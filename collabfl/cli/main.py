@@ -303,8 +303,14 @@ def doctor(
     ] = None,
     ca: Annotated[Path | None, typer.Option("--ca", help="the federation CA (PEM)")] = None,
     data: Annotated[
-        Path | None, typer.Option("--data", help="this participant's data file")
+        str | None,
+        typer.Option(
+            "--data", help="this participant's data file, or its data.source pkg.mod:factory"
+        ),
     ] = None,
+    client_id: Annotated[
+        int, typer.Option("--client-id", help="the client id a data.source factory is called for")
+    ] = 0,
     peers: Annotated[
         list[str] | None,
         typer.Option("--peer", help="another member's peer port, HOST:PORT; repeat for each"),
@@ -336,7 +342,9 @@ def doctor(
     if members:
         peers += _member_peer_addresses()
     try:
-        inputs = Inputs(coordinator, service, ca, data, tuple(peers), state_dir, device)
+        inputs = Inputs(
+            coordinator, service, ca, data, tuple(peers), state_dir, device, client_id=client_id
+        )
         if state_dir is not None:
             inputs = from_saved_client(state_dir, inputs)
     except ValueError as error:

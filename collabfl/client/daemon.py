@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 
 from collabfl import __version__
-from collabfl.client.data.client_file import load_client_file
+from collabfl.client.data.opening import check_data, data_ref
 from collabfl.client.model_store import PUBLISHED_DIR, PublishedModels
 from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peer_server import PeerModelServer
@@ -70,7 +70,8 @@ DESCRIPTION = """Run one participant of a federation on this machine.
 It takes part in every run the coordinator starts (training, choosing collaborators and
 evaluating on this machine's data, which never leaves it) and lends its published models
 only to the participants the coordinator grants. Start it once with
-`collabfl-client join COORDINATOR --token ... --data FILE --state-dir DIR`, which enrols this
+`COLLABFL_JOIN_TOKEN=... collabfl-client join COORDINATOR --data FILE --state-dir DIR`, which
+enrols this
 machine and saves these options; afterwards `collabfl-client --state-dir DIR` starts it
 again with what was saved. It waits for the coordinator and restarts its parts for as long
 as it takes unless --max-restarts says otherwise."""
@@ -90,7 +91,12 @@ def parser() -> argparse.ArgumentParser:
     p = daemon_parser("collabfl-client", DESCRIPTION, EXAMPLE)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--client-id", type=int, help="this participant's index")
-    p.add_argument("--data", type=Path, help="this participant's data file")
+    p.add_argument(
+        "--data",
+        type=data_ref,
+        help="this participant's data file, or pkg.mod:factory, its own loader "
+        "(factory(client_id) -> {train, val, test, num_classes}; needs --allow-import)",
+    )
     p.add_argument("--state-dir", type=Path, required=True, help="models, state, logs")
     p.add_argument("--superlink", help="the coordinator's participant port, HOST:PORT")
     p.add_argument("--peer-listen", default="0.0.0.0:9200", help="peer server bind address")
@@ -223,7 +229,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
     """The SuperNode invocation: node config carries what the ClientApp needs."""
     node_config = {
         "client-id": str(args.client_id),
-        "data-path": f'"{args.data.resolve()}"',
+        "data-path": f'"{args.data.resolve() if isinstance(args.data, Path) else args.data}"',
         "state-dir": f'"{args.state_dir.resolve()}"',
         "peer-address": f'"{args.peer_address}"',
         "coordinator-key": f'"{args.coordinator_key.resolve()}"',
@@ -281,14 +287,15 @@ def check_args(args: argparse.Namespace) -> None:
     if missing:
         raise ValueError(
             f"{args.state_dir} holds no saved settings and {', '.join(missing)} "
-            "were not given: enrol this machine with `collabfl-client join COORDINATOR "
-            "--token TOKEN --data FILE --state-dir DIR`, or give every flag"
+            "were not given: enrol this machine with `COLLABFL_JOIN_TOKEN=TOKEN collabfl-client "
+            "join COORDINATOR --data FILE --state-dir DIR`, or give every flag"
         )
     if args.device:  # torch is imported (seconds) only to check a device that is named
         from collabfl.kernel.devices import resolve_device
 
         resolve_device(args.device)  # ValueError naming the value and what exists
-    load_client_file(args.data)  # raises with the file name when malformed
+    # raises with the file name, or a factory's client, split and field, when malformed
+    log.info("%s", check_data(args.data, args.client_id, parse_allowed(args.allow_import)))
     for flag, address in (("--superlink", args.superlink), ("--peer-address", args.peer_address)):
         try:
             split_address(address)

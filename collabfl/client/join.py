@@ -1,51 +1,85 @@
-"""``collabfl-client join COORDINATOR --token T --data FILE --state-dir DIR``: enrol this
-machine with a join token, then run the daemon.
+"""``COLLABFL_JOIN_TOKEN=T collabfl-client join COORDINATOR --data FILE --state-dir DIR``:
+enrol this machine with a join token, then run the daemon.
 
-The keys are made here and never leave: a fresh TLS key (its certificate comes back from
-the coordinator, kernel/join_client.py) and a fresh SuperNode key (the coordinator
-registers its public half before the SuperNode first starts). What comes back is written
-to ``DIR/tls`` and the daemon's flags to ``DIR`` (kernel/saved_args.py), so a restart is
+The token never comes on the command line (kernel/token_source.py says why). The keys are
+made here and never leave: a fresh TLS key (its certificate comes back from the
+coordinator, kernel/join_client.py) and a fresh SuperNode key (the coordinator registers its
+public half before the SuperNode first starts). What comes back is written to ``DIR/tls``
+and the daemon's flags to ``DIR`` (kernel/saved_args.py), so a restart is
 ``collabfl-client --state-dir DIR``. Flags after the join's own go to the daemon as they
 are (``--device cuda:1``, ``--runtime subprocess``, ...).
+
+An operator re-runs the printed join line after a reboot. On a state dir already enrolled
+that replaced the SuperNode key, then the spent token was refused: the lab was locked out
+until a fresh invite. So a join there changes nothing, says how to start the daemon and
+exits 2 (nothing ran: the command, not the machine, was wrong); ``--re-enrol`` spends a new
+token there. Either way the new keys are made in ``DIR/.enrolling`` and take the old ones'
+places only once the coordinator accepted them: a refused join leaves every file as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 from pathlib import Path
 
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from collabfl.client.data.client_file import load_client_file
 from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supernode_key
 from collabfl.kernel import exit_status
-from collabfl.kernel.atomic import keep_private, write_bytes
+from collabfl.kernel.atomic import keep_private, sync_folder, write_bytes
 from collabfl.kernel.daemon_help import daemon_parser
+from collabfl.kernel.identity import identity_of_certificate
 from collabfl.kernel.join_client import JoinFailed, NotYet, coordinator_address, join
 from collabfl.kernel.pki import write_private_key
 from collabfl.kernel.saved_args import save
+from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
 
-DESCRIPTION = """Enrol this machine in a federation with the join token its operator sent, then run
+DESCRIPTION = f"""Enrol this machine in a federation with the join token its operator sent, then run
 the participant (`collabfl-client`).
 
-The keys are made on this machine and never leave it. The certificate and the participant's
-options are saved under --state-dir, so `collabfl-client --state-dir DIR` starts it again
-later. Options after the join's own go to the participant as they are (e.g. --device cuda)."""
+The token comes from the environment ({ENV_VAR}) or --token-file, never
+from the command line, where other local users could read it. The keys are made on this
+machine and never leave it. The certificate and the participant's options are saved under
+--state-dir, so `collabfl-client --state-dir DIR` starts it again later. On a state dir
+already enrolled it changes nothing and exits 2 (add --re-enrol to spend a new token there).
+Options after the join's own go to the participant as they are (e.g. --device cuda)."""
 EXAMPLE = (
-    "collabfl-client join coord.example.org:9093 --token cfj1.… "
+    f"{ENV_VAR}=cfj1.… collabfl-client join coord.example.org:9093 "
     "--data /data/lab-a.npz --state-dir /var/lib/collabfl-client"
 )
 
 TLS_DIR = "tls"
+CERT_FILE = "member.pem"
 GRANT_KEY_FILE = "grant_key.pub.pem"
+STAGING_DIR = ".enrolling"
+"""Where an enrolment's new keys wait until the coordinator accepted them."""
+INSTALLED = [
+    (PRIVATE_NAME, ""),
+    (PUBLIC_NAME, ""),
+    ("member.key", TLS_DIR),
+    ("ca.pem", TLS_DIR),
+    (GRANT_KEY_FILE, ""),
+    (CERT_FILE, TLS_DIR),
+]
+"""What an accepted enrolment moves from ``STAGING_DIR`` into place (file, folder under the
+state dir); the certificate last, as it is what marks the state dir enrolled."""
 DEFAULT_PEER_LISTEN = "0.0.0.0:9200"
 
 
 def parser() -> argparse.ArgumentParser:
     p = daemon_parser("collabfl-client join", DESCRIPTION, EXAMPLE)
     p.add_argument("coordinator", help="the coordinator's public HOST:PORT (its Fleet port, 9093)")
-    p.add_argument("--token", required=True, help="the join token `collabfl admin invite` printed")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"read the join token from FILE (- for standard input) instead of {ENV_VAR}",
+    )
+    p.add_argument("--token", help=argparse.SUPPRESS)  # refused, with the safe forms named
     p.add_argument("--data", type=Path, required=True, help="this participant's data file")
     p.add_argument("--state-dir", type=Path, required=True, help="models, keys, state, logs")
     p.add_argument(
@@ -59,22 +93,38 @@ def parser() -> argparse.ArgumentParser:
         help="enrol and save the settings, then exit (a service manager starts the daemon "
         "later with `collabfl-client --state-dir DIR`)",
     )
+    p.add_argument(
+        "--re-enrol",
+        action="store_true",
+        help="enrol a state dir that is enrolled already, with a new token (after `collabfl "
+        "admin revoke`); its keys are replaced only if the coordinator accepts the join",
+    )
     return p
 
 
 def main(argv: list[str]) -> int:
     args, daemon_flags = parser().parse_known_args(argv)
+    if args.token is not None:
+        print(f"collabfl-client join: {ON_ARGV}", file=sys.stderr)
+        return exit_status.USAGE
+    restart = f"collabfl-client --state-dir {args.state_dir}"
     try:
+        client_id = enrolled_as(args.state_dir)
+        if client_id is not None and not args.re_enrol:
+            print(f"collabfl-client join: already enrolled as client {client_id}; start it "
+                  f"with `{restart}` (nothing changed; --re-enrol spends a new token here)",
+                  file=sys.stderr)  # fmt: skip
+            return exit_status.USAGE
+        token = read_token(args.token_file)
         load_client_file(args.data)  # a wrong file fails before the token is spent
         coordinator_address(args.coordinator)
         keep_private(args.state_dir)
-        daemon_argv = enrol(args)
+        daemon_argv = enrol(args, token)
     except (JoinFailed, ValueError, FileNotFoundError) as error:
         print(f"collabfl-client join: {error}", file=sys.stderr)
         return exit_status.FAILURE if isinstance(error, NotYet) else exit_status.USAGE
     from collabfl.client import daemon
 
-    restart = f"collabfl-client --state-dir {args.state_dir}"
     if args.no_start:
         flags = daemon.parser()
         save(flags, flags.parse_args([*daemon_argv, *daemon_flags]), args.state_dir)
@@ -84,24 +134,47 @@ def main(argv: list[str]) -> int:
     return daemon.main([*daemon_argv, *daemon_flags])
 
 
-def enrol(args: argparse.Namespace) -> list[str]:
-    """Spend the token; write what came back; the daemon's command line (without extras)."""
+def enrolled_as(state_dir: Path) -> str | None:
+    """The client id ``state_dir`` is enrolled as (its certificate's), or None; ValueError
+    naming the file when it holds no member certificate."""
+    path = state_dir / TLS_DIR / CERT_FILE
+    try:
+        pem = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return identity_of_certificate(x509.load_pem_x509_certificate(pem)).name
+    except ValueError as error:
+        raise ValueError(f"{path} is not a member certificate ({error}): move it away") from None
+
+
+def enrol(args: argparse.Namespace, token: str) -> list[str]:
+    """Spend the token; put what came back in place; the daemon's command line (without
+    extras). The new keys wait in ``STAGING_DIR`` until the coordinator accepted them."""
     state_dir: Path = args.state_dir.resolve()
     tls = state_dir / TLS_DIR
-    tls.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for stale in (PRIVATE_NAME, PUBLIC_NAME):  # a new enrolment gets a new SuperNode key
-        (state_dir / stale).unlink(missing_ok=True)
-    _, supernode_public = ensure_supernode_key(state_dir)
-    key = ec.generate_private_key(ec.SECP256R1())
-    joined = join(args.coordinator, args.token, key, supernode_public.read_text())
-    if joined.role != "member":
-        raise JoinFailed(
-            f"this token enrols {joined.role} {joined.subject}: use `collabfl admin login`"
-        )
-    write_private_key(key, tls / "member.key")
-    write_bytes(tls / "member.pem", joined.certificate)
-    write_bytes(tls / "ca.pem", joined.ca)
-    write_bytes(state_dir / GRANT_KEY_FILE, joined.grant_key)
+    staging = state_dir / STAGING_DIR
+    shutil.rmtree(staging, ignore_errors=True)  # an enrolment that a crash interrupted
+    staging.mkdir(mode=0o700)
+    try:
+        _, supernode_public = ensure_supernode_key(staging)
+        key = ec.generate_private_key(ec.SECP256R1())
+        joined = join(args.coordinator, token, key, supernode_public.read_text())
+        if joined.role != "member":
+            raise JoinFailed(
+                f"this token enrols {joined.role} {joined.subject}: use `collabfl admin login`"
+            )
+        write_private_key(key, staging / "member.key")
+        write_bytes(staging / CERT_FILE, joined.certificate)
+        write_bytes(staging / "ca.pem", joined.ca)
+        write_bytes(staging / GRANT_KEY_FILE, joined.grant_key)
+        tls.mkdir(mode=0o700, exist_ok=True)
+        for name, folder in INSTALLED:
+            os.replace(staging / name, state_dir / folder / name)
+        sync_folder(tls)
+        sync_folder(state_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     peer_port = args.peer_listen.rpartition(":")[2]
     return [
         "--client-id", joined.subject,
@@ -113,6 +186,6 @@ def enrol(args: argparse.Namespace) -> list[str]:
         "--coordinator-key", str(state_dir / GRANT_KEY_FILE),
         "--coordinator-service", joined.service,
         "--root-certificates", str(tls / "ca.pem"),
-        "--peer-cert", str(tls / "member.pem"),
+        "--peer-cert", str(tls / CERT_FILE),
         "--peer-key", str(tls / "member.key"),
     ]  # fmt: skip

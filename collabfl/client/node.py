@@ -102,6 +102,7 @@ class ClientNode:
         self.objective = objective
         self.slots: dict[str, torch.Tensor] = {}
         self.best: dict[str, BestModel] = {}
+        self._reward_subset: Samples | None = None
         self.discriminators = ClientDiscriminators(
             client_id, seed, data.train, data.val, workspace, initial_model
         )
@@ -215,28 +216,34 @@ class ClientNode:
         candidates = list(task.candidates)
         weights = dict(zip(candidates, task.weights, strict=True))
         rng = np.random.default_rng([self.seed, self.client_id, round_index, 1])
+        where = self.device if task.peers_on == "device" else torch.device("cpu")
 
         @contextmanager
         def load(ids: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
-            """The peers' models, fetched under the budget, on this node's device (a model
-            read from the network arrives on the CPU)."""
+            """The peers' models, fetched under the budget, where ``peers_on`` keeps them (a
+            model read from the network arrives on the CPU). Each replaces the fetched one
+            in the fetcher's own mapping, so that no second copy stays alive."""
             with self.fetcher.hold(ids, round_index, limit=budget) as models:
-                yield {j: place(model, self.device) for j, model in models.items()}
+                for j, model in models.items():
+                    models[j] = place(model, where)
+                yield models
 
-        own, own_weight = self.slot(slot), float(self.num_samples)
+        own, own_weight = place(self.slot(slot), where), float(self.num_samples)
         evaluations = 0
         if task.search == "greedy":
+            rewarded = self._reward_split(task.reward_samples)
             selection = bggc(
                 own,
                 own_weight,
                 candidates,
                 weights,
                 load,
-                self._val_loss,
+                lambda vector: self._val_loss(vector, rewarded),
                 budget,
                 budget,
                 rng,
                 task.tie,
+                scratch=self.workspace.vector,
             )
             aggregate, chosen = selection.aggregate, selection.chosen
             evaluations = selection.reward_evaluations
@@ -248,7 +255,7 @@ class ClientNode:
                 own, own_weight, candidates, weights, load, budget
             )
         if task.assign:
-            self.slots[slot] = aggregate
+            self.slots[slot] = place(aggregate, self.device)
         metrics = ClientMetrics(
             chosen=tuple(chosen),
             num_collaborators=len(chosen),
@@ -286,9 +293,13 @@ class ClientNode:
         """Validation and test loss/accuracy of ``slot``'s model, which then competes as
         ``candidate`` for the slot's best-validation record (ties keep the earlier model)."""
         self.workspace.load(self.slot(slot))
-        batch = self.training.eval_batch_size
-        val_loss, val_acc = evaluate(self.workspace, self.data.val, batch, self.objective)
-        test_loss, test_acc = evaluate(self.workspace, self.data.test, batch, self.objective)
+        batch, compute = self.training.eval_batch_size, self.training.compute
+        val_loss, val_acc = evaluate(
+            self.workspace, self.data.val, batch, self.objective, compute=compute
+        )
+        test_loss, test_acc = evaluate(
+            self.workspace, self.data.test, batch, self.objective, compute=compute
+        )
         best = self.best.setdefault(slot, BestModel())
         best.scores_local |= candidate == "local"
         if (val_acc, -val_loss) > (best.val_acc, -best.val_loss):
@@ -297,12 +308,32 @@ class ClientNode:
             best.vector = self.slots[slot] if keep else None
         return val_loss, val_acc, test_loss, test_acc
 
-    def _val_loss(self, vector: torch.Tensor) -> float:
+    def _val_loss(self, vector: torch.Tensor, data: Samples) -> float:
         """F_k^V: the reward GGC maximises is minus this."""
         self.workspace.load(vector)
         batch = self.training.eval_batch_size
-        loss, _ = evaluate(self.workspace, self.data.val, batch, self.objective, accuracy=False)
+        loss, _ = evaluate(
+            self.workspace,
+            data,
+            batch,
+            self.objective,
+            accuracy=False,
+            compute=self.training.compute,
+        )
         return loss
+
+    def _reward_split(self, samples: int | None) -> Samples:
+        """The validation samples GGC's rewards are measured on: all of them, or ``samples``
+        drawn once per client (seeded by seed and client alone), so every round and runtime
+        compares candidates on the same ones, in the split's order."""
+        val = self.data.val
+        if samples is None or samples >= len(val):
+            return val
+        if self._reward_subset is None or len(self._reward_subset) != samples:
+            generator = batch_generator(self.seed, self.client_id, 0, "reward_samples")
+            rows = torch.randperm(len(val), generator=generator)[:samples].sort().values
+            self._reward_subset = val.subset(rows.to(val.y.device))
+        return self._reward_subset
 
     def _best_vector(self, slot: str) -> torch.Tensor:
         best = self.best.get(slot)

@@ -11,6 +11,7 @@ asked for, never the order in which models arrived.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -115,21 +116,35 @@ class PeerFetcher:
         self.stats.fetch_seconds += time.perf_counter() - started
         models: dict[int, torch.Tensor] = {}
         try:
-            for owner, outcome in zip(owners, outcomes, strict=True):
-                if not isinstance(outcome, torch.Tensor):
-                    log.warning("skipping peer %s in round %s: %s", owner, round_index, outcome)
-                    self.stats.failures += 1
-                    self.skipped.append(f"peer {owner}: {outcome}")
-                    continue
-                models[owner] = outcome
-                self.resident += 1
-                self.stats.peak_resident = max(self.stats.peak_resident, self.resident)
-                self.stats.models_fetched += 1
-                self.stats.bytes_fetched += outcome.numel() * outcome.element_size()
+            models.update(self._admit(owners, outcomes, round_index))
+            # The mapping alone holds the models from here: a caller that replaces one (with
+            # its copy on another device, client/node.py) lets the fetched one go.
+            del outcomes
+            self.resident += len(models)
+            self.stats.peak_resident = max(self.stats.peak_resident, self.resident)
             yield models
         finally:
             self.resident -= len(models)
             models.clear()
+
+    def _admit(
+        self,
+        owners: Sequence[int],
+        outcomes: list[torch.Tensor | PeerUnavailable | InvalidPeerModel],
+        round_index: int,
+    ) -> dict[int, torch.Tensor]:
+        """The fetched models by owner; each failure logged, counted and left out."""
+        models: dict[int, torch.Tensor] = {}
+        for owner, outcome in zip(owners, outcomes, strict=True):
+            if not isinstance(outcome, torch.Tensor):
+                log.warning("skipping peer %s in round %s: %s", owner, round_index, outcome)
+                self.stats.failures += 1
+                self.skipped.append(f"peer {owner}: {outcome}")
+                continue
+            models[owner] = outcome
+            self.stats.models_fetched += 1
+            self.stats.bytes_fetched += outcome.numel() * outcome.element_size()
+        return models
 
     def _fetch_batch(
         self, owners: Sequence[int], round_index: int
@@ -176,9 +191,12 @@ class PeerFetcher:
             raise InvalidPeerModel(
                 f"peer {owner} sent {vector.numel()} values, expected {self.expected_numel}"
             )
-        if not bool(torch.isfinite(vector).all()):
+        # One pass and no model-sized temporary (the budget counts every model held):
+        # the extremes are NaN when any weight is, and infinite when any weight is.
+        low, high = (float(v) for v in torch.aminmax(vector)) if vector.numel() else (0.0, 0.0)
+        if not (math.isfinite(low) and math.isfinite(high)):
             raise InvalidPeerModel(f"peer {owner} sent NaN or Inf weights")
-        largest = float(vector.abs().max()) if vector.numel() else 0.0
+        largest = max(-low, high)
         if largest > self.max_weight:
             raise InvalidPeerModel(
                 f"peer {owner} sent a weight of magnitude {largest:.3g}, above the limit "

@@ -200,7 +200,14 @@ def parser() -> argparse.ArgumentParser:
         "--fleet-per-peer",
         type=int,
         default=GatewayLimits.per_peer,
-        help="requests one address may have in flight on the participants' port",
+        help="connections one address may hold open on the participants' port (every "
+        "route, joins too; SuperNodes behind one NAT share it)",
+    )
+    p.add_argument(
+        "--fleet-body-timeout",
+        type=float,
+        default=GatewayLimits.body_timeout_s,
+        help="seconds a request's body may take on the participants' port; a slower one is dropped",
     )
     p.add_argument(
         "--service-port",
@@ -461,7 +468,15 @@ def gateway_limits(args: argparse.Namespace) -> GatewayLimits:
             f"--fleet-max-body-mib ({args.fleet_max_body_mib}) and --fleet-per-peer "
             f"({args.fleet_per_peer}) must be at least 1"
         )
-    return GatewayLimits(max_body_bytes=args.fleet_max_body_mib << 20, per_peer=args.fleet_per_peer)
+    if not 0 < args.fleet_body_timeout < float("inf"):
+        raise ValueError(
+            f"--fleet-body-timeout ({args.fleet_body_timeout}) must be a positive number of seconds"
+        )
+    return GatewayLimits(
+        max_body_bytes=args.fleet_max_body_mib << 20,
+        per_peer=args.fleet_per_peer,
+        body_timeout_s=args.fleet_body_timeout,
+    )
 
 
 def write_app(state_dir: Path) -> Path:
@@ -649,6 +664,7 @@ class RunLauncher:
             flower_run = submitted_run_id(reply)
             self.submitted.add(flower_run)  # its ServerApp may start now
         except FlowerCliError as error:
+            self.submitted.abandon()
             log.error("run %s: the ServerApp was not started: %s", run.run_id, error)
             return  # no follower: the next check launches it again, up to MAX_LAUNCHES
         write_text(reply_path, reply)
@@ -686,6 +702,27 @@ class RunLauncher:
             log.info("run %s: previous Flower run %s not stopped: %s", run_id, previous, error)
         else:
             log.info("run %s: stopped previous Flower run %s", run_id, previous)
+
+    def foreign_run(self, flower_run_id: int) -> None:
+        """A Flower run someone else submitted reached the ServerApp launcher: name it in an
+        event and stop it, so it neither stays pending nor is claimed again."""
+        self.state.record_event(
+            "",
+            "foreign_run_refused",
+            f"Flower run {flower_run_id} was submitted to the SuperLink by someone other than "
+            "this coordinator; its ServerApp was refused (nothing of it ran) and it is stopped",
+        )
+        threading.Thread(
+            target=self._stop_foreign, args=(flower_run_id,), name="foreign-run-stop", daemon=True
+        ).start()
+
+    def _stop_foreign(self, flower_run_id: int) -> None:
+        try:
+            stop_run(flower_run_id, CONNECTION, self.env)
+        except FlowerCliError as error:
+            log.warning("foreign Flower run %s not stopped: %s", flower_run_id, error)
+        else:
+            log.warning("stopped foreign Flower run %s", flower_run_id)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -830,6 +867,7 @@ def main(argv: list[str] | None = None) -> int:
         args.state_dir / "serverapp-tokens",
         args.state_dir / "serverapps.log",
         {**os.environ, **env},
+        on_foreign=launcher.foreign_run,
     )
     serverapps.start()
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)

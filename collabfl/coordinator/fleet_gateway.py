@@ -31,9 +31,12 @@ Here that answer is asked again, every 5 to 50 ms, until the object is there.
 Anyone who reaches the port is served before any authentication (Flower checks a SuperNode's
 signature in the SuperLink), so the gateway bounds what a stranger can make it hold
 (``GatewayLimits``): a request body beyond the largest Fleet call is refused with 413 while
-it streams in, before it is buffered; one peer address has a bounded number of requests in
-flight (429 beyond); a connection that has not sent a request's headers within a deadline,
-or sits idle after a response, is closed; uvicorn's ``limit_concurrency`` bounds the rest.
+it streams in, before it is buffered; on every route, the enrolment calls too, one peer
+address holds a bounded number of connections, and a request's headers and body each have
+a deadline (coordinator/public_protocol.py); the joins in flight have a bound of their own
+(coordinator/join_endpoint.py), far below uvicorn's, so that joins never take the
+SuperNodes' share; a connection idle after a response is closed; uvicorn's
+``limit_concurrency`` bounds the rest.
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ import socket
 import ssl
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,13 +66,13 @@ from flwr.proto.fleet_pb2 import PullMessagesResponse, PushMessagesResponse
 from flwr.proto.message_pb2 import PullObjectResponse, PushObjectRequest
 from flwr.supercore.error.base import ApiErrorCode
 from google.protobuf.message import DecodeError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.join_endpoint import JoinEndpoint, with_enrolment
+from collabfl.coordinator.public_protocol import public_protocol
 from collabfl.coordinator.upstream_http import UpstreamClient
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.pki import issue, make_ca, write_certificate, write_private_key
@@ -152,11 +154,13 @@ times that leaves room for protobuf framing and large config records."""
 class GatewayLimits:
     """What a peer can make the gateway hold before it is authenticated.
 
-    ``max_body_bytes``: a request body beyond it gets 413. ``per_peer``: requests one peer
-    address may have in flight (a SuperNode has at most three: a held pull, a push, a
-    heartbeat; all SuperNodes behind one NAT share it). ``max_concurrency``: connections and
-    requests of all peers together (uvicorn's ``limit_concurrency``: 503 beyond).
-    ``header_timeout_s``: how long a connection may take to send a request's headers.
+    ``max_body_bytes``: a request body beyond it gets 413. ``per_peer``: connections one
+    peer address may hold open, on every route (a SuperNode has at most three: a held pull, a
+    push, a heartbeat; all SuperNodes behind one NAT share it); one more is closed at once.
+    ``max_concurrency``: connections and requests of all peers together (uvicorn's
+    ``limit_concurrency``: 503 beyond). ``header_timeout_s``: how long a connection may take
+    to send a request's headers. ``body_timeout_s``: how long a request's body may take after
+    its headers (a Fleet call's largest, 20 MiB, at 3 Mbit/s).
     ``max_header_bytes``: a request whose headers pass it gets 400.
     ``idle_s``: how long a connection may sit idle after a response.
     """
@@ -165,6 +169,7 @@ class GatewayLimits:
     per_peer: int = 64
     max_concurrency: int = 4096
     header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
     max_header_bytes: int = 64 << 10
     idle_s: int = 30
 
@@ -172,7 +177,7 @@ class GatewayLimits:
         for name in ("max_body_bytes", "per_peer", "max_concurrency", "max_header_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("header_timeout_s", "idle_s"):
+        for name in ("header_timeout_s", "body_timeout_s", "idle_s"):
             if not 0 < getattr(self, name) < float("inf"):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -194,60 +199,6 @@ async def read_body(request: Request, limit: int) -> bytes:
         if len(body) > limit:
             raise BodyTooLarge
     return bytes(body)
-
-
-class HeaderDeadline(H11Protocol):
-    """Closes a connection whose request headers are not all in ``header_timeout_s`` after
-    it opened or its previous response ended: a slowloris, or a connection that never asks
-    anything. uvicorn has no such deadline of its own (its keep-alive timeout stops at the
-    first byte). ``cycle`` is the request being served (None before the first)."""
-
-    header_timeout_s: float
-    deadline: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        if self._between_requests():
-            self._arm()  # the next request's headers are due
-        super().data_received(data)
-        if not self._between_requests():
-            self._disarm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _between_requests(self) -> bool:
-        return self.cycle is None or self.cycle.response_complete
-
-    def _arm(self) -> None:
-        if self.deadline is None:
-            self.deadline = self.loop.call_later(self.header_timeout_s, self._late)
-
-    def _disarm(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
-            self.deadline = None
-
-    def _late(self) -> None:
-        self.deadline = None
-        if self._between_requests() and not self.transport.is_closing():
-            log.info("fleet gateway: closed %s: no request headers in %s s", self.client,
-                     self.header_timeout_s)  # fmt: skip
-            self.transport.close()
-
-
-def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with a header deadline of ``timeout_s`` (``HeaderDeadline``).
-
-    Not httptools, which uvicorn prefers when installed: its protocol keeps every header
-    line of a request with no size limit (60 MB of headers sent within the deadline grew
-    the process by 67 MiB), where h11 refuses a request whose headers pass
-    ``GatewayLimits.max_header_bytes``."""
-    return type("HeaderDeadline", (HeaderDeadline,), {"header_timeout_s": timeout_s})
 
 
 RefusedActivation = Callable[[bytes, int, str], None]
@@ -410,8 +361,6 @@ class FleetOnlyProxy:
         self.on_refused_activation = on_refused_activation
         self.clock = clock
         self.reply_content = ReplyContent(self.activity.replies.ring)
-        self.in_flight: Counter[str] = Counter()
-        """Requests in flight per peer address (the event loop's thread alone counts)."""
         self.client: UpstreamClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -426,13 +375,6 @@ class FleetOnlyProxy:
             refusal = PlainTextResponse("only the Flower Fleet API is served here", 403)
             await refusal(scope, receive, send)
             return
-        peer = request.client.host if request.client else ""
-        if self.in_flight[peer] >= self.limits.per_peer:
-            log.warning("fleet gateway: %s has %d requests in flight", peer, self.in_flight[peer])
-            busy = f"at most {self.limits.per_peer} requests in flight per address"
-            await _closing(PlainTextResponse(busy, 429))(scope, receive, send)
-            return
-        self.in_flight[peer] += 1
         try:
             response = await self._forward(request)
         except BodyTooLarge:
@@ -440,10 +382,8 @@ class FleetOnlyProxy:
                         self.limits.max_body_bytes, request.client)  # fmt: skip
             too_large = f"a Fleet call carries at most {self.limits.max_body_bytes} bytes"
             response = _closing(PlainTextResponse(too_large, 413))
-        finally:
-            self.in_flight[peer] -= 1
-            if not self.in_flight[peer]:
-                del self.in_flight[peer]
+        except ClientDisconnect:
+            return  # gone before its body was in (or dropped at the body deadline)
         await response(scope, receive, send)
 
     def _hold(self, path: str) -> tuple[list[float], Callable[[httpx.Response], bool]]:
@@ -592,7 +532,7 @@ class FleetGateway:
             with_enrolment(proxy, enrolment),
             host=host,
             port=port,
-            http=header_deadline_protocol(limits.header_timeout_s),
+            http=public_protocol(limits.header_timeout_s, limits.body_timeout_s, limits.per_peer),
             limit_concurrency=limits.max_concurrency,
             h11_max_incomplete_event_size=limits.max_header_bytes,
             proxy_headers=False,  # no proxy in front: a caller's X-Forwarded-For is its own

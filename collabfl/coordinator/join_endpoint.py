@@ -14,7 +14,11 @@ over its TLS, with no client certificate required:
   refuses the certificates and its ClientApp the tickets.
 
 Nothing else is reachable through it: every other path under the prefix is 404, and the
-body of a join is read only up to its limit.
+body of a join is read only up to its limit. At most ``MAX_JOINS_IN_FLIGHT`` joins are served
+at once (503 with ``Retry-After`` beyond, which a joining machine waits out): joins run one
+at a time (coordinator/enrolment.py), each on a worker thread, so more would only hold
+connections and threads that SuperNodes need. The port's per-address bound and header and
+body deadlines (coordinator/public_protocol.py) apply here as on the Fleet API.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -40,6 +44,8 @@ PREFIX = "/collabfl/v1/"
 CA_PATH, JOIN_PATH, REVOKED_PATH = PREFIX + "ca", PREFIX + "join", PREFIX + "revoked"
 MAX_JOIN_BODY = 64 * 1024
 """A join carries a token, a CSR and a public key: a few kilobytes."""
+MAX_JOINS_IN_FLIGHT = 8
+RETRY_AFTER_S = 2
 
 
 class BodyTooLarge(ValueError):
@@ -50,14 +56,23 @@ class JoinEndpoint:
     """ASGI app for the calls under ``PREFIX``."""
 
     def __init__(
-        self, enroller: Enroller, ended_runs: Callable[[], Mapping[str, RunEnd]] = dict
+        self,
+        enroller: Enroller,
+        ended_runs: Callable[[], Mapping[str, RunEnd]] = dict,
+        max_joins: int = MAX_JOINS_IN_FLIGHT,
     ) -> None:
         self.enroller = enroller
         self.ended_runs = ended_runs
+        self.max_joins = max_joins
+        self.joins = 0
+        """Joins being served (the event loop's thread alone counts)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        response = await self._answer(request)
+        try:
+            response = await self._answer(request)
+        except ClientDisconnect:
+            return  # gone before its body was in (or dropped at the body deadline)
         await response(scope, receive, send)
 
     async def _answer(self, request: Request) -> Response:
@@ -75,7 +90,15 @@ class JoinEndpoint:
                 }
             )
         if route == ("POST", JOIN_PATH):
-            return await self._join(request)
+            if self.joins >= self.max_joins:
+                busy = f"{self.joins} joins are being served, the most at once: try again"
+                headers = {"Retry-After": str(RETRY_AFTER_S), "Connection": "close"}
+                return PlainTextResponse(busy, 503, headers=headers)
+            self.joins += 1
+            try:
+                return await self._join(request)
+            finally:
+                self.joins -= 1
         return PlainTextResponse("not found", 404)
 
     async def _join(self, request: Request) -> Response:
@@ -87,6 +110,8 @@ class JoinEndpoint:
             return PlainTextResponse(str(error), 413)
         except ValueError as error:  # JSONDecodeError is one
             return PlainTextResponse(f"malformed join request: {error}", 400)
+        except RecursionError:
+            return PlainTextResponse("malformed join request: JSON nested too deep", 400)
         try:
             reply = await asyncio.to_thread(self.enroller.join, address, join)
         except TooManyAttempts as error:

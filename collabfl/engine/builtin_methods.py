@@ -86,6 +86,8 @@ def _dpfl(spec: MethodSpec, federation: FederationContext, *, graph: GraphRule) 
         select_every=options.select_every,
         collaborate_every=options.collaborate_every,
         tie=options.ggc_tie,
+        peers_on=options.peers_on,
+        reward_samples=options.reward_samples,
         graph=graph,
         score_local=scores_local(spec.config, "dpfl" if graph == "ggc" else "dpfl_random"),
         name=spec.label,

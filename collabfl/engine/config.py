@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import torch
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -25,6 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from collabfl.engine.registry import REGISTRY
+from collabfl.kernel.compute import amp_problem
 from collabfl.kernel.devices import DEVICE_FORMS, check_spec
 from collabfl.kernel.models import DEFAULT_MODEL, MODELS
 from collabfl.kernel.training import TrainingConfig
@@ -72,6 +74,19 @@ class DataConfig(_Section):
         description="*_groups partitions: samples of a large client per sample of a small one",
     )
     partition_file: Path | None = Field(None, description="reuse a saved partition")
+    source: Annotated[str, AfterValidator(check_import_path)] | None = Field(
+        None,
+        description="pkg.mod:factory, factory(client_id) -> {train, val (optional), test, "
+        "num_classes}: each client's data from your own loader instead of dataset and "
+        "partition (client/data/source.py)",
+    )
+    workers: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="DataLoader processes reading a data.source's Datasets once up front "
+        "(0: the run's own; spawned, so a Dataset must pickle)",
+    )
 
 
 def _model_name(name: str) -> str:
@@ -179,6 +194,12 @@ class DPFLConfig(_Section):
     )
     budget_counts_owner: bool = Field(
         False, description="Bc counts the client itself (Algorithms 2-3), not only peers (Eq. 3)"
+    )
+    peers_on: Literal["device", "host"] = Field(
+        "device", description="where a client holds peer models and the search's sums"
+    )
+    reward_samples: int | None = Field(
+        None, ge=1, le=10**9, description="GGC's rewards on this many validation samples (all)"
     )
 
 
@@ -596,7 +617,16 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     except ValidationError as error:
         raise ConfigError(format_validation_error(error)) from None
     check_budgets(config)
+    if config.device == "cpu":  # other specs are checked where they resolve (check_compute)
+        check_compute(config, torch.device("cpu"))
     return config
+
+
+def check_compute(config: ExperimentConfig, device: torch.device) -> None:
+    """Refuse training settings ``device`` cannot run (ConfigError), before any training."""
+    problem = amp_problem(config.training.amp, device)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def format_validation_error(error: ValidationError) -> str:

@@ -28,7 +28,7 @@ from collabfl.client.data import (
     true_groups,
 )
 from collabfl.client.node import ClientSplits
-from collabfl.engine.config import ConfigError, ExperimentConfig, model_name
+from collabfl.engine.config import ConfigError, ExperimentConfig, check_compute, model_name
 from collabfl.engine.driver import AfterRound, drive
 from collabfl.engine.inprocess import build_federation
 from collabfl.engine.interrupts import init_worker, worker_task
@@ -41,6 +41,7 @@ from collabfl.engine.report.resume import ended_summary, finished_summary
 from collabfl.engine.report.run_dir import SEEDS_FILE
 from collabfl.engine.report.seeds import aggregate_seeds
 from collabfl.engine.report.table import print_results
+from collabfl.engine.sourced import SourcedData, sourced_data
 from collabfl.engine.tracking import require_tracking, tensorboard_hook
 from collabfl.kernel import devices
 from collabfl.kernel.atomic import write_text
@@ -60,6 +61,26 @@ class FederationData:
     pool: DataPool
     partition: Partition
     clients: list[ClientData]
+
+    @property
+    def num_classes(self) -> int:
+        return self.pool.num_classes
+
+    def splits(self, device: torch.device) -> list[ClientSplits]:
+        """Every client's arrays on ``device``."""
+        return [ClientSplits.from_data(client, device) for client in self.clients]
+
+
+ClientsData = FederationData | SourcedData
+"""Where a run's clients get their data: a dataset and a partition, or a data.source."""
+
+
+def prepare_clients(config: ExperimentConfig, specs: list[MethodSpec]) -> ClientsData:
+    """The clients' data for running ``specs``: from ``data.source`` (checked on a sample
+    against every spec's model) when the config names one, else ``prepare_data``'s."""
+    if config.data.source is not None:
+        return sourced_data(config, [spec.config for spec in specs])
+    return prepare_data(config)
 
 
 def prepare_data(config: ExperimentConfig) -> FederationData:
@@ -138,13 +159,15 @@ def run_comparison(
     check_user_code(specs)
     require_tracking(config)
     device = resolve_device(config.device)
+    check_compute(config, device)
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dirs = {spec.label: out_dir / safe_name(spec.label) for spec in specs}
     kept = kept_runs(specs, run_dirs) if resume else {}
-    data = prepare_data(config)  # refusals here leave no --out folder behind
+    data = prepare_clients(config, specs)  # refusals here leave no --out folder behind
     out_dir.mkdir(parents=True, exist_ok=True)
-    data.partition.save(out_dir / "partition.npz")
+    if isinstance(data, FederationData):
+        data.partition.save(out_dir / "partition.npz")
     todo = [spec for spec in specs if spec.label not in kept]
     for spec in todo if resume else []:  # a method cut short starts again from round 0
         shutil.rmtree(run_dirs[spec.label], ignore_errors=True)
@@ -178,7 +201,7 @@ def kept_runs(specs: list[MethodSpec], run_dirs: dict[str, Path]) -> dict[str, d
 
 def _run_specs(
     specs: list[MethodSpec],
-    data: FederationData,
+    data: ClientsData,
     device: torch.device,
     run_dirs: dict[str, Path],
     jobs_requested: int,
@@ -200,7 +223,7 @@ def _run_specs(
             progress, [s.label for s in specs], {s.label: s.config.rounds for s in specs}
         )
         if jobs == 1:
-            splits = [ClientSplits.from_data(client, device) for client in data.clients]
+            splits = data.splits(device)
             summaries = [
                 run_method(spec, data, splits, device, run_dirs[spec.label], board.show)
                 for spec in specs
@@ -358,14 +381,14 @@ def _run_one(spec: MethodSpec, run_dir: Path) -> dict[str, Any]:
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
-    data = prepare_data(config)
-    splits = [ClientSplits.from_data(client, device) for client in data.clients]
-    return run_method(spec, data, splits, device, run_dir, _updates.put)
+    check_compute(config, device)
+    data = prepare_clients(config, [spec])
+    return run_method(spec, data, data.splits(device), device, run_dir, _updates.put)
 
 
 def run_method(
     spec: MethodSpec,
-    data: FederationData,
+    data: ClientsData,
     splits: list[ClientSplits],
     device: torch.device,
     run_dir: Path,
@@ -374,7 +397,7 @@ def run_method(
     """Run one method to the end, recording every round (and to the tracking sinks the
     config asks for), passing ``on_round`` an update per round; return its summary."""
     config = spec.config
-    module = build_model(model_name(config), data.pool.num_classes, seed=config.seed)
+    module = build_model(model_name(config), data.num_classes, seed=config.seed)
     objective = objective_from_names(config.training.loss, config.training.optimizer)
     with tensorboard_hook(config, spec.label) as track:
 
@@ -392,7 +415,7 @@ def run_method(
             run_dir,
             model_name(config),
             after_round,
-            data=data_record(config, data.partition),
+            data=data_record(config, data.partition) if isinstance(data, FederationData) else None,
         )
 
 

@@ -16,7 +16,8 @@ against the coordinator's public key, and issued after that run last ended (the 
 touched; anything else gets an error reply and a line in the log.
 
 Node config (set by the client daemon on the SuperNode): ``client-id`` (int),
-``data-path`` (this participant's data file), ``state-dir``, ``peer-address`` (where peers
+``data-path`` (this participant's data file, or the ``pkg.mod:factory`` import path of its
+own loader, client/data/source.py), ``state-dir``, ``peer-address`` (where peers
 reach this daemon's peer server), ``coordinator-key`` (PEM of the coordinator's public
 key, which signs tickets and grants), and optionally ``device`` (overrides the run's device,
 e.g. "cuda:1" on a GPU machine), ``peer-ca`` (PEM of the federation CA), ``peer-cert`` and
@@ -46,6 +47,7 @@ from pathlib import Path
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from collabfl.client.data.opening import DataRef, data_ref
 from collabfl.client.model_store import PublishedModels
 from collabfl.client.node import ClientNode
 from collabfl.client.peer_client import GrpcPeerSource
@@ -94,7 +96,8 @@ class NodeSettings:
     """This SuperNode's node config."""
 
     client_id: int
-    data_path: Path
+    data: DataRef
+    """The data file, or a ``data.source`` factory's import path."""
     state_dir: Path
     peer_address: str
     device: str
@@ -125,7 +128,7 @@ class NodeSettings:
 
         return cls(
             client_id=int(config["client-id"]),
-            data_path=Path(str(config["data-path"])),
+            data=data_ref(str(config["data-path"])),
             state_dir=Path(str(config["state-dir"])),
             peer_address=str(config["peer-address"]),
             device=str(config.get("device", "")),
@@ -191,7 +194,14 @@ def setup(message: Message, context: Context) -> Message:
     published = PublishedModels(state.published, node.client_id)
     published.retire_other_runs(settings.run_id)
     published.begin_launch(settings.run_id, str(context.run_id))
-    description = describe(node.client_id, node.data_path, node.peer_address, node.market)
+    description = describe(
+        node.client_id,
+        node.data,
+        node.peer_address,
+        node.market,
+        settings.val_fraction,
+        node.allowed_imports,
+    )
     return Message(encode_description(description), reply_to=message)
 
 
@@ -246,12 +256,12 @@ def opened_node(
     published = PublishedModels(state.published, settings.client_id, settings.keep_rounds)
     store = published.for_publishing(run)
     node = nodes.open(
-        settings.client_id, settings.data_path, state, store, NoPeers(), settings.allowed_imports
+        settings.client_id, settings.data, state, store, NoPeers(), settings.allowed_imports
     )
     node.fetcher.max_weight = settings.max_peer_weight
     yield node, run
     state.save(node)
-    nodes.keep(node, settings.data_path, state)
+    nodes.keep(node, settings.data, state)
     state.done(round_index, *names)
 
 

@@ -45,6 +45,11 @@ class RunSettings:
     device: str
     threads: int
     training: TrainingConfig
+    val_fraction: float = 0.2
+    """The share of a ``data.source`` client's train split held out for validation when
+    its factory gives no val split (the config's ``data.val_fraction``)."""
+    data_workers: int = 0
+    """DataLoader processes reading a ``data.source`` client's Datasets (``data.workers``)."""
 
     def to_json(self) -> str:
         values = dataclasses.asdict(self)

@@ -45,7 +45,7 @@ from collabfl.engine.quorum import QuorumLost, run_quorum
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.report.coalition_moves import join_clients
 from collabfl.engine.report.comparison import write_comparison
-from collabfl.engine.report.setting import partition_text
+from collabfl.engine.report.setting import dataset_text, partition_text
 from collabfl.engine.run_options import RunOptions
 from collabfl.flower.binding import NodeBinder, parse_bindings
 from collabfl.flower.exchange import exchange
@@ -271,6 +271,8 @@ def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:
         device=config.device,
         threads=config.threads,
         training=config.training,
+        val_fraction=config.data.val_fraction,
+        data_workers=config.data.workers,
     )
 
 
@@ -424,7 +426,7 @@ def requested_data(spec: MethodSpec) -> dict[str, Any]:
     data = spec.config.data.model_dump(mode="json")
     return {
         "num_clients": data["num_clients"],
-        "dataset": data["dataset"],
+        "dataset": dataset_text(data),
         "partition": partition_text(data),
     }
 

@@ -60,11 +60,23 @@ class SubmittedRuns:
         self._clock = clock
         self._expected: list[float] = []
         """When each announced submission stops being awaited (its task unclaimed)."""
+        self._unidentified: list[float] = []
+        """When each announced submission whose Flower run id is not known yet stops being
+        waited for: while none is, a task of an unknown run is foreign at once."""
 
     def expect(self) -> None:
         """A submission starts: its ServerApp task will appear soon."""
         with self._changed:
-            self._expected.append(self._clock() + OWN_RUN_WAIT_S)
+            deadline = self._clock() + OWN_RUN_WAIT_S
+            self._expected.append(deadline)
+            self._unidentified.append(deadline)
+            self._changed.notify_all()
+
+    def abandon(self) -> None:
+        """The oldest announced submission failed: no task and no run id will come of it."""
+        with self._changed:
+            del self._expected[:1]
+            del self._unidentified[:1]
             self._changed.notify_all()
 
     def claimed(self) -> None:
@@ -91,14 +103,26 @@ class SubmittedRuns:
             self._changed.notify_all()
 
     def add(self, flower_run_id: int) -> None:
+        """The oldest announced submission got its Flower run id."""
         with self._changed:
             self._ids.add(flower_run_id)
+            del self._unidentified[:1]
             self._changed.notify_all()
 
     def wait_for(self, flower_run_id: int, timeout_s: float) -> bool:
-        """Whether the coordinator submitted ``flower_run_id``, waiting up to ``timeout_s``."""
+        """Whether the coordinator submitted ``flower_run_id``: waits (up to ``timeout_s``)
+        only while a submission of its own still lacks its id, so a stranger's run is known
+        as one at once, or as soon as the coordinator's own submission names its run."""
         with self._changed:
-            return self._changed.wait_for(lambda: flower_run_id in self._ids, timeout_s)
+            self._changed.wait_for(
+                lambda: flower_run_id in self._ids or not self._awaiting_id(), timeout_s
+            )
+            return flower_run_id in self._ids
+
+    def _awaiting_id(self) -> bool:
+        now = self._clock()
+        self._unidentified = [until for until in self._unidentified if until > now]
+        return bool(self._unidentified)
 
 
 class ServerAppLauncher:
@@ -114,7 +138,12 @@ class ServerAppLauncher:
         token_dir: Path,
         log_path: Path,
         env: Mapping[str, str],
+        on_foreign: Callable[[int], None] = lambda flower_run_id: None,
     ) -> None:
+        """``on_foreign`` hears of each foreign Flower run once, when it is first refused
+        (the coordinator records an event naming it and stops it)."""
+        self.on_foreign = on_foreign
+        self.refused: set[int] = set()
         self.runtime_api = runtime_api
         self.root_certificates = root_certificates
         self.submitted = submitted
@@ -178,12 +207,10 @@ class ServerAppLauncher:
                 self.submitted.wait_expected(IDLE_CLAIM_S, self.stopping)
 
     def _launch(self, task_id: int, flower_run_id: int, token: str) -> None:
-        if not self.submitted.wait_for(flower_run_id, OWN_RUN_WAIT_S):
-            log.error(
-                "REFUSED the ServerApp of Flower run %s: the coordinator did not submit it "
-                "(a run submitted through the Control API by someone else); nothing of it runs",
-                flower_run_id,
-            )
+        if flower_run_id in self.refused or not self.submitted.wait_for(
+            flower_run_id, OWN_RUN_WAIT_S
+        ):
+            self._refuse(flower_run_id)
             return
         self.submitted.claimed()
         token_file = self.token_dir / f"task-{task_id}.token"
@@ -201,6 +228,21 @@ class ServerAppLauncher:
                 command, stdout=output, stderr=subprocess.STDOUT, env=self.env
             )
         log.info("started the ServerApp of Flower run %s (task %s)", flower_run_id, task_id)
+
+    def _refuse(self, flower_run_id: int) -> None:
+        """Never start a run the coordinator did not submit, and never wait on it again."""
+        if flower_run_id in self.refused:
+            return
+        self.refused.add(flower_run_id)
+        log.error(
+            "REFUSED the ServerApp of Flower run %s: the coordinator did not submit it "
+            "(a run submitted through the Control API by someone else); nothing of it runs",
+            flower_run_id,
+        )
+        try:
+            self.on_foreign(flower_run_id)
+        except Exception:  # the refusal stands whatever the report does
+            log.exception("reporting foreign Flower run %s failed", flower_run_id)
 
     def _reap(self) -> None:
         """Forget ServerApps that ended, and delete their token files; rotate their log."""

@@ -23,9 +23,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from collabfl.client.data.client_file import load_client_file
+from collabfl.client.data.opening import DataRef, describe_data, open_data
+from collabfl.client.data.source import check_model
 from collabfl.client.model_store import PUBLISHED_DIR
-from collabfl.client.node import BestModel, ClientNode, ClientSplits
+from collabfl.client.node import BestModel, ClientNode
 from collabfl.client.peers import FetchStats, ModelPublisher, PeerFetcher, PeerModelSource
 from collabfl.flower.run_setup import Description, RunSettings
 from collabfl.kernel.atomic import replacing, write_bytes
@@ -133,26 +134,39 @@ class NodeState:
 
 def open_node(
     client_id: int,
-    data_path: Path,
+    data: DataRef,
     state: NodeState,
     publisher: ModelPublisher,
     source: PeerModelSource,
     allowed: Collection[str] = (),
 ) -> ClientNode:
-    """Rebuild this client's node from its data file and saved state; the run's user code
-    (import paths) is loaded only if its operator ``allowed`` it."""
+    """Rebuild this client's node from its data (a file or a ``data.source`` factory) and
+    saved state; the run's user code (import paths) is loaded only if its operator
+    ``allowed`` it."""
     settings = state.read_settings()
     training = settings.training
     objective = objective_from_names(training.loss, training.optimizer, allowed)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     device = resolve_device(settings.device)
-    data, meta = load_client_file(data_path)
-    module = build_model(settings.model, meta["num_classes"], settings.seed, allowed)
+    splits, num_classes = open_data(
+        data,
+        client_id,
+        device,
+        settings.val_fraction,
+        settings.seed,
+        allowed,
+        settings.data_workers,
+    )
+    module = build_model(settings.model, num_classes, settings.seed, allowed)
+    if isinstance(data, str):  # a factory's classes: the model must give as many outputs
+        check_model(
+            data, module, splits.train.inputs(slice(0, 2)).cpu(), num_classes, settings.model
+        )
     workspace = FlatModel(module, device)
     node = ClientNode(
         client_id=client_id,
-        data=ClientSplits.from_data(data, device),
+        data=splits,
         workspace=workspace,
         initial_model=workspace.get(),
         training=settings.training,
@@ -179,17 +193,18 @@ class NodeKey:
     """
 
     client_id: int
-    data_path: Path
+    data_ref: DataRef
     data: FileStamp
     state_dir: Path
     state_files: tuple[FileStamp, ...]
 
     @classmethod
-    def of(cls, client_id: int, data_path: Path, state: NodeState) -> NodeKey:
+    def of(cls, client_id: int, data: DataRef, state: NodeState) -> NodeKey:
+        """A ``data.source`` factory has no stamp: what its loader reads is its own."""
         return cls(
             client_id=client_id,
-            data_path=data_path.resolve(),
-            data=_stamp(data_path),
+            data_ref=data.resolve() if isinstance(data, Path) else data,
+            data=_stamp(data) if isinstance(data, Path) else None,
             state_dir=state.dir.resolve(),
             state_files=tuple(_stamp(path) for path in state.node_files),
         )
@@ -209,7 +224,7 @@ class NodeCache:
     def open(
         self,
         client_id: int,
-        data_path: Path,
+        data: DataRef,
         state: NodeState,
         publisher: ModelPublisher,
         source: PeerModelSource,
@@ -217,15 +232,15 @@ class NodeCache:
     ) -> ClientNode:
         """The cached node when nothing changed on disk since ``keep``, else ``open_node``."""
         cached, self._cached = self._cached, None
-        if cached is None or cached[0] != NodeKey.of(client_id, data_path, state):
-            return open_node(client_id, data_path, state, publisher, source, allowed)
+        if cached is None or cached[0] != NodeKey.of(client_id, data, state):
+            return open_node(client_id, data, state, publisher, source, allowed)
         node = cached[1]
         node.publisher, node.fetcher.source = publisher, source
         return node
 
-    def keep(self, node: ClientNode, data_path: Path, state: NodeState) -> None:
+    def keep(self, node: ClientNode, data: DataRef, state: NodeState) -> None:
         """Remember ``node``, whose state was just saved to ``state``."""
-        self._cached = NodeKey.of(node.client_id, data_path, state), node
+        self._cached = NodeKey.of(node.client_id, data, state), node
 
 
 def _stamp(path: Path) -> FileStamp:
@@ -251,18 +266,25 @@ def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
 
 
 def describe(
-    client_id: int, data_path: Path, peer_address: str, market: Mapping[str, float] | None = None
+    client_id: int,
+    data: DataRef,
+    peer_address: str,
+    market: Mapping[str, float] | None = None,
+    val_fraction: float = 0.2,
+    allowed: Collection[str] = (),
 ) -> Description:
-    """This client's set-up answer, from its data file (``market``: its iPFL profile)."""
-    data, meta = load_client_file(data_path)
+    """This client's set-up answer, from its data (``market``: its iPFL profile;
+    ``val_fraction``, ``allowed``: the run's hold-out and the operator's allow-list, for a
+    ``data.source`` factory)."""
+    facts = describe_data(data, client_id, val_fraction, allowed)
     market = market or {}
     return Description(
         client_id=client_id,
-        num_samples=len(data.train),
-        num_classes=int(meta["num_classes"]),
+        num_samples=facts.num_samples,
+        num_classes=facts.num_classes,
         peer_address=peer_address,
         cost=market.get("cost"),
         eagerness=market.get("eagerness"),
-        dataset=meta.get("dataset"),
-        partition=meta.get("partition"),
+        dataset=facts.dataset,
+        partition=facts.partition,
     )

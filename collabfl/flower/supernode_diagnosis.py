@@ -89,7 +89,8 @@ RULES: tuple[Rule, ...] = (
         re.compile(r"Failed to activate SuperNode"),
         "the coordinator has not registered this SuperNode's key (client {client_id}), or "
         "another SuperNode with this key is online",
-        "enrol this machine with `collabfl-client join {coordinator} --token <token>` (the "
+        "enrol this machine with `COLLABFL_JOIN_TOKEN=<token> collabfl-client join "
+        "{coordinator}` (the "
         "operator makes the token with `collabfl admin invite --client-id {client_id} "
         "--host {host}`)",
     ),

@@ -70,6 +70,8 @@ def fetch_ca(address: str, pin: str) -> bytes:
     unverified.check_hostname = False
     unverified.verify_mode = ssl.CERT_NONE  # nothing is trusted yet: the pin decides
     status, body = _request(host, port, unverified, "GET", CA_PATH)
+    if status == 503:
+        raise NotYet(f"the coordinator at {address} is busy or not ready (503)")
     if status != 200:
         raise JoinFailed(f"{address} answered {status} for the CA: is it a collabfl coordinator?")
     try:

@@ -1,4 +1,5 @@
-"""The model zoo (one small network per supported dataset) and user-supplied models."""
+"""The model zoo (one small network per supported dataset, and a ResNet-18 for 32×32 images)
+and user-supplied models."""
 
 from __future__ import annotations
 
@@ -62,10 +63,57 @@ def femnist_cnn(num_classes: int = 62) -> nn.Module:
     )
 
 
+class BasicBlock(nn.Module):
+    """Two 3×3 convolutions with BatchNorm and an identity (or 1×1 projection) shortcut."""
+
+    def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or inputs != outputs:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+def resnet18(num_classes: int = 10) -> nn.Module:
+    """ResNet-18 with the CIFAR stem (one 3×3 convolution at stride 1, no max-pool), for
+    3×32×32 images; 11.2 M parameters at 10 classes.
+
+    Written here rather than taken from torchvision: torchvision's PyPI wheels are built for
+    one torch release each and do not import beside the torch this project pins, and its
+    ResNet has the ImageNet stem (7×7 stride-2 convolution and max-pool), which leaves a
+    32×32 image 8×8 before the first stage.
+
+    Its BatchNorm running statistics are float buffers, so they travel and are averaged with
+    the weights (kernel/flat.py); ``num_batches_tracked`` is an integer and stays local.
+    """
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 3, padding=1, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+    ]
+    inputs = 64
+    for stage, width in enumerate((64, 128, 256, 512)):
+        stride = 1 if stage == 0 else 2
+        layers += [BasicBlock(inputs, width, stride), BasicBlock(width, width, 1)]
+        inputs = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)]
+    return nn.Sequential(*layers)
+
+
 MODELS: dict[str, Callable[[int], nn.Module]] = {
     "mnist1d_cnn": mnist1d_cnn,
     "cifar_cnn": cifar_cnn,
     "femnist_cnn": femnist_cnn,
+    "resnet18": resnet18,
 }
 
 DEFAULT_MODEL = {

@@ -40,7 +40,10 @@ class StreamedData:
         items = [self._read(int(row)) for row in chosen]
         if not items:
             return torch.empty((0, *self.input_shape), device=self.device)
-        return torch.stack(items).to(self.device)
+        batch = torch.stack(items)
+        if self.device.type == "cuda":  # page-locked, so the copy to the GPU runs async
+            return batch.pin_memory().to(self.device, non_blocking=True)
+        return batch.to(self.device)
 
     def subset(self, index: torch.Tensor) -> StreamedData:
         """The samples at ``index``, still streamed."""

@@ -4,20 +4,25 @@ The optimiser works on the flat parameter vector directly (one fused update per 
 same arithmetic as torch.optim.SGD without dampening or Nesterov), so per-step framework
 overhead stays flat as the model grows in layers. A user's optimiser (kernel/objective.py)
 steps the same parameters instead: they are views into the flat vector, so what it writes is
-the model the methods average.
+the model the methods average. Mixed precision, the inputs' layout and loader workers
+(``training.amp``, ``channels_last``, ``loader_workers``) are kernel/compute.py's and
+kernel/loader.py's; at their defaults the loops run the operations they always ran.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import tee
 from typing import Annotated
 
 import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from collabfl.kernel.compute import PLAIN, Amp, Compute
 from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.loader import Batch, batch_inputs
 from collabfl.kernel.objective import (
     BUILTIN_LOSS,
     BUILTIN_OPTIMIZER,
@@ -39,7 +44,7 @@ class TrainingConfig(BaseModel):
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(1e-3, ge=0, le=1)
     batch_size: int = Field(32, ge=1, le=65536)
-    eval_batch_size: int = Field(2048, ge=1)
+    eval_batch_size: int = Field(2048, ge=1, description="samples per evaluation forward pass")
     loss: Annotated[str, AfterValidator(check_loss_name)] = Field(
         BUILTIN_LOSS, description="cross_entropy, or pkg.mod:loss (outputs, labels) -> mean loss"
     )
@@ -47,6 +52,18 @@ class TrainingConfig(BaseModel):
         BUILTIN_OPTIMIZER,
         description="sgd (lr, momentum, weight_decay above), or pkg.mod:factory(params)",
     )
+    amp: Amp = Field(
+        "off", description="mixed precision: off, bf16, or fp16 (CUDA only, loss-scaled)"
+    )
+    channels_last: bool = Field(False, description="NHWC layout for 4-D (image) inputs")
+    loader_workers: int = Field(
+        0, ge=0, le=256, description="DataLoader workers reading a streamed split's batches"
+    )
+
+    @property
+    def compute(self) -> Compute:
+        """The loops' device settings (kernel/compute.py)."""
+        return Compute(self.amp, self.channels_last, self.loader_workers)
 
 
 @dataclass(frozen=True)
@@ -124,28 +141,80 @@ def train(
     direction = (
         align_to[:n_params].to(weights.device) if align_lam > 0 and align_to is not None else None
     )
+    compute, device = config.compute, weights.device
+    compute.check(device)
     update = _update_rule(model, config, objective)
+    scaler = compute.scaler(device)
+    scaled = _ScaledStep(model, update, scaler) if scaler is not None else None
     model.set_training(True)
-    total_loss = torch.zeros((), device=weights.device)
-    order = torch.empty(0, dtype=torch.long)
-    position = 0
-    for step in range(steps):
-        if position >= len(order):
-            order = torch.randperm(len(data), generator=generator).to(data.y.device)
-            position = 0
-        index = order[position : position + config.batch_size]
-        position += config.batch_size
+    total_loss = torch.zeros((), device=device)
+    # Two readers of one lazy plan: the loop (labels) and the inputs, read ahead by workers.
+    plan, ahead = tee(batch_plan(len(data), steps, config.batch_size, generator, data.y.device))
+    inputs = batch_inputs(data, ahead, compute.loader_workers)
+    for step, ((_, index), x) in enumerate(zip(plan, inputs, strict=True)):
         grad.zero_()
-        loss = objective.loss(model.module(data.inputs(index)), data.y[index])
-        loss.backward()
+        with compute.autocast(device):
+            loss = objective.loss(model.module(compute.layout(x)), data.y[index])
+        if scaled is None:
+            loss.backward()
+        else:
+            scaled.backward(loss)
         with torch.no_grad():
             if reference is not None:
                 grad.add_(weights - reference, alpha=prox_mu)
             if direction is not None:
                 grad.add_(alignment_gradient(weights, direction), alpha=-align_lam / 2)
-        update(step)
+        if scaled is None:
+            update(step)
+        else:
+            scaled.advance()
         total_loss += loss.detach()
     return float(total_loss) / steps
+
+
+def batch_plan(
+    num_samples: int, steps: int, batch_size: int, generator: torch.Generator, device: torch.device
+) -> Iterator[Batch]:
+    """Each step's batch: a fresh permutation every epoch, drawn on the CPU and copied to
+    ``device`` once per epoch (not per step), and sliced both places."""
+    order = on_device = torch.empty(0, dtype=torch.long)
+    position = 0
+    for _ in range(steps):
+        if position >= len(order):
+            order = torch.randperm(num_samples, generator=generator)
+            on_device = order.to(device)
+            position = 0
+        rows = slice(position, position + batch_size)
+        yield order[rows], on_device[rows]
+        position += batch_size
+
+
+class _ScaledStep(torch.optim.Optimizer):
+    """The update rule as the Optimizer fp16's GradScaler steps: the scaler unscales, and
+    checks for overflow, the gradients of an Optimizer's parameters (here views into
+    ``model.grad``), and skips the step where they overflowed."""
+
+    def __init__(
+        self, model: FlatModel, update: Callable[[int], None], scaler: torch.amp.GradScaler
+    ) -> None:
+        super().__init__(list(model.module.parameters()), {})
+        self.update, self.scaler = update, scaler
+        self.taken = 0
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Gradients of the scaled loss, unscaled at once: the proximal and alignment terms
+        are added to the true gradient."""
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self)
+
+    def advance(self) -> None:
+        """The update, unless the gradient overflowed; then the scale for the next step."""
+        self.scaler.step(self)
+        self.scaler.update()
+
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
+        self.update(self.taken)
+        self.taken += 1
 
 
 def _update_rule(
@@ -178,11 +247,15 @@ def _update_rule(
 
 
 def alignment_gradient(weights: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
-    """∇_w ⟨w/‖w‖, d⟩ = (d − (w·d / ‖w‖²) w) / ‖w‖ (zero at w = 0)."""
+    """∇_w ⟨w/‖w‖, d⟩ = (d − (w·d / ‖w‖²) w) / ‖w‖ (zero at w = 0).
+
+    The zero case is selected on the device: reading the norm on the host would wait for
+    the GPU at every pFedGraph step."""
     norm = weights.norm()
-    if float(norm) == 0.0:
-        return torch.zeros_like(weights)
-    return (direction - (weights @ direction) / norm**2 * weights) / norm
+    nonzero = norm != 0
+    safe = torch.where(nonzero, norm, 1.0)
+    gradient = (direction - (weights @ direction) / safe**2 * weights) / safe
+    return torch.where(nonzero, gradient, 0.0)
 
 
 @torch.inference_mode()  # lighter than no_grad: no version counters on what it makes
@@ -192,6 +265,7 @@ def evaluate(
     batch_size: int = 2048,
     objective: Objective = DEFAULT_OBJECTIVE,
     accuracy: bool = True,
+    compute: Compute = PLAIN,
 ) -> tuple[float, float]:
     """Mean loss (the objective's) and accuracy of the model's current state on ``data``.
 
@@ -200,21 +274,29 @@ def evaluate(
     """
     if len(data) == 0:
         return float("nan"), float("nan")
+    device = data.y.device
+    compute.check(device)
     model.set_training(False)
     if len(data) <= batch_size:  # one batch (GGC's rewards): no running sums to allocate
-        logits = model.module(data.inputs(slice(None)))
-        # + 0.0: the sum as the running sum below gives it (0 + -0.0 is +0.0).
-        loss = float(objective.summed_loss(logits, data.y)) + 0.0
+        with compute.autocast(device):
+            logits = model.module(compute.layout(data.inputs(slice(None))))
+            # + 0.0: the sum as the running sum below gives it (0 + -0.0 is +0.0).
+            loss = float(objective.summed_loss(logits, data.y)) + 0.0
         correct = int((logits.argmax(dim=1) == data.y).sum()) if accuracy else 0
         return loss / len(data), correct / len(data) if accuracy else float("nan")
-    loss_sum = torch.zeros((), device=data.y.device)
-    correct_sum = torch.zeros((), device=data.y.device, dtype=torch.long)
-    for start in range(0, len(data), batch_size):
-        rows = slice(start, start + batch_size)
-        x, y = data.inputs(rows), data.y[rows]
-        logits = model.module(x)
-        loss_sum += objective.summed_loss(logits, y)
+    loss_sum = torch.zeros((), device=device)
+    correct_sum = torch.zeros((), device=device, dtype=torch.long)
+    plan = [(rows, rows) for rows in _slices(len(data), batch_size)]
+    for (rows, _), x in zip(plan, batch_inputs(data, plan, compute.loader_workers), strict=True):
+        y = data.y[rows]
+        with compute.autocast(device):
+            logits = model.module(compute.layout(x))
+            loss_sum += objective.summed_loss(logits, y)
         if accuracy:
             correct_sum += (logits.argmax(dim=1) == y).sum()
     accuracy_value = float(correct_sum) / len(data) if accuracy else float("nan")
     return float(loss_sum) / len(data), accuracy_value
+
+
+def _slices(num_samples: int, batch_size: int) -> list[Index]:
+    return [slice(start, start + batch_size) for start in range(0, num_samples, batch_size)]

@@ -37,7 +37,7 @@ from rich.console import Console
 from collabfl.client.data.client_file import save_client_file
 from collabfl.coordinator.daemon import PUBLIC_KEY_FILE, grant_signer
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
-from collabfl.engine.config import ExperimentConfig, user_code
+from collabfl.engine.config import ConfigError, ExperimentConfig, user_code
 from collabfl.engine.experiment import check_user_code, prepare_data
 from collabfl.engine.methods import MethodSpec, run_request
 from collabfl.engine.recording import safe_name
@@ -45,6 +45,7 @@ from collabfl.engine.report.comparison import write_comparison
 from collabfl.engine.report.setting import partition_text
 from collabfl.engine.report.table import print_results
 from collabfl.engine.run_options import RunOptions
+from collabfl.engine.sourced import sourced_data
 from collabfl.flower.processes import (
     DEFAULT_RUNTIME,
     flower_binary,
@@ -173,7 +174,7 @@ def coordinator_tls_flags(tls: FederationCredentials | None) -> list[str]:
 
 def client_command(
     client_id: int,
-    data: Path,
+    data: Path | str,
     state_dir: Path,
     superlink: str,
     peer_port: int,
@@ -225,7 +226,8 @@ class LocalFederation:
     """
 
     work_dir: Path
-    client_files: list[Path]
+    client_files: Sequence[Path | str]
+    """Each client's ``--data``: a data file, or a ``data.source`` factory's import path."""
     runtime: str = DEFAULT_RUNTIME
     hosts: Hosts = field(default_factory=Loopback)
     tls: bool = False
@@ -309,7 +311,7 @@ class LocalFederation:
         for k, data in enumerate(self.client_files):
             self.start_client(k, data, key)
 
-    def start_client(self, k: int, data: Path, key: Path) -> None:
+    def start_client(self, k: int, data: Path | str, key: Path) -> None:
         name = f"client-{k}"
         if self.credentials is not None:
             self.register_supernode(k, self.client_dir(k))
@@ -497,7 +499,13 @@ def write_client_files(
 
     In a real deployment every participant brings its own file; this makes demo ones.
     """
+    if config.data.source is not None:
+        raise ConfigError(
+            f"data.source {config.data.source}: each participant reads its own data through "
+            "it (collabfl-client --data); there are no files to prepare"
+        )
     data = prepare_data(config)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # private data: a private folder
     (partition_path or folder / "partition.npz").parent.mkdir(parents=True, exist_ok=True)
     data.partition.save(partition_path or folder / "partition.npz")
     files = []
@@ -512,6 +520,22 @@ def write_client_files(
         )
         files.append(path)
     return files
+
+
+def client_data(
+    config: ExperimentConfig, specs: list[MethodSpec], out_dir: Path
+) -> Sequence[Path | str]:
+    """Each client daemon's ``--data``: the config's ``data.source`` factory, checked on a
+    sample against every spec's model as ``simulate`` checks it (each daemon then calls it
+    with its own client id), or a data file written from the dataset and partition."""
+    source = config.data.source
+    if source is not None:  # checked before --out is made: a refusal leaves none behind
+        sourced_data(config, [spec.config for spec in specs])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        return [source] * config.data.num_clients
+    folder = out_dir / "federation" / "data"
+    return write_client_files(config, folder, partition_path=out_dir / "partition.npz")
 
 
 def run_on_federation(
@@ -561,11 +585,12 @@ def federation_up(
     ``runtime``: how the client daemons run ClientApp messages (``--runtime`` of
     ``collabfl-client``); ``tls``: certificates for every role, TLS on every link."""
     check_user_code(specs)
-    out_dir.mkdir(parents=True, exist_ok=True)
     work_dir = out_dir / "federation"
-    files = write_client_files(config, work_dir / "data", partition_path=out_dir / "partition.npz")
+    files = client_data(config, specs, out_dir)
     summaries, run_dirs = [], {}
     allowed = sorted({path for spec in specs for path in user_code(spec.config)})
+    if config.data.source is not None:
+        allowed = sorted({*allowed, config.data.source})
     with LocalFederation(
         work_dir, files, runtime=runtime, tls=tls, allow_imports=allowed
     ) as federation:

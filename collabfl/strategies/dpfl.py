@@ -22,7 +22,7 @@ from collabfl.strategies.rounds import (
     first_round,
     merge_metrics,
 )
-from collabfl.strategies.verbs import Collaborate, Evaluate, Search, Train
+from collabfl.strategies.verbs import Collaborate, Evaluate, PeersOn, Search, Train
 
 GraphRule = Literal["ggc", "random"]
 
@@ -40,7 +40,9 @@ class DPFL:
     model also competes for the reported best-validation model (the official code does).
     ``collaborate_every``: rounds t ≥ 1 with t mod P ≠ 0 are purely local (train and
     evaluate, no graph); the official code averages every second round (P = 2). ``tie``:
-    GGC's rule when neither gain is positive (strategies.greedy.TieRule).
+    GGC's rule when neither gain is positive (strategies.greedy.TieRule). ``peers_on`` and
+    ``reward_samples``: where clients hold peer models, and how many validation samples
+    GGC's rewards use (strategies.verbs.Collaborate).
     """
 
     epochs: float
@@ -49,6 +51,8 @@ class DPFL:
     select_every: int = 1
     collaborate_every: int = 1
     tie: TieRule = "add"
+    peers_on: PeersOn = "device"
+    reward_samples: int | None = None
     graph: GraphRule = "ggc"
     score_local: bool = False
     name: str = "dpfl"
@@ -119,7 +123,13 @@ class DPFL:
                 Instruction(
                     t,
                     Collaborate.weighted_by_samples(
-                        search, candidates, counts, self.budget, tie=self.tie
+                        search,
+                        candidates,
+                        counts,
+                        self.budget,
+                        tie=self.tie,
+                        peers_on=self.peers_on,
+                        reward_samples=self.reward_samples,
                     ),
                 ),
                 Instruction(t, Evaluate()),

@@ -2,16 +2,18 @@
 
 Both are the randomized double greedy of Buchbinder et al. (2015) applied to a client's
 validation reward. ``ggc`` works on any set function and is the reference; ``bggc`` works in
-model space with running weighted sums, so every step costs exactly two reward evaluations
-and never more than ``batch_size`` peer models are resident. With the same seed both make the
+model space with running weighted sums, so every step costs exactly two reward evaluations,
+never more than ``batch_size`` peer models are resident and, with its sums, never more than
+``batch_size`` + 1 models. With the same seed both make the
 same decisions (the paper's Theorem 1), which the tests check.
 
 The functions are generic over the vector type: anything with ``+``, ``-``, ``*`` by a float
-and ``/`` by a float (``streaming.Vector``: torch tensors, NumPy arrays).
+and ``/`` by a float, and slices (``inplace.Vector``: torch tensors, NumPy arrays).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal
@@ -19,7 +21,8 @@ from typing import Generic, Literal
 import numpy as np
 
 from collabfl.kernel.devices import require_same_device
-from collabfl.strategies.streaming import BatchLoader, V, add_models, batches
+from collabfl.strategies.inplace import V, add_scaled, average_into, divide
+from collabfl.strategies.streaming import BatchLoader, add_models, batches
 
 TieRule = Literal["add", "larger"]
 """What GGC does when neither gain is positive: ``add`` (the paper and its code: an
@@ -106,16 +109,20 @@ def bggc(
     batch_size: int | None,
     rng: np.random.Generator,
     tie: TieRule = "add",
+    scratch: V | None = None,
 ) -> Selection[V]:
     """Batched greedy collaborator search in model space (BGGC; GGC when one batch fits all).
 
-    The reward of a set is minus the owner's validation ``loss`` of its weighted average.
+    The reward of a set is minus the owner's validation ``loss`` of its weighted average,
+    which is written into ``scratch`` first (a model-sized vector ``loss`` is then called
+    with; the node's workspace, so no average is ever a copy; None: one is allocated).
     ``load(ids)`` must make those peers' models resident inside a ``with`` block; it is called
     with at most ``batch_size`` ids at a time (None: all candidates in one batch) and may
-    leave out peers it could not fetch, which are then skipped. When all
-    candidates fit in one batch they are loaded once and kept for both passes; otherwise a
-    first pass accumulates the running sum of the full set Y and a second pass decides, batch
-    by batch, in the seeded visiting order.
+    leave out peers it could not fetch, which are then skipped. When all candidates fit in
+    one batch they are loaded once and kept for both passes; otherwise a first pass
+    accumulates the running sum of the full set Y and a second pass decides, in the seeded
+    visiting order, on batches of one fewer peer: the slot freed holds X's running sum.
+    Besides ``scratch``, the search never holds more than ``batch_size`` + 1 models.
     """
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
@@ -123,30 +130,59 @@ def bggc(
         return Selection([], own_model, 0, 0)
     size = len(candidates) if batch_size is None else batch_size
     order = visiting_order(candidates, rng)
+    scratch = own_model * 1.0 if scratch is None else scratch
     if size >= len(candidates):
         with load(list(candidates)) as models:
-            sum_y, total_y = add_models(own_model * own_weight, own_weight, models, weights)
-            state = _SearchState(own_model, own_weight, sum_y, total_y, loss, tie)
+            state = _SearchState(
+                own_model,
+                own_weight,
+                *add_models(own_model * own_weight, own_weight, models, weights),
+                loss,
+                tie,
+                scratch,
+                fold_each=batch_size is None,
+            )
             state.visit(order, models, weights, rng, budget)
             return state.selection(batches_loaded=1)
 
-    sum_y, total_y = own_model * own_weight, own_weight
-    batches_loaded = 0
-    for batch in batches(list(candidates), size):
-        with load(batch) as models:
-            batches_loaded += 1
-            sum_y, total_y = add_models(sum_y, total_y, models, weights)
-    state = _SearchState(own_model, own_weight, sum_y, total_y, loss, tie)
-    for batch in batches(order, size):
+    sum_y = _sum_of_all(own_model, own_weight, candidates, weights, load, size)
+    state = _SearchState(own_model, own_weight, *sum_y, loss, tie, scratch)
+    del sum_y  # the state alone holds Y's sum, and drops it before X's average is made
+    batches_loaded = math.ceil(len(candidates) / size)
+    for batch in batches(order, max(size - 1, 1)):
         with load(batch) as models:
             batches_loaded += 1
             if state.visit(batch, models, weights, rng, budget):
-                break
+                return state.selection(batches_loaded)
+            state.fold()
     return state.selection(batches_loaded)
 
 
+def _sum_of_all(
+    own_model: V,
+    own_weight: float,
+    candidates: Sequence[int],
+    weights: Mapping[int, float],
+    load: BatchLoader[V],
+    size: int,
+) -> tuple[V, float]:
+    """BGGC's first pass: the weighted sum of the owner and every candidate, and its weight."""
+    sum_y, total_y = own_model * own_weight, own_weight
+    for batch in batches(list(candidates), size):
+        with load(batch) as models:
+            sum_y, total_y = add_models(sum_y, total_y, models, weights)
+    return sum_y, total_y
+
+
 class _SearchState(Generic[V]):
-    """Running sums of X (chosen so far) and Y (not yet rejected), with cached rewards."""
+    """Running sums of X (chosen so far) and Y (not yet rejected), with cached rewards.
+
+    Y's sum is one vector, updated in place. X's is a base (the owner's weighted model until
+    a chosen peer's batch is dropped, then a running sum) plus the chosen peers still
+    resident, added up slice by slice into ``scratch`` when a reward needs them: at most
+    ``batch_size`` - 1 vector additions more per evaluation, and one model less held (with
+    no batch size, each chosen peer is folded in at once).
+    """
 
     def __init__(
         self,
@@ -156,15 +192,43 @@ class _SearchState(Generic[V]):
         total_y: float,
         loss: Callable[[V], float],
         tie: TieRule,
+        scratch: V,
+        fold_each: bool = False,
     ) -> None:
+        self.own_model, self.own_weight = own_model, own_weight
         self.loss = loss
         self.tie = tie
-        self.sum_x, self.total_x = own_model * own_weight, own_weight
-        self.sum_y, self.total_y = sum_y, total_y
-        self.reward_x = -loss(self.sum_x / self.total_x)
-        self.reward_y = -loss(self.sum_y / self.total_y)
+        self.scratch = scratch
+        self.fold_each = fold_each
+        """Fold each chosen peer into X's sum at once: no memory bound to keep (no batch
+        size), and no growing additions per evaluation either."""
+        self.base_x: V | None = None
+        """X's running sum without ``resident_x`` (None: own model × own weight, not made)."""
+        self.resident_x: list[tuple[V, float]] = []
+        """The chosen peers of the resident batch and their weights, in the order chosen."""
+        self.total_x = own_weight
+        self.sum_y: V | None = sum_y
+        self.total_y = total_y
+        self.reward_x = -self._loss_x(None, self.total_x)
+        self.reward_y = -self._loss_y(None, total_y)
         self.evaluations = 2
         self.chosen: list[int] = []
+
+    def _loss_x(self, extra: tuple[V, float] | None, total: float) -> float:
+        """The loss of X's average, with ``extra`` (a peer and its weight) added."""
+        plus = [*self.resident_x, *([extra] if extra is not None else [])]
+        if self.base_x is None:
+            base, scale = self.own_model, self.own_weight
+            average_into(self.scratch, base, total, base_scale=scale, plus=plus)
+        else:
+            average_into(self.scratch, self.base_x, total, plus=plus)
+        return self.loss(self.scratch)
+
+    def _loss_y(self, removed: tuple[V, float] | None, total: float) -> float:
+        """The loss of Y's average, with ``removed`` (a peer and its weight) taken out."""
+        assert self.sum_y is not None  # dropped only once the search is over
+        average_into(self.scratch, self.sum_y, total, minus=removed)
+        return self.loss(self.scratch)
 
     def visit(
         self,
@@ -179,24 +243,42 @@ class _SearchState(Generic[V]):
             if j not in models:  # the peer vanished or sent a bad model: skip it this round
                 continue
             w_j, p_j = models[j], weights[j]
-            require_same_device(self.sum_x, w_j, f"weighing peer {j}'s model")
-            weighted = w_j * p_j  # once for both sides: the same product, one pass fewer
-            sum_x_add, total_x_add = self.sum_x + weighted, self.total_x + p_j
-            sum_y_remove, total_y_remove = self.sum_y - weighted, self.total_y - p_j
-            reward_x_add = -self.loss(sum_x_add / total_x_add)
-            reward_y_remove = -self.loss(sum_y_remove / total_y_remove)
+            assert self.sum_y is not None  # dropped only once the search is over
+            require_same_device(self.sum_y, w_j, f"weighing peer {j}'s model")
+            total_x_add, total_y_remove = self.total_x + p_j, self.total_y - p_j
+            reward_x_add = -self._loss_x((w_j, p_j), total_x_add)
+            reward_y_remove = -self._loss_y((w_j, p_j), total_y_remove)
             self.evaluations += 2
             gain_add, gain_remove = reward_x_add - self.reward_x, reward_y_remove - self.reward_y
             p = add_probability(gain_add, gain_remove, self.tie)
             if rng.random() < p:
-                self.sum_x, self.total_x, self.reward_x = sum_x_add, total_x_add, reward_x_add
+                self.resident_x.append((w_j, p_j))
+                self.total_x, self.reward_x = total_x_add, reward_x_add
                 self.chosen.append(j)
+                if self.fold_each:
+                    self.fold()
             else:
-                self.sum_y, self.total_y = sum_y_remove, total_y_remove
-                self.reward_y = reward_y_remove
+                add_scaled(self.sum_y, w_j, p_j, subtract=True)
+                self.total_y, self.reward_y = total_y_remove, reward_y_remove
             if _budget_reached(len(self.chosen), budget):
                 return True
         return False
 
+    def fold(self) -> None:
+        """Add the resident chosen peers into X's running sum, before their batch is dropped."""
+        if not self.resident_x:
+            return
+        base = self.own_model * self.own_weight if self.base_x is None else self.base_x
+        for vector, scale in self.resident_x:
+            add_scaled(base, vector, scale)
+        self.base_x, self.resident_x = base, []
+
     def selection(self, batches_loaded: int) -> Selection[V]:
-        return Selection(self.chosen, self.sum_x / self.total_x, self.evaluations, batches_loaded)
+        """The outcome, while the last batch is resident; Y's sum is dropped first, so that
+        X's average takes its place rather than a model more."""
+        self.sum_y = None
+        self.fold()
+        aggregate = self.own_model * self.own_weight if self.base_x is None else self.base_x
+        self.base_x = None
+        divide(aggregate, self.total_x)
+        return Selection(self.chosen, aggregate, self.evaluations, batches_loaded)

@@ -1,28 +1,16 @@
-"""Weighted averages over peer models that arrive in batches of bounded size."""
+"""Weighted averages over peer models that arrive in batches of bounded size.
+
+The running sum is updated in place (strategies.inplace): one batch of peer models and the
+sum are all an average holds, (batch + 1) models.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, Self, TypeVar
 
 from collabfl.kernel.devices import require_same_device
-
-
-class Vector(Protocol):
-    """What averaging needs of a model: vector-space arithmetic (torch tensors, NumPy
-    arrays)."""
-
-    def __add__(self, other: Self, /) -> Self: ...
-
-    def __sub__(self, other: Self, /) -> Self: ...
-
-    def __mul__(self, scale: float, /) -> Self: ...
-
-    def __truediv__(self, scale: float, /) -> Self: ...
-
-
-V = TypeVar("V", bound=Vector)
+from collabfl.strategies.inplace import V, add_scaled, divide
 
 BatchLoader = Callable[[Sequence[int]], AbstractContextManager[Mapping[int, V]]]
 """Makes the models of the given peers resident for the duration of a ``with`` block.
@@ -39,13 +27,14 @@ def batches(ids: Sequence[int], size: int | None) -> Iterator[Sequence[int]]:
 def add_models(
     running_sum: V, total: float, models: Mapping[int, V], weights: Mapping[int, float]
 ) -> tuple[V, float]:
-    """Add the weighted models of one resident batch to a running sum and its weight.
+    """Add the weighted models of one resident batch to a running sum (in place) and its
+    weight.
 
     ValueError naming both devices when a model is not on the running sum's device.
     """
     for j, model in models.items():
         require_same_device(running_sum, model, f"adding peer {j}'s model")
-        running_sum = running_sum + model * weights[j]
+        add_scaled(running_sum, model, weights[j])
         total += weights[j]
     return running_sum, total
 
@@ -68,4 +57,5 @@ def streaming_average(
         with load(batch) as models:
             running_sum, total = add_models(running_sum, total, models, weights)
             used.extend(j for j in batch if j in models)
-    return running_sum / total, used
+    divide(running_sum, total)
+    return running_sum, used

@@ -20,6 +20,9 @@ from collabfl.strategies.pfedgraph import Attack
 AlignMode = Literal["normalized", "cosine"]
 """How TRAIN's alignment term reads its target: as given, or scaled to unit norm."""
 Search = Literal["greedy", "random", "none"]
+PeersOn = Literal["device", "host"]
+"""Where a client keeps the peer models it holds and the search's running sums: on its
+compute device, or in host memory (only the average being evaluated goes to the device)."""
 """COLLABORATE's choice of collaborators: GGC/BGGC, a uniform draw, or the given list."""
 Features = Literal["raw", "initial_model"]
 """DISCRIMINATE's inputs: the raw samples, or the shared initial model's penultimate layer."""
@@ -110,7 +113,9 @@ class Collaborate:
     when neither gain is positive (strategies.greedy.TieRule). A real federation attaches one
     peer address and one fetch grant per candidate, and ``peer_wait_s``: how long a fetch
     may wait for a peer to publish this round's model and send it (flower/pool.py); a peer
-    that has not by then is skipped for the round.
+    that has not by then is skipped for the round. ``peers_on``: where the peer models and
+    the search's sums are held (``PeersOn``); ``reward_samples``: GGC's rewards on that many
+    validation samples, drawn once per client (None: all of them).
     """
 
     verb: ClassVar[Verb] = Verb.COLLABORATE
@@ -126,10 +131,17 @@ class Collaborate:
     peer_addresses: tuple[str, ...] = ()
     peer_grants: tuple[bytes, ...] = ()
     peer_wait_s: float | None = None
+    peers_on: PeersOn = "device"
+    reward_samples: int | None = None
 
     def __post_init__(self) -> None:
         _one_of("search", self.search, Search)
         _one_of("tie", self.tie, TieRule)
+        _one_of("peers_on", self.peers_on, PeersOn)
+        _require(
+            self.reward_samples is None or self.reward_samples >= 1,
+            f"reward_samples must be >= 1 or None (all), got {self.reward_samples}",
+        )
         count = len(self.candidates)
         _require(len(set(self.candidates)) == count, f"candidates repeat: {self.candidates}")
         _require(len(self.weights) == count, f"{len(self.weights)} weights for {count} candidates")
@@ -160,6 +172,8 @@ class Collaborate:
         assign: bool = True,
         step: int | None = None,
         tie: TieRule = "add",
+        peers_on: PeersOn = "device",
+        reward_samples: int | None = None,
     ) -> Collaborate:
         """The search over ``candidates`` with each weighted by its sample count (DPFL's and
         the equilibrium's averages)."""
@@ -172,6 +186,8 @@ class Collaborate:
             assign=assign,
             step=step,
             tie=tie,
+            peers_on=peers_on,
+            reward_samples=reward_samples,
         )
 
 

@@ -14,7 +14,8 @@ import numpy as np
 from collabfl.kernel.atomic import replacing
 
 
-def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` (exactly that name) as an uncompressed ``.npz``."""
-    with replacing(path, shared=True) as tmp, open(tmp, "wb") as f:
+def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray], *, shared: bool = True) -> None:
+    """Write ``arrays`` to ``path`` (exactly that name) as an uncompressed ``.npz``; mode
+    0600 unless ``shared`` (then as the umask allows)."""
+    with replacing(path, shared=shared) as tmp, open(tmp, "wb") as f:
         np.savez(f, allow_pickle=False, **arrays)

@@ -31,7 +31,8 @@ MAX_NAME = 100
 def save_client_file(
     data: ClientData, path: Path, *, num_classes: int, dataset: str, partition: str = ""
 ) -> None:
-    """Write ``data`` to ``path`` atomically (``partition``: how its samples were drawn)."""
+    """Write ``data`` to ``path`` atomically (``partition``: how its samples were drawn),
+    mode 0600: it is a participant's training data, which no other local user may read."""
     meta = {
         "format": FORMAT,
         "client_id": data.client_id,
@@ -46,7 +47,7 @@ def save_client_file(
     for split in SPLITS:
         part: ArrayDataset = getattr(data, split)
         arrays[f"x_{split}"], arrays[f"y_{split}"] = part.x, part.y
-    save_npz_atomic(path, arrays)
+    save_npz_atomic(path, arrays, shared=False)
 
 
 def load_client_file(path: Path) -> tuple[ClientData, dict[str, Any]]:

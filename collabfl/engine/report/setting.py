@@ -9,10 +9,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from collabfl.client.data.opening import OWN_LOADER
+
+
+def dataset_text(data: Mapping[str, Any]) -> str:
+    """The dataset a caption names: the ``data.source`` factory when there is one."""
+    return str(data.get("source") or data.get("dataset"))
+
 
 def partition_text(data: Mapping[str, Any]) -> str:
     """A config's ``data`` partition as a caption names it ("Dirichlet α=0.1", "IID"); a
     partition already named so (a federation's, from its data files) as it is."""
+    if data.get("source"):
+        return OWN_LOADER
     scheme = data.get("partition", "")
     return {
         "dirichlet": f"Dirichlet α={data.get('alpha')}",
@@ -26,7 +35,7 @@ def setting_title(config: Mapping[str, Any], method: str | None = None) -> str:
     data = config.get("data") or {}
     if not data:
         return method or ""
-    setting = f"{data.get('dataset')}, N={data.get('num_clients')}, {partition_text(data)}"
+    setting = f"{dataset_text(data)}, N={data.get('num_clients')}, {partition_text(data)}"
     return f"{method}: {setting}" if method else setting
 
 

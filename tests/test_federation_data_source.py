@@ -1,0 +1,42 @@
+"""A ``data.source`` factory over a real federation: ``federation up`` gives every client
+daemon ``--data pkg.mod:factory`` (and ``--allow-import`` for it), each daemon calls it with
+its own client id, and the results equal the in-process runtime's on the same seed and
+config, which calls it per client id too. The factory gives no val split, so each side holds
+``data.val_fraction`` of train out by the run's seed: the federation's run settings carry it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.support.cli_runs import IN_THIS_PROCESS, invoke
+from tests.support.runtime_equality import assert_same_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENTS = 2
+ROUNDS = 2
+SOURCE = "tests.support.sources:blobs"
+
+
+def test_a_factory_over_a_federation_equals_in_process(tmp_path, monkeypatch):
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # the daemons import the factory
+    overrides = [
+        f"data.source={SOURCE}",
+        f"data.num_clients={CLIENTS}",
+        "data.val_fraction=0.25",
+        f"rounds={ROUNDS}",
+        "epochs=0.5",
+        "dpfl.init_epochs=1",
+        "dpfl.budget=1",
+    ]
+    flags = [arg for o in overrides for arg in ("--set", o)]
+    real, inprocess = tmp_path / "real", tmp_path / "inprocess"
+    invoke("federation", "up", *flags, "--methods", "dpfl", "--out", str(real), "--timeout", "400")
+    invoke("compare", *flags, *IN_THIS_PROCESS, "--methods", "dpfl", "--out", str(inprocess))
+    assert_same_rows(real / "dpfl", inprocess / "dpfl", "dpfl", CLIENTS, ROUNDS)
+    assert not (real / "federation" / "data").exists()  # no client file was written
+    data = json.loads((real / "dpfl" / "config.json").read_text())["data"]
+    assert (data["dataset"], data["partition"]) == (SOURCE, "own loader")
