@@ -77,3 +77,10 @@ def test_sigterm_stops_every_worker_and_marks_the_runs_interrupted(tmp_path: Pat
         summary = json.loads((out / name / "summary.json").read_text())
         assert summary["status"] == "interrupted"
         assert 1 <= summary["rounds"] < 100000
+    table = json.loads((out / "summary.json").read_text())  # the comparison, cut short
+    assert [(s["method"], s["status"]) for s in table] == [
+        ("local", "interrupted"),
+        ("fedavg", "interrupted"),
+    ]
+    assert "Partial: local, fedavg did not finish" in (out / "results.md").read_text()
+    assert "--resume" in stderr

@@ -44,14 +44,13 @@ def test_past_ten_methods_each_has_its_own_colour_and_marker() -> None:
     assert len({colour for colour, _ in styles}) == 13  # no two share a colour either
 
 
-def test_the_legends_sit_outside_the_axes() -> None:
+def test_the_legend_sits_outside_the_axes() -> None:
     figure = accuracy_by_round_figure({"local": _records([0.5] * 3), "fedavg": _records([0.6] * 3)})
     FigureCanvasAgg(figure).draw()
-    ax = figure.axes[0]
-    right = ax.get_window_extent().x1
-    legends = [a for a in [*ax.get_children(), *figure.legends] if type(a).__name__ == "Legend"]
-    assert len(legends) == 2
-    assert legends and all(legend.get_window_extent().x0 >= right for legend in legends)
+    right = max(ax.get_window_extent().x1 for ax in figure.axes)
+    inside = [a for ax in figure.axes for a in ax.get_children() if type(a).__name__ == "Legend"]
+    (legend,) = figure.legends
+    assert not inside and legend.get_window_extent().x0 >= right
 
 
 def test_benign_is_said_only_when_some_clients_attack() -> None:
@@ -197,8 +196,11 @@ def test_a_curve_drawn_over_another_stays_visible_and_says_whose_it_is() -> None
     fedavg_ft = _records([0.5, 0.6, 0.7], rounds=5)  # CONFIG plans 4: round 4 fine-tunes
     runs = {"fedavg": _records([0.5, 0.6, 0.7]), "fedavg_ft": fedavg_ft}
     ax = accuracy_by_round_figure(runs).axes[0]
-    solid = {str(line.get_label()): line for line in ax.get_lines() if line.get_linestyle() == "-"}
-    over = solid["fedavg_ft (same curve as fedavg)"]
-    assert over.get_linewidth() < solid["fedavg"].get_linewidth()
+    lines = {str(line.get_label()): line for line in ax.get_lines()}
+    over = lines["fedavg_ft (same curve as fedavg)"]
+    assert lines["fedavg"].get_linestyle() == "-" and over.get_linestyle() == "--"
+    assert over.get_color() != lines["fedavg"].get_color()
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1  # one band for the two: twice would darken into another colour
     different = accuracy_by_round_figure({"a": _records([0.5] * 3), "b": _records([0.6] * 3)})
     assert {str(line.get_label()) for line in different.axes[0].get_lines()} >= {"a", "b"}

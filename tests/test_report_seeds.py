@@ -76,8 +76,8 @@ def test_a_seed_that_never_finished_leaves_no_numbers() -> None:
 
 def test_the_accuracy_plot_names_the_setting_bands_clients_and_marks_the_dpfl_set_up() -> None:
     figure = accuracy_by_round_figure({"dpfl:budget=0.1": _records(0.0), "local": _records(0.1)})
-    (ax,) = figure.axes
-    assert "mnist1d, N=3, Dirichlet α=0.1" in ax.get_title()
+    ax = figure.axes[0]
+    assert "mnist1d, N=3, Dirichlet α=0.1" in figure.get_suptitle()
     assert "across clients" in ax.get_title()
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bands) == 2
@@ -88,8 +88,8 @@ def test_the_accuracy_plot_names_the_setting_bands_clients_and_marks_the_dpfl_se
 
 def test_across_seeds_the_band_is_the_seeds_spread_and_no_dpfl_means_no_mark() -> None:
     figure = accuracy_by_round_figure({"local": [_records(0.0), _records(0.2)]})
-    (ax,) = figure.axes
-    assert ax.get_title().startswith("local: mnist1d, N=3")
+    ax = figure.axes[0]
+    assert figure.get_suptitle().startswith("local: mnist1d, N=3")
     assert "across 2 seeds" in ax.get_title()
     (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
     # seed means per round are r/10 + 0.1 and r/10 + 0.3: a sample std of 14.14 points
@@ -103,7 +103,8 @@ def test_the_scatter_names_the_setting_and_shows_the_seed_spread() -> None:
         ["dpfl"], {0: [_summary("dpfl", 0.8)], 1: [_summary("dpfl", 0.9)]}, [0, 1]
     )
     (ax,) = accuracy_vs_variance_figure(aggregate, CONFIG).axes
-    assert ax.get_title() == setting_title(CONFIG)
+    assert ax.get_title() == f"{setting_title(CONFIG)}, seeds 0, 1"
+    assert "bars: std across seeds" in ax.get_xlabel()
     assert len(ax.containers) == 1  # the error bar
     assert ax.containers[0].has_yerr
 

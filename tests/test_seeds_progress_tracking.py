@@ -71,10 +71,10 @@ def test_an_interrupted_seed_is_left_out_and_said(
 ) -> None:
     real = experiment.run_comparison
 
-    def second_seed_interrupted(config: Any, specs: Any, out_dir: Path, console: Any) -> Any:
+    def second_seed_interrupted(config: Any, specs: Any, out_dir: Path, *rest: Any) -> Any:
         if out_dir.name == "seed_1":
             raise KeyboardInterrupt
-        return real(config, specs, out_dir, console)
+        return real(config, specs, out_dir, *rest)
 
     monkeypatch.setattr(experiment, "run_comparison", second_seed_interrupted)
     out = tmp_path / "cut"

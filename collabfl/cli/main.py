@@ -26,6 +26,7 @@ from collabfl.kernel import exit_status
 
 if TYPE_CHECKING:
     from collabfl.engine.config import ExperimentConfig
+    from collabfl.engine.methods import MethodSpec
 
 app = typer.Typer(
     help="collabfl: personalized federated learning with learned collaboration.",
@@ -47,6 +48,14 @@ SetOpt = Annotated[
 OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: runs/...)")]
 OverwriteOpt = Annotated[
     bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
+]
+ResumeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="continue the run held by --out: keep the methods (and seeds) that finished "
+        "with the same settings, run the rest, then write the whole comparison",
+    ),
 ]
 LogOpt = Annotated[
     str, typer.Option("--log-level", help="DEBUG, INFO (a line per round), WARNING, ERROR")
@@ -97,12 +106,18 @@ def _setup(log_level: str) -> None:
     )
 
 
-def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str) -> Path:
+def _output_dir(
+    out: Path | None, overwrite: bool, config: ExperimentConfig, kind: str, resume: bool = False
+) -> Path:
     """`--out` checked before anything is written, or a new folder under runs/."""
     from collabfl.engine.report.run_dir import claim_output_dir
 
+    if resume and overwrite:
+        raise ValueError("--resume keeps the run held by --out, --overwrite deletes it: pick one")
+    if resume and out is None:
+        raise ValueError("--resume needs --out, the folder of the run to continue")
     if out is not None:
-        return claim_output_dir(out, overwrite)
+        return out if resume else claim_output_dir(out, overwrite)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path("runs") / f"{stamp}-{config.name}-{kind}"
     path, n = base, 1
@@ -110,6 +125,29 @@ def _output_dir(out: Path | None, overwrite: bool, config: ExperimentConfig, kin
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def _check_resume(
+    out_dir: Path, runs: list[tuple[int, ExperimentConfig, list[MethodSpec]]], seeds: bool
+) -> None:
+    """Refuse `--resume` before anything runs when --out holds another kind of run (one
+    seed against several) or a run of other settings; a missing folder is run afresh."""
+    from collabfl.engine.experiment import kept_runs, seed_folder
+    from collabfl.engine.recording import safe_name
+    from collabfl.engine.report.run_dir import OUTPUT_MARKERS, SEEDS_FILE
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} is a file, not a folder")
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        return
+    if not any((out_dir / marker).exists() for marker in OUTPUT_MARKERS):
+        raise ValueError(f"--out {out_dir} is not empty and holds no collabfl run to resume")
+    if (out_dir / SEEDS_FILE).exists() != seeds:
+        held = "one seed: resume without --seeds" if seeds else "several seeds: give its --seeds"
+        raise ValueError(f"--resume: {out_dir} holds a run of {held}")
+    for seed, _, specs in runs:
+        folder = out_dir / seed_folder(seed) if seeds else out_dir
+        kept_runs(specs, {s.label: folder / safe_name(s.label) for s in specs})
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -134,6 +172,7 @@ def _run(
     seeds: str | None,
     out: Path | None,
     overwrite: bool,
+    resume: bool,
     kind: str | None,
     methods: Callable[[ExperimentConfig], list[str]],
 ) -> None:
@@ -155,18 +194,21 @@ def _run(
             raise ConfigError("--methods names no method")
         runs.append((seed, seeded, specs))
     require_tracking(settings)
-    out_dir = _output_dir(out, overwrite, settings, kind or settings.method)
+    out_dir = _output_dir(out, overwrite, settings, kind or settings.method, resume)
+    if resume:
+        _check_resume(out_dir, runs, seeds is not None)
     try:
         with sigterm_interrupts():
             if seeds is None:
-                summaries = run_comparison(runs[0][1], runs[0][2], out_dir, console)
+                summaries = run_comparison(runs[0][1], runs[0][2], out_dir, console, resume)
             else:
-                summaries = run_seeds(runs, out_dir, console)
+                summaries = run_seeds(runs, out_dir, console, resume)
     except KeyboardInterrupt:
-        what = "each method's summary.json" if seeds is None else "the seed's summaries"
+        covered = "methods" if seeds is None else "seeds"
         err_console.print(
-            f"interrupted: {out_dir} holds the rounds done so far, {what} marked interrupted"
-            + ("" if seeds is None else "; summary.json covers only the seeds that finished"),
+            f"interrupted: {out_dir} holds the rounds done so far (unfinished runs marked "
+            f"interrupted); summary.json and results.md cover the {covered} that finished. "
+            "The same command with --resume runs the rest.",
             highlight=False,
             soft_wrap=True,
         )
@@ -192,6 +234,7 @@ def simulate(
     seeds: SeedsOpt = None,
     out: OutOpt = None,
     overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
     tensorboard: TensorBoardOpt = None,
     log_level: LogOpt = "WARNING",
 ) -> None:
@@ -199,7 +242,7 @@ def simulate(
     _setup(log_level)
     try:
         overrides = _experiment_overrides(overrides, tensorboard)
-        _run(config, overrides, seeds, out, overwrite, None, lambda s: [s.method])
+        _run(config, overrides, seeds, out, overwrite, resume, None, lambda s: [s.method])
     except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         _fail(error)
 
@@ -219,6 +262,7 @@ def compare(
     seeds: SeedsOpt = None,
     out: OutOpt = None,
     overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
     tensorboard: TensorBoardOpt = None,
     log_level: LogOpt = "WARNING",
 ) -> None:
@@ -227,7 +271,10 @@ def compare(
     try:
         overrides = _experiment_overrides(overrides, tensorboard)
         chosen = split_methods(methods) if methods else None
-        _run(config, overrides, seeds, out, overwrite, "compare", lambda s: chosen or s.methods)
+        _run(
+            config, overrides, seeds, out, overwrite, resume, "compare",
+            lambda s: chosen or s.methods,
+        )  # fmt: skip
     except (FileNotFoundError, ValueError) as error:  # ConfigError is a ValueError
         _fail(error)
 

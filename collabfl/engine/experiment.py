@@ -7,6 +7,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from collabfl.engine.progress import ProgressBoard, RoundUpdate, round_update
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.registry import REGISTRY
 from collabfl.engine.report.comparison import write_comparison
+from collabfl.engine.report.resume import ended_summary, finished_summary
 from collabfl.engine.report.run_dir import SEEDS_FILE
 from collabfl.engine.report.seeds import aggregate_seeds
 from collabfl.engine.report.table import print_results
@@ -146,8 +148,13 @@ def run_comparison(
     specs: list[MethodSpec],
     out_dir: Path,
     console: Console | None = None,
+    resume: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run every spec on the same partition; write run dirs, plots and a results table."""
+    """Run every spec on the same partition; write run dirs, plots and a results table.
+
+    With ``resume``, a method whose run folder holds a finished run of the same settings is
+    kept rather than run again (other settings: ConfigError). Cut short, the table and
+    summary.json are still written, over the methods that ended, naming the others."""
     console = console or Console()
     check_user_code(specs)
     require_tracking(config)
@@ -155,12 +162,56 @@ def run_comparison(
     check_compute(config, device)
     if config.threads:
         torch.set_num_threads(config.threads)
+    run_dirs = {spec.label: out_dir / safe_name(spec.label) for spec in specs}
+    kept = kept_runs(specs, run_dirs) if resume else {}
     data = prepare_clients(config, specs)  # refusals here leave no --out folder behind
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(data, FederationData):
         data.partition.save(out_dir / "partition.npz")
-    run_dirs = {spec.label: out_dir / safe_name(spec.label) for spec in specs}
-    jobs = parallel_jobs(config.jobs, len(specs))
+    todo = [spec for spec in specs if spec.label not in kept]
+    for spec in todo if resume else []:  # a method cut short starts again from round 0
+        shutil.rmtree(run_dirs[spec.label], ignore_errors=True)
+    try:
+        ran = _run_specs(todo, data, device, run_dirs, config.jobs, console)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the interrupt is what the caller must see
+            write_partial_comparison(out_dir, specs, run_dirs)
+        raise
+    summaries = [kept.get(spec.label) or ran[spec.label] for spec in specs]
+    write_comparison(out_dir, summaries, run_dirs)
+    print_results(summaries, console)
+    console.print(f"run directory: {out_dir}")
+    return summaries
+
+
+def kept_runs(specs: list[MethodSpec], run_dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Per label, the summary of a finished run of that spec's settings that ``--resume``
+    keeps; ConfigError when a folder holds a run of other settings."""
+    kept = {}
+    for spec in specs:
+        wanted = spec.config.model_dump(mode="json")
+        try:
+            summary = finished_summary(run_dirs[spec.label], wanted)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        if summary is not None:
+            kept[spec.label] = summary
+    return kept
+
+
+def _run_specs(
+    specs: list[MethodSpec],
+    data: ClientsData,
+    device: torch.device,
+    run_dirs: dict[str, Path],
+    jobs_requested: int,
+    console: Console,
+) -> dict[str, dict[str, Any]]:
+    """Run ``specs`` (in worker processes when ``jobs_requested`` allows) with a progress
+    bar each; their summaries by label."""
+    if not specs:
+        return {}
+    jobs = parallel_jobs(jobs_requested, len(specs))
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -179,10 +230,19 @@ def run_comparison(
             ]
         else:
             summaries = _run_in_parallel(specs, run_dirs, jobs, board)
-    write_comparison(out_dir, summaries, run_dirs)
-    print_results(summaries, console)
-    console.print(f"run directory: {out_dir}")
-    return summaries
+    return {spec.label: summary for spec, summary in zip(specs, summaries, strict=True)}
+
+
+def write_partial_comparison(
+    out_dir: Path, specs: list[MethodSpec], run_dirs: dict[str, Path]
+) -> None:
+    """The comparison's summary.json, results.md and plots after an interrupt: numbers
+    and curves of the methods that ended, a numberless "interrupted" line for the others."""
+    summaries = [
+        ended_summary(run_dirs[spec.label], spec.label, spec.config.rounds) for spec in specs
+    ]
+    ended = {s["method"]: run_dirs[s["method"]] for s in summaries if s["status"] != "interrupted"}
+    write_comparison(out_dir, summaries, ended)
 
 
 def check_user_code(specs: list[MethodSpec]) -> None:
@@ -199,10 +259,12 @@ def run_seeds(
     runs: list[tuple[int, ExperimentConfig, list[MethodSpec]]],
     out_dir: Path,
     console: Console | None = None,
+    resume: bool = False,
 ) -> list[dict[str, Any]]:
     """Run the same comparison once per seed, each into ``seed_<seed>/``, and write the
     aggregate over the seeds that finished (also when a later seed is interrupted) into
-    ``out_dir``: summary.json, results.md and plots with spread bands across seeds."""
+    ``out_dir``: summary.json, results.md and plots with spread bands across seeds.
+    ``resume``: keep each seed's finished runs of the same settings (run_comparison)."""
     console = console or Console()
     planned = [seed for seed, _, _ in runs]
     labels = [spec.label for spec in runs[0][2]]
@@ -216,7 +278,8 @@ def run_seeds(
     try:
         for seed, config, specs in runs:
             console.rule(f"seed {seed}")
-            by_seed[seed] = run_comparison(config, specs, out_dir / seed_folder(seed), console)
+            seed_dir = out_dir / seed_folder(seed)
+            by_seed[seed] = run_comparison(config, specs, seed_dir, console, resume)
     except BaseException:
         with contextlib.suppress(Exception):  # the interrupt is what the caller must see
             write_seed_outputs(out_dir, labels, by_seed, planned)

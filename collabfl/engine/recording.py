@@ -12,7 +12,7 @@ import torch
 from collabfl.engine.config import RetentionConfig, resolve_budget
 from collabfl.engine.methods import MethodSpec
 from collabfl.engine.report.plots import plot_adjacency_heatmaps
-from collabfl.engine.report.run_dir import Retention, RunWriter, read_run
+from collabfl.engine.report.run_dir import FINE_TUNE, Retention, RunWriter, read_run
 from collabfl.engine.report.summary import summarize
 from collabfl.strategies.metrics import recorded_names
 from collabfl.strategies.rounds import RoundOutcome
@@ -61,6 +61,8 @@ class MethodRecorder:
         now = time.perf_counter()
         for row in rows:
             row["round_s"] = now - self._round_started  # wall time of the whole round
+            if outcome.round >= self.spec.config.rounds:  # not a round: what follows them
+                row["phase"] = FINE_TUNE
         self._round_started = now
         self.writer.log_round(rows)
         if outcome.graph is not None:

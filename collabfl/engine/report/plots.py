@@ -4,6 +4,7 @@ Figures are built on matplotlib's Agg canvas directly rather than through pyplot
 plotting needs no screen and leaves no global figure state behind in long processes.
 """
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,13 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from collabfl.engine.report.graph_stats import sparsity, symmetry
 from collabfl.engine.report.run_dir import RunRecords
-from collabfl.engine.report.setting import setting_title
+from collabfl.engine.report.setting import seeds_text, setting_title
 from collabfl.engine.report.summary import malicious_clients
 
 _DPI = 120
@@ -77,21 +78,22 @@ def plot_accuracy_by_round(runs: RunsByMethod, path: Path | str) -> Path:
 
 
 def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
-    """Mean benign test accuracy per round for each method: current model solid, best-val dashed
-    with a band of ± one std (across clients for one seed, across seeds for several; clipped
-    to 0-100 %), and the DPFL set-up round marked. A step after the planned rounds (fedavg_ft's
-    fine-tuning) is a labelled star, not a jump of the curves; past ten methods each also gets
-    a marker; rounds in which a run missed clients are shaded; the legends sit right of the
-    axes, off the curves.
+    """Mean benign test accuracy per round, one line per method (its own colour and marker)
+    in two panels sharing the y axis: the best-validation model, what results report, with
+    a light band of ± one std (across clients for one seed, across seeds for several;
+    clipped to 0-100 %), and the current model, line only. A curve identical to an earlier
+    method's is drawn dashed over it, so both show; a step after the planned rounds
+    (fedavg_ft's fine-tuning) is a star at an x tick labelled "fine-tune"; the DPFL set-up
+    round is marked, rounds in which a run missed clients shaded, and one legend right of
+    the panels says what each mark is. The title names the setting and the seed(s).
 
-    The two curves differ when training overfits or a graph method destabilises late; the
-    dashed one is what results report.
-    """
+    The panels differ when training overfits or a graph method destabilises late."""
     by_method = _seed_runs(runs)
     seeds = max((len(r) for r in by_method.values()), default=0)
-    fig = Figure(figsize=(8, 5))
-    ax = fig.add_subplot()
+    fig = Figure(figsize=(13, 5), layout="constrained")
+    best_ax, now_ax = fig.subplots(1, 2, sharey=True)
     drawn: dict[str, np.ndarray] = {}
+    fine_tune_at: set[int] = set()
     for index, (method, records) in enumerate(by_method.items()):
         if not records:
             continue
@@ -102,50 +104,87 @@ def accuracy_by_round_figure(runs: RunsByMethod) -> Figure:
         kept = rounds < planned if planned else np.ones(len(rounds), dtype=bool)
         same = same_curve(drawn, np.concatenate([current[kept], best[kept]]))
         drawn[method] = np.concatenate([current[kept], best[kept]])
+        style: dict[str, Any] = {"color": colour, "marker": marker, "markersize": 5}
+        if same:  # dashes over the same line: the one beneath shows in the gaps
+            style |= {"linestyle": OVER_DASHES, "markerfacecolor": "none", "markersize": 8}
         label = f"{method} (same curve as {same})" if same else method
-        width = OVER_WIDTH if same else None  # None: matplotlib's default width
-        ax.plot(
-            rounds[kept], current[kept], color=colour, marker=marker, linewidth=width, label=label
-        )
-        ax.plot(
-            rounds[kept], best[kept], color=colour, marker=marker, linewidth=width,
-            linestyle="--", label="_best",
-        )  # fmt: skip
+        best_ax.plot(rounds[kept], best[kept], label=label, **style)
+        now_ax.plot(rounds[kept], current[kept], label="_current", **style)
         low, high = np.clip(best - spread, 0, 100), np.clip(best + spread, 0, 100)
-        ax.fill_between(rounds[kept], low[kept], high[kept], color=colour, alpha=0.15)
+        if not same:  # the same band twice would darken into another colour
+            best_ax.fill_between(rounds[kept], low[kept], high[kept], color=colour, alpha=0.15)
         if not kept.all():  # a step after the planned rounds: fedavg_ft's fine-tuning
-            mark_fine_tuning(ax, rounds[~kept], best[~kept], colour, method, markersize=12)
-    for count, missing in enumerate(_rounds_missing_clients(by_method)):
-        label = "rounds missing clients" if count == 0 else "_missing"
-        ax.axvspan(missing - 0.5, missing + 0.5, color="grey", alpha=0.12, label=label)
-    setup = [m for m in by_method if m.split(":")[0] in SETUP_ROUND_METHODS]
-    if setup:
-        ax.axvline(0, color="black", linestyle=":", label="DPFL set-up (BGGC)")
-    configs = [r[0].config for r in by_method.values() if r]
-    only = next(iter(by_method)) if len(by_method) == 1 else None
+            mark_fine_tuning(best_ax, rounds[~kept], best[~kept], colour, method, markersize=12)
+            now_ax.plot(rounds[~kept], current[~kept], color=colour, marker="*", markersize=12,
+                        linestyle="None", label="_fine-tuned")  # fmt: skip
+            fine_tune_at |= {int(r) for r in rounds[~kept]}
     across = f"{seeds} seeds" if seeds > 1 else "clients"
-    ax.set_title(
-        f"{setting_title(configs[0] if configs else {}, only)}\n"
-        f"best-validation band: ± std across {across}"
-    )
-    ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (best_ax, now_ax):
+        _mark_rounds(ax, by_method, labelled=ax is best_ax)
+        _round_axis(ax, fine_tune_at)
+        ax.grid(alpha=0.3)
+    best_ax.set_title(f"best-validation model (what results report)\nband: ± std across {across}")
+    now_ax.set_title("current model (this round's)\nline only")
     attacked = any(
         malicious_clients(r.rows) for seeds_runs in by_method.values() for r in seeds_runs
     )
-    ax.set_ylabel(f"mean test accuracy of {'benign ' if attacked else ''}clients (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), title="method")
-    fig.legend(  # the figure's, so that a tight save keeps both legends whole
-        handles=[
-            Line2D([], [], color="grey", label="current model"),
-            Line2D([], [], color="grey", linestyle="--", label="best-validation model"),
-        ],
-        loc="lower left",
-        bbox_to_anchor=(1.02, 0),
-        bbox_transform=ax.transAxes,
-    )
+    best_ax.set_ylabel(f"mean test accuracy of {'benign ' if attacked else ''}clients (%)")
+    best_ax.set_ylim(0, 100)
+    configs = [r.config for seeds_runs in by_method.values() for r in seeds_runs]
+    only = next(iter(by_method)) if len(by_method) == 1 else None
+    fig.suptitle(f"{setting_title(configs[0] if configs else {}, only)}{seeds_text(configs)}")
+    handles, _ = best_ax.get_legend_handles_labels()
+    band = Patch(color="grey", alpha=0.15, label=f"± std across {across}")
+    if handles:
+        fig.legend(handles=[*handles, band], loc="outside right upper", title="method")
+    fig.supxlabel(textwrap.fill(best_validation_caption(by_method), 150), fontsize=9)
     return fig
+
+
+OVER_DASHES = (0, (4, 3))
+"""The dash pattern of a curve drawn over an identical earlier one."""
+
+
+def _mark_rounds(ax: Axes, by_method: Mapping[str, list[RunRecords]], labelled: bool) -> None:
+    """Shade the rounds some run missed clients in and mark DPFL's set-up round."""
+    for count, missing in enumerate(_rounds_missing_clients(by_method)):
+        label = "rounds missing clients" if count == 0 and labelled else "_missing"
+        ax.axvspan(missing - 0.5, missing + 0.5, color="grey", alpha=0.12, label=label)
+    if any(m.split(":")[0] in SETUP_ROUND_METHODS for m in by_method):
+        label = "DPFL set-up (BGGC)" if labelled else "_set-up"
+        ax.axvline(0, color="black", linestyle=":", label=label)
+
+
+def _round_axis(ax: Axes, fine_tune_at: set[int]) -> None:
+    """Integer round ticks; a fine-tuning step's position is labelled "fine-tune", not
+    given a round number past the planned rounds."""
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if not fine_tune_at:
+        return
+    rounds = [t for t in ax.get_xticks() if 0 <= t < min(fine_tune_at)]
+    positions = [*rounds, *sorted(fine_tune_at)]
+    ax.set_xticks(positions, [f"{t:.0f}" for t in rounds] + ["fine-tune"] * len(fine_tune_at))
+
+
+def best_validation_caption(by_method: Mapping[str, list[RunRecords]]) -> str:
+    """What the best-validation curve is, and for methods whose clients pick between their
+    post-training and aggregated models (DPFL), that it is the better of the two."""
+    caption = (
+        "best-validation model: each client's model with the highest validation accuracy "
+        "so far (ties keep the earlier one)"
+    )
+    both = [
+        m
+        for m, seeds_runs in by_method.items()
+        if any(row.get("best_candidate") for r in seeds_runs for row in r.rows)
+    ]
+    if both:
+        caption += (
+            f"; for {', '.join(both)} the better of the client's post-training (local) "
+            "and aggregated models, which is why it can start above the current model"
+        )
+    return caption
 
 
 def _rounds_missing_clients(by_method: Mapping[str, list[RunRecords]]) -> list[int]:
@@ -202,21 +241,21 @@ def mark_fine_tuning(
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-"""Past ten methods each method gets a marker too; seven markers (prime to ten and twenty)
-keep each colour-and-marker pair unique up to 140 methods."""
+"""Seven markers, prime to ten and twenty: each colour-and-marker pair is unique up to 140
+methods."""
 
 
-def method_style(index: int, count: int) -> tuple[str, str | None]:
-    """The colour and marker of the ``index``-th of ``count`` methods. Up to ten methods:
-    matplotlib's ten default colours and no marker. Past ten: twenty colours (the ten, then
-    their lighter shades from tab20) so no two of the first twenty methods share a colour,
-    and a marker each. Figures of one setting index the same method list, so a method looks
-    the same in each of them."""
+def method_style(index: int, count: int) -> tuple[str, str]:
+    """The colour and marker of the ``index``-th of ``count`` methods: a colour from a
+    qualitative palette (up to ten methods matplotlib's ten, tab10; past ten, twenty: the
+    ten, then their lighter shades from tab20, so no two of the first twenty share one) and
+    a marker, so methods stay apart in grey print and where lines cross. Figures of one
+    setting index the same method list, so a method looks the same in each of them."""
+    marker = MARKERS[index % len(MARKERS)]
     if count <= 10:
-        return f"C{index}", None
+        return f"C{index}", marker
     slot = index % 20
-    colour = TAB20[2 * slot] if slot < 10 else TAB20[2 * (slot - 10) + 1]
-    return colour, MARKERS[index % len(MARKERS)]
+    return (TAB20[2 * slot] if slot < 10 else TAB20[2 * (slot - 10) + 1]), marker
 
 
 def clipped_error(value: float, spread: float, low: float = 0.0, high: float = 100.0) -> list:
@@ -252,14 +291,26 @@ def accuracy_vs_variance_figure(
         seed_std = summary.get("seed_std_test_acc")
         yerr = None if seed_std is None else clipped_error(y, seed_std * 100)
         colour, marker = method_style(index, len(summaries))
-        ax.errorbar([x], [y], yerr=yerr, fmt=marker or "o", color=colour, capsize=3)
+        ax.errorbar([x], [y], yerr=yerr, fmt=marker, color=colour, capsize=3)
         ax.annotate(summary["method"], (x, y), textcoords="offset points", xytext=(5, 5))
     ax.margins(0.15)
-    ax.set_title(setting_title(config or {}))
+    ax.set_title(f"{setting_title(config or {})}{_which_seeds(summaries, config or {})}")
     ax.set_xlabel("variance of client test accuracy (%²)")
     ax.set_ylabel("mean client test accuracy (%)")
+    seeds = max((len(s.get("seeds") or []) for s in summaries), default=0)
+    if any(s.get("seed_std_test_acc") is not None for s in summaries):
+        ax.set_xlabel(
+            f"variance of client test accuracy (%², mean over {seeds} seeds)\n"
+            f"bars: std across seeds of the mean accuracy (sample std, ddof=1)"
+        )
     ax.grid(alpha=0.3)
     return fig
+
+
+def _which_seeds(summaries: list[dict[str, Any]], config: Mapping[str, Any]) -> str:
+    """The seeds a scatter shows: an aggregate's (its summaries list them), else the run's."""
+    aggregated = sorted({int(seed) for s in summaries for seed in s.get("seeds") or []})
+    return seeds_text([{"seed": seed} for seed in aggregated] if aggregated else [config])
 
 
 def plot_adjacency_heatmaps(records: RunRecords, path: Path | str) -> Path | None:
@@ -288,7 +339,8 @@ def adjacency_heatmaps_figure(records: RunRecords) -> Figure | None:
         groups = None  # a record that does not match its graphs: say nothing rather than lie
     order = true_group_order(groups) if groups else list(range(size))
 
-    fig = Figure(figsize=(4.2 * len(chosen) + 1, 4.4), layout="constrained")
+    # padded: the suptitle sat right on the middle panel's title
+    fig = Figure(figsize=(4.2 * len(chosen) + 1, 4.6), layout=ConstrainedLayoutEngine(h_pad=0.12))
     axes = fig.subplots(1, len(chosen), squeeze=False)[0]
     handles: list[Patch] = []
     for ax, round_index in zip(axes, chosen, strict=True):
@@ -311,7 +363,7 @@ def adjacency_heatmaps_figure(records: RunRecords) -> Figure | None:
     if handles:
         fig.legend(handles=handles, title="true group", loc="outside lower center", ncols=4)
     label = (records.config.get("resolved") or {}).get("label")
-    fig.suptitle(setting_title(records.config, label))
+    fig.suptitle(f"{setting_title(records.config, label)}{seeds_text([records.config])}")
     return fig
 
 

@@ -41,6 +41,11 @@ ROW_FIELDS = ("round", "client", *recorded_names())
 """What every metrics row holds, in order: a row read back has each (None where the file
 leaves it out) and then whatever else it holds (coordinator_bytes, round_s)."""
 
+FINE_TUNE = "fine_tune"
+"""The ``phase`` of the rows of a step after a method's planned rounds (FedAvg+FT's and
+FedProx+FT's local fine-tuning): their ``round`` is the planned rounds' count, one past the
+last round, so a reader of metrics.jsonl must not take it for a round."""
+
 
 OUTPUT_MARKERS = ("partition.npz", "summary.json", "results.md", SEEDS_FILE, "serverapp.log")
 """Files a ``compare``/``simulate``/``federation up``/``admin start`` output folder holds once

@@ -6,7 +6,7 @@ so that a federation's records describe the data its participants actually broug
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collabfl.client.data.opening import OWN_LOADER
@@ -37,3 +37,12 @@ def setting_title(config: Mapping[str, Any], method: str | None = None) -> str:
         return method or ""
     setting = f"{dataset_text(data)}, N={data.get('num_clients')}, {partition_text(data)}"
     return f"{method}: {setting}" if method else setting
+
+
+def seeds_text(configs: Sequence[Mapping[str, Any]]) -> str:
+    """ ", seed 0" or ", seeds 0, 1": which seed(s) the figure's runs are, so a seed's
+    figure is never taken for another's or for the aggregate; "" when none is recorded."""
+    seeds = sorted({int(c["seed"]) for c in configs if c.get("seed") is not None})
+    if not seeds:
+        return ""
+    return f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from collabfl.engine.report.graph_stats import edges_to_group, sparsity, symmetry
-from collabfl.engine.report.run_dir import RunRecords
+from collabfl.engine.report.run_dir import FINE_TUNE, RunRecords
 from collabfl.engine.step_failures import summary_of
 
 
@@ -96,6 +96,7 @@ def summarize(
         "clients_in_last_round": sum(int(r["round"]) == last_round for r in latest.values()),
         "rounds": last_round + 1,
         "rounds_planned": records.config.get("rounds"),
+        **_fine_tune(rows),
         "rounds_by_participants": rounds_by_participants(rows, last_round + 1),
         **_spread([r.get("best_test_acc") for r in benign_latest], "_test_acc"),
     }
@@ -125,6 +126,13 @@ def summarize(
         summary["step_failures"] = summary_of(method, records.failures)
     summary["wall_time_s"] = float(wall_time_s)
     return summary
+
+
+def _fine_tune(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``fine_tune_round``: the ``round`` a fine-tuning step was recorded under, which
+    ``rounds`` counts though it is no round (FedAvg+FT: "rounds" 21 of 20 planned)."""
+    steps = {int(r["round"]) for r in rows if r.get("phase") == FINE_TUNE}
+    return {"fine_tune_round": min(steps)} if steps else {}
 
 
 def _failed_before_any_row(

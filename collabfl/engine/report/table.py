@@ -47,7 +47,10 @@ def method_label(summary: dict[str, Any]) -> str:
     if status != "finished":
         planned = summary.get("rounds_planned")
         done = summary.get("rounds")
-        notes.append(f"{status} after {done}/{planned} rounds" if planned else status)
+        if "fine_tune_round" in summary:
+            notes.append(f"{status} after {planned}/{planned} rounds and fine-tuning")
+        else:
+            notes.append(f"{status} after {done}/{planned} rounds" if planned else status)
     seeds = summary.get("seeds_finished")
     if seeds is not None:
         finished, planned = (int(n) for n in str(seeds).split("/"))
@@ -109,7 +112,14 @@ def results_caption(summaries: list[dict[str, Any]], setting: str, seed: object 
     """results.md's first line: what the numbers are, the setting and, for one seed, which."""
     multi_seed = any("seeds" in s for s in summaries)
     which = "" if multi_seed or seed is None else f", seed {seed}"
-    return f"{table_title(summaries)}. Setting: {setting}{which}."
+    return f"{table_title(summaries)}. Setting: {setting}{which}.{partial_note(summaries)}"
+
+
+def partial_note(summaries: list[dict[str, Any]]) -> str:
+    """The caption's warning when the comparison was cut short: which methods did not
+    finish (every seed, for an aggregate), so the table is not read as the whole result."""
+    cut = [str(s["method"]) for s in summaries if s.get("status") == "interrupted"]
+    return f" Partial: {', '.join(cut)} did not finish (interrupted)." if cut else ""
 
 
 def results_table(summaries: list[dict[str, Any]], columns: tuple[int, ...] = ()) -> Table:
