@@ -23,12 +23,14 @@ import grpc
 import torch
 
 from collabfl.client.background_hash import BackgroundSha256
+from collabfl.client.chunk_wire import MalformedChunk, decode_chunk
 from collabfl.client.model_store import TENSOR_NAME
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
 from collabfl.client.stream_limits import BUSY_KEY
 from collabfl.kernel.tls import ClientTLS
-from collabfl.proto import peer_pb2, peer_pb2_grpc
+from collabfl.proto import peer_pb2
 
+FETCH_METHOD = "/collabfl.peer.PeerModels/FetchModel"
 MAX_CHUNK_BYTES = 1 << 20
 MAX_HEADER_BYTES = 64 * 1024
 """A one-tensor header is ~150 bytes; a larger one is refused before it is buffered."""
@@ -97,11 +99,14 @@ class GrpcPeerSource:
         request = peer_pb2.FetchRequest(
             owner=owner, round=round_index, grant=grant, run=self.run, launch=self.launch
         )
-        stub = peer_pb2_grpc.PeerModelsStub(self._channel(address))
+        # Raw bytes, decoded in ``_receive``: a chunk's data is then a view, not a copy.
+        fetch_model: grpc.UnaryStreamMultiCallable = self._channel(address).unary_stream(
+            FETCH_METHOD, request_serializer=peer_pb2.FetchRequest.SerializeToString
+        )
         deadline = time.monotonic() + self.timeout_s
         pause = BUSY_PAUSE_S
         while True:
-            call = stub.FetchModel(request, timeout=max(deadline - time.monotonic(), 0.001))
+            call = fetch_model(request, timeout=max(deadline - time.monotonic(), 0.001))
             try:
                 return self._receive(owner, round_index, call)
             except grpc.RpcError as error:
@@ -144,24 +149,26 @@ class GrpcPeerSource:
                 self._channels[address] = channel
             return channel
 
-    def _receive(
-        self, owner: int, round_index: int, chunks: Iterable[peer_pb2.Chunk]
-    ) -> torch.Tensor:
-        """The model in ``chunks``: the first one's manifest checked before any data is used."""
+    def _receive(self, owner: int, round_index: int, messages: Iterable[bytes]) -> torch.Tensor:
+        """The model in ``messages`` (serialised chunks): the first one's manifest checked
+        before any data is used."""
 
         def invalid(reason: str) -> InvalidPeerModel:
             return InvalidPeerModel(f"peer {owner} round {round_index}: {reason}")
 
         sink: _PayloadSink | None = None
         try:
-            for chunk in chunks:
-                has_manifest = chunk.HasField("manifest")
+            for message in messages:
+                try:
+                    chunk = decode_chunk(message)
+                except MalformedChunk as error:
+                    raise invalid(f"a malformed chunk: {error}") from None
                 if sink is None:
-                    if not has_manifest:
+                    if chunk.manifest is None:
                         raise invalid("the first chunk carries no manifest")
                     self._check_manifest(owner, round_index, chunk.manifest)
                     sink = _PayloadSink(owner, round_index, self.expected_numel, chunk.manifest)
-                elif has_manifest:
+                elif chunk.manifest is not None:
                     raise invalid(f"a second manifest at offset {chunk.offset}")
                 sink.feed(chunk.offset, chunk.data)
             if sink is None:
@@ -214,14 +221,14 @@ class _PayloadSink:
         self._received = 0
         self._sha = BackgroundSha256()
 
-    def feed(self, offset: int, data: bytes) -> None:
+    def feed(self, offset: int, data: memoryview) -> None:
         if offset != self._received:
             raise self._invalid(f"chunk at offset {offset}, expected {self._received}")
         if len(data) > MAX_CHUNK_BYTES:
             raise self._invalid(f"chunk of {len(data)} bytes exceeds {MAX_CHUNK_BYTES}")
         if self._received + len(data) > self.byte_size:
             raise self._invalid(f"payload runs past the manifest's {self.byte_size} bytes")
-        view = memoryview(data)
+        view = data
         while view and self._data_start is None:
             view = self._take_head(view)
         if view and self._data_start is not None:  # the header is complete: this is data
