@@ -9,7 +9,9 @@ gRPC, or mutual TLS with ``--tls``) beside a bare gRPC server that streams the s
 bytes in 1 MiB messages (benchmarks/peer_fetch.py's baseline, always plain) and a raw TCP
 sender of those bytes (one socket, ``sendall``; the fetcher receives them into one buffer:
 what the link gives with no protocol at all); the fetcher times ``GrpcPeerSource.fetch``,
-the bare stream and raw TCP in turn (medians). Reported: throughput as a fraction of the
+the bare stream, raw TCP and SHA-256 over as many bytes in memory in turn (medians): a fetch
+checks the digest of every byte, so on a machine whose one core hashes slower than the link
+carries, the hash is its ceiling. Reported: throughput as a fraction of the
 nominal link rate, of the bare stream and of raw TCP over the same link, and the fetch's
 extra peak memory as a
 multiple of the model (peer_fetch.py's fresh-process measure, run in the fetcher's
@@ -29,6 +31,7 @@ are deleted on exit, on Ctrl-C and on SIGTERM.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -189,11 +192,13 @@ def fetch_times(spec: dict[str, Any]) -> dict[str, Any]:
                 batch()
                 return {"batch": [timed(batch) for _ in range(spec["repeats"])]}
         owner = peers[0]["owner"]
+        hashed = bytes(peers[0]["payload_bytes"])
         with grpc.insecure_channel(peers[0]["bare_address"], options=BARE_OPTIONS) as channel:
             runs = {
                 "fetch": lambda: source.fetch(owner, ROUND),
                 "bare": lambda: drain_bare(channel, timeout_s),
                 "tcp": lambda: drain_tcp(peers[0]["tcp_address"], peers[0]["payload_bytes"]),
+                "sha256": lambda: hashlib.sha256(hashed).digest(),
             }
             for run in runs.values():
                 run()
@@ -269,6 +274,7 @@ def bench_rate(rate: str, sizes: list[int], batch: int, batch_mb: int, args: Any
             fetch_rate = payload / median(times["fetch"])
             bare_rate = payload / median(times["bare"])
             tcp_rate = payload / median(times["tcp"])
+            sha_rate = payload / median(times["sha256"])
             result["sizes"].append(
                 {
                     "size_mb": size_mb,
@@ -277,6 +283,7 @@ def bench_rate(rate: str, sizes: list[int], batch: int, batch_mb: int, args: Any
                     "fetch_mb_per_s": fetch_rate / MB,
                     "bare_mb_per_s": bare_rate / MB,
                     "tcp_mb_per_s": tcp_rate / MB,
+                    "sha256_mb_per_s": sha_rate / MB,
                     "fetch_to_link": fetch_rate / link_bytes,
                     "bare_to_link": bare_rate / link_bytes,
                     "fetch_to_bare": fetch_rate / bare_rate,
@@ -323,6 +330,7 @@ def report(results: list[dict[str, Any]]) -> None:
             f"{s['fetch_mb_per_s']:.1f}",
             f"{s['bare_mb_per_s']:.1f}",
             f"{s['tcp_mb_per_s']:.1f}",
+            f"{s['sha256_mb_per_s']:.1f}",
             f"{r['link_mb_per_s']:.1f}",
             f"{s['fetch_to_link']:.2f}",
             f"{s['fetch_to_bare']:.2f}",
@@ -333,7 +341,8 @@ def report(results: list[dict[str, Any]]) -> None:
         for r in results
         for s in r["sizes"]
     ]
-    headers = ["link", "MB", "fetch MB/s", "bare MB/s", "TCP MB/s", "link MB/s", "fetch/link"]
+    headers = ["link", "MB", "fetch MB/s", "bare MB/s", "TCP MB/s", "SHA-256 MB/s", "link MB/s"]
+    headers += ["fetch/link"]
     headers += ["fetch/bare", "fetch/TCP"]
     headers += ["bare/link", "extra/model"]
     print(format_table(headers, rows))
