@@ -54,6 +54,7 @@ from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import CHUNK_BYTES, PeerModelServer
 from collabfl.client.peers import PeerUnavailable
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
+from collabfl.kernel.tls import ClientTLS
 
 RESULT_PREFIX = "PEER-FETCH-RESULT "
 OWNER, ROUND, RUN = 1, 0, "bench"
@@ -125,8 +126,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     addresses = {OWNER: spec["address"]}
     grants = {OWNER: bytes.fromhex(spec["grant"])}
     timeout_s = spec["timeout_s"]
+    tls = client_tls(spec.get("tls"))
     with GrpcPeerSource(
-        addresses, grants, spec["numel"], spec["max_bytes"], timeout_s, run=RUN
+        addresses, grants, spec["numel"], spec["max_bytes"], timeout_s, tls, run=RUN
     ) as source:
 
         def warm_up() -> None:
@@ -135,11 +137,18 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             if spec["kind"] == "fetch_warm":
                 warm_grants = {OWNER: bytes.fromhex(spec["warm_grant"])}
                 with GrpcPeerSource(
-                    addresses, warm_grants, WARM_NUMEL, spec["max_bytes"], timeout_s, run=RUN
+                    addresses, warm_grants, WARM_NUMEL, spec["max_bytes"], timeout_s, tls, run=RUN
                 ) as tiny:
                     tiny.fetch(OWNER, WARM_ROUND)
 
         return peak_extra(warm_up, lambda: source.fetch(OWNER, ROUND))
+
+
+def client_tls(pems: dict[str, str] | None) -> ClientTLS | None:
+    """The fetcher's mutual-TLS credential from a child spec's PEM strings (None: plain)."""
+    if pems is None:
+        return None
+    return ClientTLS(pems["ca"].encode(), pems["cert"].encode(), pems["key"].encode())
 
 
 def run_child(

@@ -5,8 +5,9 @@ chunk is checked against what this client expects before any of the payload is u
 streamed safetensors payload is parsed here, header included, and its tensor bytes are
 written straight into a preallocated tensor; a worker thread hashes each region of the
 tensor while the next chunk arrives, and the SHA-256 is compared, at the end, with the
-digest the owner recorded at publish. So a fetch needs about
-one model's worth of memory plus a chunk or two. Network trouble becomes
+digest the owner recorded at publish. Chunks are decoded by ``chunk_wire``, their data a
+view of gRPC's message. So a fetch needs about one model's worth of memory plus what gRPC
+buffers, which the receive window bounds (``BDP_MODEL_BYTES``). Network trouble becomes
 ``PeerUnavailable``, a payload that must not be used becomes ``InvalidPeerModel``; either
 way the fetcher skips the peer.
 """
@@ -23,12 +24,14 @@ import grpc
 import torch
 
 from collabfl.client.background_hash import BackgroundSha256
+from collabfl.client.chunk_wire import MalformedChunk, decode_chunk
 from collabfl.client.model_store import TENSOR_NAME
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
 from collabfl.client.stream_limits import BUSY_KEY
 from collabfl.kernel.tls import ClientTLS
-from collabfl.proto import peer_pb2, peer_pb2_grpc
+from collabfl.proto import peer_pb2
 
+FETCH_METHOD = "/collabfl.peer.PeerModels/FetchModel"
 MAX_CHUNK_BYTES = 1 << 20
 MAX_HEADER_BYTES = 64 * 1024
 """A one-tensor header is ~150 bytes; a larger one is refused before it is buffered."""
@@ -37,6 +40,14 @@ _ITEM_BYTES = 4
 _LENGTH_BYTES = 8
 _MESSAGE_SLACK = 64 * 1024
 """Room for the Chunk message's own fields on top of its data."""
+BDP_MODEL_BYTES = 64 * 1024 * 1024
+"""Models at least this big are fetched with gRPC's bandwidth-delay probing, which grows the
+receive window (to several MB) when the stream is fast; smaller ones keep the fixed 64 KiB
+window. Measured (benchmarks/peer_link.py, 10 Gbit, mutual TLS, 200 MB, 2 loaded cores):
+fixed windows of 64 KiB and 256 KiB fetched at 0.28x and 0.25x raw TCP, probing at 0.36x;
+but what the grown window buffers cost a 32 MB fetch 0.12-0.36x the model in extra memory
+on top of the model itself, against 0.02-0.12x with the fixed window (tests/
+test_peer_fetch_memory.py). Above this size those few MB are under 0.2x the model."""
 BUSY_PAUSE_S, BUSY_PAUSE_CAP_S = 0.05, 1.0
 """Pauses before asking a busy peer again (all its stream slots taken: in a round where
 every client fetches at once, a popular owner serves its fetchers a few at a time)."""
@@ -97,11 +108,14 @@ class GrpcPeerSource:
         request = peer_pb2.FetchRequest(
             owner=owner, round=round_index, grant=grant, run=self.run, launch=self.launch
         )
-        stub = peer_pb2_grpc.PeerModelsStub(self._channel(address))
+        # Raw bytes, decoded in ``_receive``: a chunk's data is then a view, not a copy.
+        fetch_model: grpc.UnaryStreamMultiCallable = self._channel(address).unary_stream(
+            FETCH_METHOD, request_serializer=peer_pb2.FetchRequest.SerializeToString
+        )
         deadline = time.monotonic() + self.timeout_s
         pause = BUSY_PAUSE_S
         while True:
-            call = stub.FetchModel(request, timeout=max(deadline - time.monotonic(), 0.001))
+            call = fetch_model(request, timeout=max(deadline - time.monotonic(), 0.001))
             try:
                 return self._receive(owner, round_index, call)
             except grpc.RpcError as error:
@@ -137,6 +151,8 @@ class GrpcPeerSource:
             channel = self._channels.get(address)
             if channel is None:
                 options = [("grpc.max_receive_message_length", MAX_CHUNK_BYTES + _MESSAGE_SLACK)]
+                if self.expected_numel * _ITEM_BYTES < BDP_MODEL_BYTES:
+                    options.append(("grpc.http2.bdp_probe", 0))
                 if self._tls is None:
                     channel = grpc.insecure_channel(address, options=options)
                 else:
@@ -144,24 +160,26 @@ class GrpcPeerSource:
                 self._channels[address] = channel
             return channel
 
-    def _receive(
-        self, owner: int, round_index: int, chunks: Iterable[peer_pb2.Chunk]
-    ) -> torch.Tensor:
-        """The model in ``chunks``: the first one's manifest checked before any data is used."""
+    def _receive(self, owner: int, round_index: int, messages: Iterable[bytes]) -> torch.Tensor:
+        """The model in ``messages`` (serialised chunks): the first one's manifest checked
+        before any data is used."""
 
         def invalid(reason: str) -> InvalidPeerModel:
             return InvalidPeerModel(f"peer {owner} round {round_index}: {reason}")
 
         sink: _PayloadSink | None = None
         try:
-            for chunk in chunks:
-                has_manifest = chunk.HasField("manifest")
+            for message in messages:
+                try:
+                    chunk = decode_chunk(message)
+                except MalformedChunk as error:
+                    raise invalid(f"a malformed chunk: {error}") from None
                 if sink is None:
-                    if not has_manifest:
+                    if chunk.manifest is None:
                         raise invalid("the first chunk carries no manifest")
                     self._check_manifest(owner, round_index, chunk.manifest)
                     sink = _PayloadSink(owner, round_index, self.expected_numel, chunk.manifest)
-                elif has_manifest:
+                elif chunk.manifest is not None:
                     raise invalid(f"a second manifest at offset {chunk.offset}")
                 sink.feed(chunk.offset, chunk.data)
             if sink is None:
@@ -214,14 +232,14 @@ class _PayloadSink:
         self._received = 0
         self._sha = BackgroundSha256()
 
-    def feed(self, offset: int, data: bytes) -> None:
+    def feed(self, offset: int, data: memoryview) -> None:
         if offset != self._received:
             raise self._invalid(f"chunk at offset {offset}, expected {self._received}")
         if len(data) > MAX_CHUNK_BYTES:
             raise self._invalid(f"chunk of {len(data)} bytes exceeds {MAX_CHUNK_BYTES}")
         if self._received + len(data) > self.byte_size:
             raise self._invalid(f"payload runs past the manifest's {self.byte_size} bytes")
-        view = memoryview(data)
+        view = data
         while view and self._data_start is None:
             view = self._take_head(view)
         if view and self._data_start is not None:  # the header is complete: this is data

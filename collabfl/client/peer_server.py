@@ -33,6 +33,7 @@ from typing import NoReturn
 
 import grpc
 
+from collabfl.client.chunk_wire import encode_chunk
 from collabfl.client.model_store import (
     CorruptModel,
     DiskModelStore,
@@ -88,7 +89,8 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
 
     def FetchModel(
         self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
-    ) -> Iterator[peer_pb2.Chunk]:
+    ) -> Iterator[bytes]:
+        """Serialised ``Chunk`` messages (chunk_wire: the file's bytes copied once)."""
         fetcher, store = self._authorise(request, context)
         stream = self.guard.admit(fetcher, context)
         if stream is None:
@@ -101,7 +103,7 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
             offset = 0
             try:
                 for data in published.chunks(CHUNK_BYTES):
-                    yield peer_pb2.Chunk(data=data, offset=offset, manifest=manifest)
+                    yield encode_chunk(data, offset, manifest)
                     stream.progress()  # the reader took the previous chunk
                     manifest = None
                     offset += len(data)
@@ -254,6 +256,23 @@ def _manifest(owner: int, stored: StoredModel) -> peer_pb2.Manifest:
     return manifest
 
 
+def _handlers(service: PeerModelService) -> grpc.GenericRpcHandler:
+    """peer.proto's service, its FetchModel sending the bytes ``FetchModel`` serialised."""
+    return grpc.method_handlers_generic_handler(
+        "collabfl.peer.PeerModels",
+        {
+            "FetchModel": grpc.unary_stream_rpc_method_handler(
+                service.FetchModel, request_deserializer=peer_pb2.FetchRequest.FromString
+            ),
+            "Health": grpc.unary_unary_rpc_method_handler(
+                service.Health,
+                request_deserializer=peer_pb2.HealthRequest.FromString,
+                response_serializer=peer_pb2.HealthReply.SerializeToString,
+            ),
+        },
+    )
+
+
 class PeerModelServer:
     """Runs ``PeerModelService`` on ``address``; over mutual TLS when ``tls`` is given."""
 
@@ -285,7 +304,7 @@ class PeerModelServer:
             options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
         )
         service = PeerModelService(models, verifier, self._guard, authenticated=tls is not None)
-        peer_pb2_grpc.add_PeerModelsServicer_to_server(service, self._server)
+        self._server.add_generic_rpc_handlers((_handlers(service),))
         self._tls = tls
 
     def start(self) -> int:
