@@ -10,6 +10,8 @@ a coordinator runs.
 from __future__ import annotations
 
 import json
+import re
+import socket
 import ssl
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -162,8 +164,10 @@ def test_the_database_holds_no_token_secret(coordinator):
 def test_a_replayed_token_is_refused_and_recorded(coordinator):
     token = coordinator.invite(0)
     join(coordinator.address, token, _key(), SUPERNODE_KEY)
-    with pytest.raises(JoinFailed, match=r"\(403\).*already used"):
+    with pytest.raises(JoinFailed, match=r"\(403\).*already used") as refused:
         join(coordinator.address, token, _key(), SUPERNODE_KEY)
+    assert "ask the federation's operator for a new invite" in str(refused.value)
+    assert "collabfl admin invite --client-id" in str(refused.value)
     assert len(coordinator.superlink.registered) == 1
     assert any("already used" in m for m in coordinator.events("join_refused"))
 
@@ -340,3 +344,31 @@ def test_invitations_are_checked(coordinator):
         coordinator.enroller.invite(Role.OPERATOR, "Bob Smith", [])
     with pytest.raises(ValueError, match="lifetime"):
         coordinator.enroller.invite(Role.MEMBER, "0", ["h"], ttl_s=0)
+
+
+def test_a_join_waits_for_an_unreachable_coordinator_for_ever_saying_when_and_what_to_do(
+    monkeypatch,
+):
+    """Past the old 5-minute give-up (on a fake clock), each line stamped with the time and
+    the fix; only the operator's Ctrl-C ends it."""
+    from collabfl.kernel import join_client
+
+    clock = [0.0]
+    lines: list[str] = []
+    monkeypatch.setattr(join_client.time, "monotonic", lambda: clock[0])
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        if clock[0] > 3600:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(join_client.time, "sleep", sleep)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens once it is closed
+    with pytest.raises(KeyboardInterrupt):
+        token = TokenParts("0123abcd", "s" * 32, "sha256:" + "0" * 64).text()
+        join(f"127.0.0.1:{port}", token, _key(), SUPERNODE_KEY, say=lines.append)
+    assert len(lines) > 200  # an hour of asking at most every 15 s
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d cannot reach", line) for line in lines)
+    assert "check the address" in lines[-1] and "Ctrl-C stops" in lines[-1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import ssl
 import sys
 import time
@@ -29,8 +30,14 @@ TIMEOUT_S = 60.0
 """A join registers a SuperNode with the SuperLink (a ``flwr`` command): seconds, not ms."""
 
 
-WAIT_S = 300.0
-"""How long a join keeps asking a coordinator that is not reachable or not ready yet."""
+WAIT_S = math.inf
+"""How long a join keeps asking a coordinator that is not reachable or not ready yet: for
+ever by default (a participant may be set up before the coordinator is), until Ctrl-C."""
+REFUSED_REMEDY = (
+    "; ask the federation's operator for a new invite (`collabfl admin invite --client-id "
+    "K` for this lab)"
+)
+"""What a lab can do about a refused token (spent, expired, revoked, or not for it)."""
 MAX_BACKOFF_S = 15.0
 
 
@@ -106,7 +113,11 @@ def join(
         except NotYet as error:
             if time.monotonic() + pause > deadline:
                 raise
-            say(f"{error}; asking again in {pause:.0f} s")
+            say(
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')} {error}; asking again in {pause:.0f} s "
+                "(check the address and that this machine reaches the coordinator's port; "
+                "Ctrl-C stops)"
+            )
             time.sleep(pause)
             pause = min(pause * 2, MAX_BACKOFF_S)
 
@@ -128,7 +139,8 @@ def _join_once(
     if status == 503:
         raise NotYet(f"the coordinator is not ready ({reason})")
     if status != 200:
-        raise JoinFailed(f"the coordinator refused the join ({status}): {reason}")
+        remedy = REFUSED_REMEDY if status == 403 else ""
+        raise JoinFailed(f"the coordinator refused the join ({status}): {reason}{remedy}")
     reply = json.loads(body)
     return Joined(
         reply["role"],
