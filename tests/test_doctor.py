@@ -163,3 +163,16 @@ def test_a_client_state_dir_supplies_the_saved_settings(coordinator, tmp_path):
     assert code == 1
     device = _line(lines, "device")
     assert device.startswith("✗") and "cuda:7" in device and "fix:" in device
+
+
+def test_a_coordinator_state_dir_checks_its_public_port_and_service(coordinator):
+    """`doctor --state-dir` on the coordinator's own folder (it once failed with the client
+    daemon's "unrecognized arguments"): its saved flags name the gateway, the service and
+    the CA, and each is checked as a participant reaches it."""
+    code, lines = _doctor("--state-dir", str(coordinator.state_dir))
+    assert code == 0, lines
+    gateway, service = coordinator.superlink, f"127.0.0.1:{coordinator.service}"
+    assert _line(lines, f"Fleet gateway {gateway} reachable").startswith("✓")
+    assert _line(lines, f"coordinator service {service} reachable").startswith("✓")
+    assert _line(lines, f"Fleet gateway {gateway}: certificate valid").startswith("✓")
+    assert not [line for line in lines if "unrecognized" in line]

@@ -276,6 +276,39 @@ def state_dir_writable(path: Path) -> Result:
     return Result(True, f"state dir {path} writable" + ("" if path.exists() else " (to be made)"))
 
 
+COORDINATOR_DB = "coordinator.db"
+"""What marks a coordinator's state folder (a participant's holds none)."""
+
+
+def from_state_dir(state_dir: Path, given: Inputs) -> Inputs:
+    """`given`, completed from the daemon whose state folder `state_dir` is: a coordinator's
+    (its public port, service and CA, checked as a participant would reach them) or a
+    participant's (`from_saved_client`)."""
+    if (state_dir / COORDINATOR_DB).exists():
+        return from_saved_coordinator(state_dir, given)
+    return from_saved_client(state_dir, given)
+
+
+def from_saved_coordinator(state_dir: Path, given: Inputs) -> Inputs:
+    """`given`, with the coordinator's own addresses and CA from its saved flags (or its
+    defaults): the Fleet gateway and the service, dialled by the first name participants
+    use, and the CA it made in STATE/pki unless it was given one."""
+    from collabfl.coordinator import daemon
+    from collabfl.kernel.saved_args import with_saved
+
+    saved = daemon.parser().parse_args(with_saved(["--state-dir", str(state_dir)]))
+    name = daemon.public_names(saved)[0]
+    host = "127.0.0.1" if saved.host in ("0.0.0.0", "::", "") else name
+    made_ca = state_dir / "pki" / "ca.pem"
+    ca = saved.ssl_ca_certfile or (None if saved.insecure or not made_ca.exists() else made_ca)
+    return replace(
+        given,
+        coordinator=given.coordinator or f"{host}:{saved.superlink_port}",
+        service=given.service or f"{host}:{saved.service_port}",
+        ca=given.ca or ca,
+    )
+
+
 def from_saved_client(state_dir: Path, given: Inputs) -> Inputs:
     """`given`, with what it leaves out taken from the client daemon's saved settings in
     `state_dir` (kernel/saved_args.py), when there are any: the coordinator it dials,

@@ -336,7 +336,7 @@ def doctor(
 ) -> None:
     """Check this machine against the federation: one line per check, ✓ or ✗ with the fix
     (! passed, act soon). Exit status 1 when any check fails."""
-    from collabfl.cli.doctor import Inputs, checks, from_saved_client, run
+    from collabfl.cli.doctor import Inputs, checks, from_state_dir, run
 
     peers = list(peers or ())
     if members:
@@ -346,7 +346,7 @@ def doctor(
             coordinator, service, ca, data, tuple(peers), state_dir, device, client_id=client_id
         )
         if state_dir is not None:
-            inputs = from_saved_client(state_dir, inputs)
+            inputs = from_state_dir(state_dir, inputs)
     except ValueError as error:
         _fail(error)
     found = checks(inputs)
