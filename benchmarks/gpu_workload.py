@@ -9,9 +9,10 @@ on CUDA. For each runtime it reports:
   rewards (GGC's evaluations) / evaluate / overhead: the round's wall time less the
   clients' work (summed in process, where clients take turns; the slowest client's in a
   federation, where they run at once);
-- training images per second (all clients' training samples over their training seconds)
-  against a bare PyTorch loop over the same Dataset with a DataLoader (same model, batch
-  size, precision, layout and workers), timed in this process first;
+- training images per second of the whole federation (all clients' samples over the time
+  they trained: summed in process, the slowest client's in a federation) against a bare
+  PyTorch loop over the same Dataset with a DataLoader (same model, batch size, precision,
+  layout and workers), timed in this process first;
 - the GPU's utilisation and memory, sampled with nvidia-smi while the runtime runs;
 - the most peer models a client held at once, against Bc + 1 (DPFL's bound besides its own).
 
@@ -248,14 +249,20 @@ def _mean(values: Iterable[float]) -> float:
     return sum(listed) / len(listed)
 
 
-def training_rate(rows: list[dict[str, Any]], work: Workload) -> float:
-    """Training images per second over every client's steady rounds (one epoch of its
-    train split less the validation it holds out, data.val_fraction = 0.2)."""
-    images = seconds = 0.0
+def training_rate(rows: list[dict[str, Any]], work: Workload, runtime: str) -> float:
+    """Training images per second of the whole federation over its steady rounds: every
+    client's samples (one epoch of its train split less the validation it holds out,
+    data.val_fraction = 0.2) over the time its clients trained, which in process is the sum
+    of their training seconds (they take turns) and in a federation the slowest client's
+    (they train at once, sharing the machine)."""
+    per_client = work.train - round(0.2 * work.train)
+    by_round: dict[int, list[float]] = {}
     for row in rows:
         if row["round"] > 0:
-            images += work.train - round(0.2 * work.train)
-            seconds += row["train_s"]
+            by_round.setdefault(row["round"], []).append(row["train_s"])
+    images = sum(per_client * len(times) for times in by_round.values())
+    combine = sum if runtime == "inprocess" else max
+    seconds = sum(combine(times) for times in by_round.values())
     return images / seconds if seconds else 0.0
 
 
@@ -279,7 +286,7 @@ def measure(work: Workload, runtimes: tuple[str, ...], folder: Path) -> dict[str
     for runtime in runtimes:
         run = run_runtime(work, runtime, data_dir, folder / runtime)
         rows = run["rows"]
-        rate = training_rate(rows, work)
+        rate = training_rate(rows, work, runtime)
         figures["runtimes"][runtime] = {
             "steady_round_s": round_phases(rows, runtime),
             "wall_s": run["wall_s"],
