@@ -44,6 +44,7 @@ import workload_data
 from _common import BENCH_DIR, exit_on_sigterm, format_table, write_results
 from quickstart_time import collabfl_executable
 from torch.utils.data import DataLoader
+from train_throughput import backward_and_step
 
 from collabfl.kernel.models import build_model
 
@@ -177,13 +178,7 @@ def bare_loop(work: Workload, data_dir: Path, steps: int) -> dict[str, float]:
             )
             with autocast:
                 loss = F.cross_entropy(module(x), y)
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
+            backward_and_step(loss, optimizer, scaler)
             seen += len(y)
         return seen
 

@@ -102,17 +102,24 @@ def bare_side(model: str, config: TrainingConfig, data: TensorData, device: torc
             optimizer.zero_grad()
             with autocast():
                 loss = F.cross_entropy(module(x), data.y[index])
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
+            backward_and_step(loss, optimizer, scaler)
             total += loss.detach()
         return float(total) / steps
 
     return run
+
+
+def backward_and_step(
+    loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None
+) -> None:
+    """One step of the bare loop, through fp16's loss scaler when there is one."""
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
 
 
 def timed(run: Runner, steps: int, seed: int, device: torch.device) -> tuple[Stopwatch, float]:
