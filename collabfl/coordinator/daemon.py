@@ -342,7 +342,7 @@ def report_control_api_access(state: CoordinatorState, port: int) -> None:
     the platform cannot tell who calls) every local user, as a warning and an event."""
     if owner_lookup_available():
         log.info(
-            "SuperLink on %s:%s answers only this user's processes (uid %s)",
+            "the SuperLink's loopback port %s:%s answers only this user's processes (uid %s)",
             LOOPBACK, port, os.geteuid(),
         )  # fmt: skip
         return
