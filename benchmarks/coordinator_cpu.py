@@ -65,7 +65,7 @@ PROFILE_RATE = 97
 def role(cmdline: list[str]) -> str:
     """Which coordinator-side process a command line is."""
     text = " ".join(cmdline)
-    if "flower-superlink" in text:
+    if "flower-superlink" in text or "owner_gated_superlink" in text:
         return "superlink"
     if "collabfl.coordinator.daemon" in text:
         return "daemon"

@@ -3,12 +3,14 @@
 A real TLS federation of two clients runs a collabfl run while ``nobody`` (another local
 user: needs root to switch to it; CI runs as root) submits a foreign app with ``flwr run``
 to the coordinator's loopback SuperLink, with an FLWR_HOME that holds only the SuperLink's
-address and CA. Flower accepts the run (its Control API asks for no credential), but the
-coordinator starts ServerApps only for the runs it submitted: the foreign ServerApp never
-starts (its modules would leave a marker file when imported), so no participant is asked
-anything, and the coordinator logs the refusal. Meanwhile no process of the federation shows
-a Flower task token on its command line, and a task claim without the SuperExec secret is
-refused by the SuperLink and by every SuperNode. Once for each client runtime.
+address and CA: the SuperLink answers it 403 (coordinator/owner_gated_superlink.py). The same
+submission from the coordinator's own user is accepted by Flower (its Control API asks for no
+credential), but the coordinator starts ServerApps only for the runs it submitted: the
+foreign ServerApp never starts (its modules would leave a marker file when imported), so no
+participant is asked anything, and the coordinator logs the refusal. Meanwhile no process
+of the federation shows a Flower task token on its command line, and a task claim without
+the SuperExec secret is refused by the SuperLink and by every SuperNode. Once for each client
+runtime.
 """
 
 from __future__ import annotations
@@ -41,12 +43,17 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 system Python of the same version runs flwr from the venv's site-packages."""
 
 
-def _as_stranger(command: list[str], home: Path) -> list[str]:
+def _with_home(command: list[str], home: Path) -> list[str]:
+    """``command`` with only ``home``'s Flower connection and the venv's Flower."""
     site = next(p for p in sys.path if p.endswith("site-packages"))
     env = [f"HOME={home}", f"FLWR_HOME={home / 'flwr'}", f"PYTHONPATH={site}"]
     env += ["FLWR_TELEMETRY_ENABLED=0", "FLWR_DISABLE_UPDATE_CHECK=1", "PATH=/usr/bin:/bin"]
+    return ["env", "-i", *env, *command]
+
+
+def _as_stranger(command: list[str], home: Path) -> list[str]:
     switch = ["setpriv", "--reuid", STRANGER, "--regid", "nogroup", "--clear-groups"]
-    return [*switch, "env", "-i", *env, *command]
+    return [*switch, *_with_home(command, home)]
 
 
 def _stranger_home(root: Path, coordinator_dir: Path) -> Path:
@@ -130,8 +137,16 @@ def test_a_foreign_app_from_another_local_user_runs_nowhere(tmp_path, outside, r
         app = write_foreign_app(home / "app", markers)
         shutil.chown(app, STRANGER)
         submit = ["-c", "from flwr.cli.app import app; app()", "run", str(app), "dep"]
-        done = subprocess.run(
+        stranger = subprocess.run(
             _as_stranger([SYSTEM_PYTHON, *submit], home),
+            capture_output=True, text=True, timeout=120, check=False, cwd=home,
+        )  # fmt: skip
+        assert stranger.returncode != 0  # the SuperLink answers the coordinator's user only
+        assert "403" in stranger.stdout + stranger.stderr, stranger
+        # A run the coordinator did not submit, from its own user (what the stranger's was
+        # before coordinator/owner_gated_superlink.py): Flower accepts it, nothing runs it.
+        done = subprocess.run(
+            _with_home([SYSTEM_PYTHON, *submit], home),
             capture_output=True, text=True, timeout=120, check=False, cwd=home,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr  # Flower accepts it

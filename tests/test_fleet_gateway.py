@@ -17,11 +17,13 @@ import ssl
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from federation_faults import wait_logged
+from flwr.proto.control_pb2 import StopRunRequest
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app as cli_app
@@ -31,6 +33,7 @@ from collabfl.flower.processes import SUPERNODE_CONNECTED, flower_binary, flower
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group
 from collabfl.launcher.federation import free_ports
+from tests.support.other_user import SYSTEM_PYTHON, as_stranger
 from tests.support.pki import TestCA
 
 
@@ -120,6 +123,39 @@ def test_fleet_calls_are_forwarded(coordinator):
 
 def test_the_coordinator_itself_still_uses_the_control_api_on_loopback(coordinator):
     assert coordinator.flwr("ls")["success"] is True
+
+
+KNOCK = """
+import http.client, ssl, sys
+host, port = sys.argv[1].rsplit(":", 1)
+blind = ssl._create_unverified_context()
+stop = bytes.fromhex(sys.argv[2])
+for path, body in (("/v1/control/list-runs", b""), ("/v1/control/stop-run", stop)):
+    try:
+        link = http.client.HTTPSConnection(host, int(port), context=blind, timeout=10)
+        link.request("POST", path, body=body, headers={"content-type": "application/protobuf"})
+        answer = link.getresponse()
+        print(path, answer.status, answer.read().decode(errors="replace").strip())
+    except OSError as error:
+        print(path, "refused", type(error).__name__)
+"""
+"""``curl -k`` from another local user: no CA, no credential, the loopback SuperLink's port."""
+
+
+def test_another_local_user_cannot_list_or_stop_runs_on_the_loopback_superlink(coordinator):
+    connection = tomllib.loads((flower_home(coordinator.state_dir) / "config.toml").read_text())
+    address = connection["superlink"]["collabfl"]["address"]
+    stop = StopRunRequest(run_id=1).SerializeToString().hex()
+    done = subprocess.run(
+        as_stranger([SYSTEM_PYTHON, "-c", KNOCK, address, stop]),
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    answers = done.stdout.splitlines()
+    assert len(answers) == 2, done
+    for answer in answers:  # before: list-runs 200 with the runs, stop-run Flower's own answer
+        assert " 403 this SuperLink answers only the processes of its own user" in answer
+    assert "refused a connection" in (coordinator.state_dir / "superlink.log").read_text()
+    assert coordinator.flwr("ls")["success"] is True  # the coordinator's user still may
 
 
 def _spawn(command: list[str], log_path: Path, env: Mapping[str, str]) -> subprocess.Popen:

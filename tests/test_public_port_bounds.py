@@ -27,7 +27,8 @@ from collabfl.coordinator.coordinator_pki import ensure_pki
 from collabfl.coordinator.enrolment import Enroller
 from collabfl.coordinator.enrolment_store import EnrolmentStore
 from collabfl.coordinator.fleet_gateway import PUSH_PATH, FleetGateway, GatewayLimits
-from collabfl.coordinator.join_endpoint import JOIN_PATH, MAX_JOINS_IN_FLIGHT, JoinEndpoint
+from collabfl.coordinator.join_endpoint import JOIN_PATH, JoinEndpoint
+from collabfl.coordinator.join_slots import MAX_JOINS_IN_FLIGHT, MAX_JOINS_PER_ADDRESS, JoinSlots
 from collabfl.coordinator.state import CoordinatorState
 
 LIMITS = GatewayLimits(per_peer=6, max_concurrency=16, header_timeout_s=5.0, body_timeout_s=3.0)
@@ -48,8 +49,8 @@ async def _health(request: object) -> PlainTextResponse:
 @pytest.fixture
 def port(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[int]:
     """A started gateway's port; joins in flight bounded by the test's parameter (else by
-    the default, above ``LIMITS.per_peer``)."""
-    max_joins = getattr(request, "param", MAX_JOINS_IN_FLIGHT)
+    the defaults)."""
+    slots = getattr(request, "param", JoinSlots())
     fleet = FakeFleet()
     routes = [Route(PUSH_PATH, fleet.push, methods=["POST"]), Route("/health", _health)]
     upstream, upstream_port = _serve(Starlette(routes=routes))
@@ -61,7 +62,7 @@ def port(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[int]:
     )  # fmt: skip
     gateway = FleetGateway(
         "127.0.0.1", 0, f"http://127.0.0.1:{upstream_port}", None, None,
-        enrolment=JoinEndpoint(enroller, max_joins=max_joins), limits=LIMITS,
+        enrolment=JoinEndpoint(enroller, slots=slots), limits=LIMITS,
     )  # fmt: skip
     yield gateway.start()
     gateway.stop()
@@ -109,6 +110,11 @@ def _ask(port: int, method: str, path: str, source: str, body: bytes = b"") -> h
         return client.request(method, f"http://127.0.0.1:{port}{path}", content=body)
 
 
+WIDE_SHARE = JoinSlots(MAX_JOINS_IN_FLIGHT, per_address=MAX_JOINS_IN_FLIGHT)
+"""Join slots that one address may fill: the port's connection bound is what bites."""
+
+
+@pytest.mark.parametrize("port", [WIDE_SHARE], indirect=True)
 def test_slow_joins_from_one_address_are_bounded_and_dropped_while_fleet_answers(port):
     excess = 14
     opened = time.monotonic()
@@ -128,7 +134,7 @@ def test_slow_joins_from_one_address_are_bounded_and_dropped_while_fleet_answers
             join.connection.close()
 
 
-@pytest.mark.parametrize("port", [MAX_JOINS], indirect=True)
+@pytest.mark.parametrize("port", [JoinSlots(MAX_JOINS, per_address=MAX_JOINS)], indirect=True)
 def test_joins_in_flight_have_their_own_bound(port):
     joins = [SlowJoin(port, f"127.0.0.{10 + n}") for n in range(MAX_JOINS)]
     try:
@@ -139,6 +145,22 @@ def test_joins_in_flight_have_their_own_bound(port):
         assert _ask(port, "POST", PUSH_PATH, "127.0.0.32").status_code == 200
         _wait_until(lambda: _closed(joins) == len(joins), limit_s=30)  # the body deadline
         assert _post_join(port, "127.0.0.33").status_code == 403  # served again: no token
+    finally:
+        for join in joins:
+            join.connection.close()
+
+
+def test_one_address_gets_its_share_of_the_joins_and_no_more(port):
+    """Before: one address held all 8 join slots with slow bodies, and every other machine's
+    join got 503 until the body deadline dropped them."""
+    joins = [SlowJoin(port, "127.0.0.40") for _ in range(MAX_JOINS_PER_ADDRESS)]
+    try:
+        _wait_until(lambda: _post_join(port, "127.0.0.40").status_code == 503, limit_s=10)
+        busy = _post_join(port, "127.0.0.40")
+        assert busy.headers["retry-after"] == "2"
+        assert "2 joins from 127.0.0.40 are being served, the most one address" in busy.text
+        assert _post_join(port, "127.0.0.41").status_code == 403  # served: no token
+        assert _closed(joins) == 0  # the share itself is still held
     finally:
         for join in joins:
             join.connection.close()

@@ -1,8 +1,9 @@
 """``collabfl-coordinator``: the federation's coordinator process.
 
-It supervises a Flower SuperLink (no runtime dependency installation)
-listening on loopback only, faces the network with a Fleet-only gateway in front of it
-(coordinator/fleet_gateway.py: SuperNodes get in, ``flwr run`` and the Control API do not),
+It supervises a Flower SuperLink (no runtime dependency installation) listening on loopback
+only, for the coordinator's own user alone where the platform tells who calls
+(coordinator/owner_gated_superlink.py), faces the network with a Fleet-only gateway in front
+of it (coordinator/fleet_gateway.py: SuperNodes get in, ``flwr run`` and the Control API do not),
 serves the coordinator gRPC service (members, runs, rounds, graphs, metrics, events,
 grants; SQLite under ``--state-dir``) and launches the Flower ServerApp of every active run
 with ``flwr run``, each with a run ticket the clients check (kernel/tickets.py) and the
@@ -111,6 +112,7 @@ from collabfl.kernel.pki import issue, private_key_pem
 from collabfl.kernel.saved_args import save as save_args
 from collabfl.kernel.saved_args import with_saved
 from collabfl.kernel.sealed import CLOCK_LEEWAY_S
+from collabfl.kernel.socket_owner import owner_lookup_available
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor, stop_group
 from collabfl.kernel.tickets import RunEnd, TicketSigner
 from collabfl.kernel.tls import ServerTLS
@@ -149,6 +151,8 @@ IN_MEMORY_DATABASE = ":flwr-in-memory:"
 """The ``--database`` that makes flower-superlink keep its state and objects in Python dicts,
 no SQLAlchemy (Flower's FLWR_IN_MEMORY_DB_NAME; tests/test_flower_contract_linkstate.py pins
 it)."""
+CONTROL_API_OPEN = "control_api_open"
+"""The federation-wide event of a start whose SuperLink answers every local user."""
 PRIVATE_KEY_FILE = "grant_key.pem"
 """The coordinator's Ed25519 key: it signs peer-fetch grants and run tickets."""
 PUBLIC_KEY_FILE = "grant_key.pub.pem"
@@ -297,7 +301,7 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
     if args.superlink_state == "disk":
         database = str((args.state_dir / "superlink.db").resolve())
     command = [
-        flower_binary("flower-superlink"),
+        *superlink_program(),
         "--database",
         database,
         "--disable-runtime-dependency-installation",
@@ -323,6 +327,33 @@ def superlink_command(args: argparse.Namespace) -> list[str]:
         str(tls.key),
         "--enable-supernode-auth",
     ]
+
+
+def superlink_program() -> list[str]:
+    """Flower's SuperLink, gated on this user where the kernel names the owners of loopback
+    connections (coordinator/owner_gated_superlink.py); Flower's own program elsewhere."""
+    if owner_lookup_available():
+        return [sys.executable, "-m", "collabfl.coordinator.owner_gated_superlink"]
+    return [flower_binary("flower-superlink")]
+
+
+def report_control_api_access(state: CoordinatorState, port: int) -> None:
+    """Say at start who can use the SuperLink's loopback port: only this user, or (where
+    the platform cannot tell who calls) every local user, as a warning and an event."""
+    if owner_lookup_available():
+        log.info(
+            "the SuperLink's loopback port %s:%s answers only this user's processes (uid %s)",
+            LOOPBACK, port, os.geteuid(),
+        )  # fmt: skip
+        return
+    message = (
+        f"the SuperLink's Control API on {LOOPBACK}:{port} answers every local user of this "
+        "host (list, submit and stop runs): this platform does not tell who opens a loopback "
+        "connection (no /proc/net/tcp) and Flower has no Control API authentication; keep "
+        "other users off this host or close the port to them with a firewall owner rule"
+    )
+    log.warning("%s", message)
+    state.record_event("", CONTROL_API_OPEN, message, "warning")
 
 
 def superlink_starting(args: argparse.Namespace, restorer: KeyRestorer | None) -> None:
@@ -813,6 +844,7 @@ def main(argv: list[str] | None = None) -> int:
     # daemon reach it through the gateway, which holds their calls until it answers.
     # With TLS only registered keys join: each SuperLink start needs them (the first too,
     # after a restart of this daemon).
+    report_control_api_access(state, args.superlink_internal_port)
     control = superlink_control(args)
     registry = None if files is None else supernode_registry(control)
     restorer = None if registry is None else key_restorer(state, registry, control)

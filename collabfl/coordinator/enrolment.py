@@ -11,8 +11,9 @@ and gets back its certificate, the CA, the grant verification key and a register
 SuperNode. No private key crosses the network, and no file is copied by hand.
 
 A token is single use, bound to one identity, and expires; a replayed, expired or unknown
-token is refused and recorded as an event, and an address that keeps failing is refused
-for a while (``JoinThrottle``). ``revoke`` takes an identity out everywhere: its
+token is refused and recorded as an event (ten a minute in all, the rest counted in the next
+one: coordinator/event_ration.py), and an address that keeps failing is refused for a while
+(``JoinThrottle``). ``revoke`` takes an identity out everywhere: its
 SuperNode key is unregistered from the SuperLink and its certificate's serial goes on the
 deny list that the coordinator service and every peer consult (kernel/revocation.py).
 """
@@ -39,6 +40,7 @@ from collabfl.coordinator.enrolment_store import (
     JoinToken,
     TokenRefused,
 )
+from collabfl.coordinator.event_ration import EventRation
 from collabfl.coordinator.state import CoordinatorState, NotFound
 from collabfl.flower.supernode_key import supernode_key_pem
 from collabfl.kernel.identity import Identity, Role
@@ -128,10 +130,14 @@ class EnrolmentUnavailable(RuntimeError):
 @dataclass
 class JoinThrottle:
     """At most ``max_failures`` failed joins per address within ``window_s``; beyond, the
-    address is refused until its oldest failure leaves the window."""
+    address is refused until its oldest failure leaves the window. Only addresses that
+    failed are kept, and those whose failures all left the window are forgotten once the
+    table has grown (a flood from many addresses once grew it for good)."""
 
     max_failures: int = 5
     window_s: float = 300.0
+    forget_at: int = 4096
+    """Table size at which addresses of long ago are swept out (doubles while all are recent)."""
     _failures: dict[str, deque[float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -146,10 +152,14 @@ class JoinThrottle:
 
     def failed(self, address: str, now: float) -> None:
         with self._lock:
-            self._recent(address, now).append(now)
+            self._failures.setdefault(address, deque()).append(now)
+            if len(self._failures) >= self.forget_at:
+                since = now - self.window_s
+                self._failures = {a: d for a, d in self._failures.items() if d[-1] > since}
+                self.forget_at = max(self.forget_at, 2 * len(self._failures))
 
     def _recent(self, address: str, now: float) -> deque[float]:
-        recent = self._failures.setdefault(address, deque())
+        recent = self._failures.get(address, deque())
         while recent and recent[0] <= now - self.window_s:
             recent.popleft()
         return recent
@@ -178,6 +188,7 @@ class Enroller:
         join_address: str,
         throttle: JoinThrottle | None = None,
         clock: Callable[[], float] = time.time,
+        refusals: EventRation | None = None,
     ) -> None:
         self.tls = tls
         self.store = store
@@ -187,6 +198,8 @@ class Enroller:
         self.service_address = service_address
         self.join_address = join_address
         self.throttle = throttle or JoinThrottle()
+        self.refusals = refusals or EventRation()
+        """Failed joins' events and log lines, across addresses (the throttle is per address)."""
         self.clock = clock
         self._lock = threading.Lock()
         DENIED.replace(store.revoked_serials())
@@ -242,7 +255,12 @@ class Enroller:
                 return reply
         except (TokenRefused, ValueError) as error:
             self.throttle.failed(address, now)
-            self._event("join_refused", f"join from {address} refused: {error}", "warning")
+            unwritten = self.refusals.admit(now)
+            if unwritten is not None:
+                message = f"join from {address} refused: {error}"
+                if unwritten:
+                    message += f"; {unwritten} more failed joins since the last one recorded"
+                self._event("join_refused", message, "warning")
             raise JoinRefused(str(error)) from None
 
     def _admit(self, token: JoinToken, request: JoinRequest) -> JoinReply:

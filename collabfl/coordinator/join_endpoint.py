@@ -15,9 +15,10 @@ over its TLS, with no client certificate required:
 
 Nothing else is reachable through it: every other path under the prefix is 404, and the
 body of a join is read only up to its limit. At most ``MAX_JOINS_IN_FLIGHT`` joins are served
-at once (503 with ``Retry-After`` beyond, which a joining machine waits out): joins run one
-at a time (coordinator/enrolment.py), each on a worker thread, so more would only hold
-connections and threads that SuperNodes need. The port's per-address bound and header and
+at once, ``MAX_JOINS_PER_ADDRESS`` of them from one address (coordinator/join_slots.py; 503
+with ``Retry-After`` beyond, which a joining machine waits out): joins run one at a time
+(coordinator/enrolment.py), each on a worker thread, so more would only hold connections and
+threads that SuperNodes need. The port's per-address bound and header and
 body deadlines (coordinator/public_protocol.py) apply here as on the Fleet API.
 """
 
@@ -38,13 +39,13 @@ from collabfl.coordinator.enrolment import (
     JoinRequest,
     TooManyAttempts,
 )
+from collabfl.coordinator.join_slots import JoinSlots
 from collabfl.kernel.tickets import RunEnd, published_run_ends
 
 PREFIX = "/collabfl/v1/"
 CA_PATH, JOIN_PATH, REVOKED_PATH = PREFIX + "ca", PREFIX + "join", PREFIX + "revoked"
 MAX_JOIN_BODY = 64 * 1024
 """A join carries a token, a CSR and a public key: a few kilobytes."""
-MAX_JOINS_IN_FLIGHT = 8
 RETRY_AFTER_S = 2
 
 
@@ -59,13 +60,11 @@ class JoinEndpoint:
         self,
         enroller: Enroller,
         ended_runs: Callable[[], Mapping[str, RunEnd]] = dict,
-        max_joins: int = MAX_JOINS_IN_FLIGHT,
+        slots: JoinSlots | None = None,
     ) -> None:
         self.enroller = enroller
         self.ended_runs = ended_runs
-        self.max_joins = max_joins
-        self.joins = 0
-        """Joins being served (the event loop's thread alone counts)."""
+        self.slots = slots or JoinSlots()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -90,19 +89,18 @@ class JoinEndpoint:
                 }
             )
         if route == ("POST", JOIN_PATH):
-            if self.joins >= self.max_joins:
-                busy = f"{self.joins} joins are being served, the most at once: try again"
+            address = request.client.host if request.client is not None else "unknown"
+            busy = self.slots.take(address)
+            if busy is not None:
                 headers = {"Retry-After": str(RETRY_AFTER_S), "Connection": "close"}
                 return PlainTextResponse(busy, 503, headers=headers)
-            self.joins += 1
             try:
-                return await self._join(request)
+                return await self._join(request, address)
             finally:
-                self.joins -= 1
+                self.slots.give_back(address)
         return PlainTextResponse("not found", 404)
 
-    async def _join(self, request: Request) -> Response:
-        address = request.client.host if request.client is not None else "unknown"
+    async def _join(self, request: Request, address: str) -> Response:
         try:
             body = await read_body(request, MAX_JOIN_BODY)
             join = JoinRequest.from_json(json.loads(body))

@@ -1,0 +1,67 @@
+"""kernel/socket_owner.py: the uid behind a loopback connection, read from the kernel."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from collabfl.kernel.socket_owner import connection_owner, owner_lookup_available
+from tests.support.other_user import STRANGER_UID, SYSTEM_PYTHON, as_stranger
+
+pytestmark = pytest.mark.skipif(not owner_lookup_available(), reason="needs /proc/net/tcp")
+
+CONNECT_AND_WAIT = """
+import socket, sys
+socket.create_connection(("127.0.0.1", int(sys.argv[1]))).recv(1)
+"""
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(20)
+        yield server
+
+
+def test_this_users_connection_is_this_users(listener):
+    with socket.create_connection(listener.getsockname()):
+        accepted, peer = listener.accept()
+        with accepted:
+            assert connection_owner(peer, accepted.getsockname()) == os.geteuid()
+
+
+def test_a_dual_stack_caller_is_found_in_tcp6(listener):
+    with socket.socket(socket.AF_INET6) as caller:
+        caller.connect(("::ffff:127.0.0.1", listener.getsockname()[1]))
+        accepted, peer = listener.accept()
+        with accepted:
+            assert connection_owner(peer, accepted.getsockname()) == os.geteuid()
+
+
+def test_another_users_connection_is_theirs(listener):
+    port = str(listener.getsockname()[1])
+    stranger = subprocess.Popen(as_stranger([SYSTEM_PYTHON, "-c", CONNECT_AND_WAIT, port]))
+    try:
+        accepted, peer = listener.accept()
+        with accepted:
+            assert connection_owner(peer, accepted.getsockname()) == STRANGER_UID
+            accepted.sendall(b"x")  # lets the stranger go
+    finally:
+        stranger.wait(timeout=20)
+
+
+def test_a_closed_connection_has_no_owner_even_in_time_wait(listener):
+    caller = socket.create_connection(listener.getsockname())
+    accepted, peer = listener.accept()
+    local = accepted.getsockname()
+    caller.close()  # the caller's side waits in TIME_WAIT, shown as uid 0's
+    accepted.close()
+    time.sleep(0.2)
+    assert connection_owner(peer, local) is None
