@@ -13,7 +13,7 @@ from support.coordinator import served, valid_request
 from support.pki import TestCA
 from typer.testing import CliRunner, Result
 
-from collabfl.cli import admin_results  # noqa: F401  (registers results)
+from collabfl.cli import admin_results
 from collabfl.cli.admin import admin_app
 from collabfl.coordinator.run_files import CHUNK_BYTES
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
@@ -32,6 +32,8 @@ class Coordinator:
     """`collabfl admin` flags that connect as the operator."""
     secret: Path
     """A file beside the runs folder that no request may read."""
+    folder: Path
+    """Run r1's folder."""
 
     def operator(self) -> CoordinatorClient:
         alice = self.ca.operator()
@@ -67,7 +69,7 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
     ):
         state.create_run("r1", "dpfl", valid_request())
         state.create_run("r2", "dpfl", valid_request(out_dir="study/two"))
-        yield Coordinator(address, ca, ["--coordinator", address, *flags], secret)
+        yield Coordinator(address, ca, ["--coordinator", address, *flags], secret, folder)
 
 
 def _admin(coordinator: Coordinator, *args: str) -> Result:
@@ -157,3 +159,16 @@ def test_another_role_cannot_read_results(coordinator: Coordinator) -> None:
                 lambda: caller.read_run_file("r1", "results.md"),
                 grpc.StatusCode.PERMISSION_DENIED,
             )
+
+
+def test_a_file_pruned_since_the_listing_is_skipped(
+    coordinator: Coordinator, tmp_path: Path
+) -> None:
+    """A running run deletes old graph files (retention) while the laptop downloads."""
+    into = tmp_path / "laptop"
+    with coordinator.operator() as operator:
+        listed = operator.run_results("r1").files
+        (coordinator.folder / "graphs" / "round_0000.json").unlink()
+        copied = admin_results._download(operator, "r1", listed, into)
+    assert [f.path for f in copied] == ["metrics.jsonl", "results.md"]
+    assert not (into / "graphs" / "round_0000.json").exists()

@@ -9,6 +9,7 @@ run's folder, and writes nothing outside DIR whatever path the coordinator names
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated
 
@@ -42,7 +43,7 @@ def results(
         run = client.get_run(run_id)
         found = client.run_results(run_id)
         if download is not None:
-            _download(client, run_id, found.files, download)
+            found = replace(found, files=_download(client, run_id, found.files, download))
     if as_json:
         _print_json(found)
         return
@@ -64,20 +65,40 @@ def results(
     )
 
 
-def _download(client: CoordinatorClient, run_id: str, files: list[RunFile], into: Path) -> None:
-    """Each file under ``into`` at its path in the run's folder, read a chunk at a time."""
+def _download(
+    client: CoordinatorClient, run_id: str, files: list[RunFile], into: Path
+) -> list[RunFile]:
+    """Each file under ``into`` at its path in the run's folder, read a chunk at a time; the
+    files copied. One deleted since it was listed (a running run prunes graphs) is skipped."""
+    import grpc
+
+    from collabfl.coordinator.service_client import CoordinatorError
+
     root = into.resolve()
+    copied = []
     for listed in files:
         target = _target(root, listed.path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("wb") as out:
-            offset, size = 0, listed.size
-            while offset < size:
-                data, size = client.read_run_file(run_id, listed.path, offset)
-                if not data:
-                    break
-                out.write(data)
-                offset += len(data)
+        try:
+            _copy(client, run_id, listed, target)
+        except CoordinatorError as error:
+            if error.code != grpc.StatusCode.NOT_FOUND:
+                raise
+            target.unlink(missing_ok=True)
+            continue
+        copied.append(listed)
+    return copied
+
+
+def _copy(client: CoordinatorClient, run_id: str, listed: RunFile, target: Path) -> None:
+    with target.open("wb") as out:
+        offset, size = 0, listed.size
+        while offset < size:
+            data, size = client.read_run_file(run_id, listed.path, offset)
+            if not data:
+                break
+            out.write(data)
+            offset += len(data)
 
 
 def _target(root: Path, path: str) -> Path:
