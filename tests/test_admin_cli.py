@@ -264,6 +264,41 @@ def test_events(address: str) -> None:
     assert "peer_skipped" in out and "digest mismatch" in out
 
 
+def test_events_of_the_whole_federation_by_a_documented_flag(
+    address: str, state: CoordinatorState
+) -> None:
+    state.record_event("", "join_refused", "join from 10.1.2.3 refused", "warning")
+    everything = _ok(address, "events", "--all")
+    assert "exp-1" in everything and "join_refused" in everything and "peer_skipped" in everything
+    assert "join_refused" not in _ok(address, "events", "exp-1")
+    for neither_or_both in ((), ("exp-1", "--all")):
+        assert _admin(address, "events", *neither_or_both).exit_code == exit_status.USAGE
+
+
+LONG_HOST = "lab-0.radiology.university-hospital.example.org"
+LONG_MESSAGE = (
+    "digest mismatch from client 3's model of round 1: expected ab12cd34, got ef56ab78; "
+    "the peer is skipped for this round"
+)
+
+
+def test_members_and_events_read_at_80_columns(
+    address: str, state: CoordinatorState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns rich folded every cell a few letters a line; a table too wide prints
+    its rows as records, so addresses and messages stay whole (issue #42, 7)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(admin, "console", Console())
+    state.register_members([Member(7, 10**18 + 7, f"{LONG_HOST}:9200", 50)])
+    state.record_event("exp-1", "peer_skipped", LONG_MESSAGE, round=1, client_id=3)
+    members = _ok(address, "members").splitlines()
+    events = _ok(address, "events", "--all").splitlines()
+    assert max(len(line) for line in members + events) <= 80
+    assert any(f"{LONG_HOST}:9200" in line for line in members)
+    assert any("1000000000000000007" in line for line in members)
+    assert LONG_MESSAGE in " ".join(line.strip() for line in events)
+
+
 def test_stop_then_stop_an_ended_run(address: str) -> None:
     assert "run exp-1: stop requested (status stopping)" in _ok(address, "stop", "exp-1")
     assert "stopping" in _ok(address, "runs")

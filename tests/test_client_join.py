@@ -55,7 +55,7 @@ def _token_file(tmp_path: Path, token: str) -> Path:
     return path
 
 
-def _join(address: str, token: Path, data: Path, state_dir: Path, *extra: str) -> int:
+def _join(address: str, token: Path, data: Path | str, state_dir: Path, *extra: str) -> int:
     return join.main([address, "--token-file", str(token), "--data", str(data),
                       "--state-dir", str(state_dir), "--no-start", *extra])  # fmt: skip
 
@@ -215,3 +215,44 @@ def test_the_printed_invite_line_puts_no_token_on_any_command_line(
     path = f"{BIN}{os.pathsep}{os.environ['PATH']}"
     retrying(["sh"], stdin=line.encode() + b"\n", env={"PATH": path})
     assert _argv_holding(token) == []
+
+
+def test_the_invite_line_leaves_the_data_to_the_lab(coordinator: Coordinator, tmp_path):  # noqa: F811
+    """The coordinator cannot know where a lab keeps its data: the printed line holds DATA
+    and says what the lab puts there (issue #42, 7)."""
+    server, port = serve(coordinator.state, FakeSigner(), enroller=coordinator.enroller)
+    try:
+        invited = CliRunner(env={"COLUMNS": "250"}).invoke(admin_app, [
+            "--coordinator", f"127.0.0.1:{port}", "invite", "--client-id", "4", "--host",
+            "127.0.0.1",
+        ])  # fmt: skip
+    finally:
+        server.stop(None)
+    assert invited.exit_code == 0, invited.output
+    *before, line = invited.output.strip().splitlines()
+    assert shlex.split(line)[4:6] == ["--data", "DATA"]
+    assert any("replaces DATA" in said and "pkg.mod:factory" in said for said in before)
+
+
+def test_a_join_with_the_placeholder_spends_nothing(coordinator, data, tmp_path, capsys):  # noqa: F811
+    state_dir, token = tmp_path / "state", _token_file(tmp_path, coordinator.invite(3))
+    assert _join(coordinator.address, token, Path("DATA"), state_dir) == 2
+    said = capsys.readouterr().err
+    assert "--data DATA: no such file" in said and "the token is unspent" in said
+    assert _join(coordinator.address, token, data, state_dir) == 0
+
+
+def test_a_join_takes_a_data_factory_the_lab_allows(coordinator, tmp_path, capsys):  # noqa: F811
+    """`--data pkg.mod:factory` as the daemon takes it, with its --allow-import, saved for
+    the daemon; without the allowance it is refused before the token is spent."""
+    from collabfl.client import daemon
+    from collabfl.kernel.saved_args import with_saved
+
+    state_dir, token = tmp_path / "state", _token_file(tmp_path, coordinator.invite(3))
+    factory = "mylab.data:clients"
+    assert _join(coordinator.address, token, factory, state_dir) == 2
+    assert "--allow-import" in capsys.readouterr().err
+    allowed = ("--allow-import", factory)
+    assert _join(coordinator.address, token, factory, state_dir, *allowed) == 0
+    saved = daemon.parser().parse_args(with_saved(["--state-dir", str(state_dir)]))
+    assert (saved.data, saved.allow_import, saved.client_id) == (factory, [factory], 3)

@@ -151,3 +151,36 @@ def test_the_rooms_picture_is_what_the_code_imports():
     edges = draw_rooms.room_imports()
     assert ("strategies", "kernel") in edges and ("cli", "engine") in edges
     assert draw_rooms.drawn_document(text) == text, "stale: run python docs/draw_rooms.py"
+
+
+DATA_FILE = re.compile(r"--data\s+(\S+\.npz)")
+PREPARED_NAME = re.compile(r"client-(\d+|K)\.npz")
+"""How `collabfl federation prepare` names a client's file (launcher/federation.py)."""
+
+
+def test_a_participants_data_file_has_the_name_prepare_gives_it() -> None:
+    """The README said `/data/lab-a.npz` where `prepare` writes `client-K.npz`: every data
+    file the docs, the deploy files and the join's example pass as --data is named as
+    `prepare` names it (issue #42, 7)."""
+    from collabfl.client.join import EXAMPLE
+
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in DOCS}
+    for path in sorted((ROOT / "deploy").rglob("*")):
+        if path.is_file() and path.suffix in {".md", ".service", ".yml"}:
+            sources[str(path.relative_to(ROOT))] = path.read_text()
+    sources["collabfl/client/join.py EXAMPLE"] = EXAMPLE
+    named = {
+        (where, m.group(1)) for where, text in sources.items() for m in DATA_FILE.finditer(text)
+    }
+    assert ("README.md", "/data/client-0.npz") in named
+    assert [(w, f) for w, f in sorted(named) if not PREPARED_NAME.fullmatch(Path(f).name)] == []
+
+
+def test_no_invite_line_in_the_docs_asks_the_coordinator_for_a_labs_path() -> None:
+    invites = [
+        line
+        for path in DOCS
+        for line in path.read_text().splitlines()
+        if "admin invite --client-id" in line and line.lstrip().startswith("collabfl")
+    ]
+    assert invites and not [line for line in invites if "--data" in line]

@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
+from collabfl.cli.doctor_local import STATE_ENV, package_version, state_dirs
 from collabfl.cli.main import app
 from collabfl.launcher.federation import free_ports
 from tests.support.client_data import spoil, write_client_data
@@ -176,3 +179,35 @@ def test_a_coordinator_state_dir_checks_its_public_port_and_service(coordinator)
     assert _line(lines, f"coordinator service {service} reachable").startswith("✓")
     assert _line(lines, f"Fleet gateway {gateway}: certificate valid").startswith("✓")
     assert not [line for line in lines if "unrecognized" in line]
+
+
+def test_bare_doctor_checks_this_machine(tmp_path, monkeypatch):
+    """Given nothing it used to check nothing (exit 2); now it checks the software, CUDA,
+    the run folder and the state folder named in the environment (issue #42, 7)."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["doctor"], env={STATE_ENV: str(tmp_path / "state")})
+    lines = result.output.splitlines()
+    assert result.exit_code == 0, lines
+    for pattern in (r"^✓ Python 3\.", r"^✓ torch ", r"^✓ flwr 1\.4[12]\.", r"^✓ grpcio ",
+                    r"^✓ protobuf ", r"^[✓!] CUDA", r"^✓ run folder .*runs writable",
+                    r"^✓ state dir .*state writable"):  # fmt: skip
+        _line(lines, pattern)
+
+
+def test_a_package_outside_collabfls_bounds_fails_with_the_fix():
+    flwr = Requirement("flwr>=1.41,<1.43")
+    assert package_version("flwr", "1.42.0", flwr).ok
+    old = package_version("flwr", "1.40.2", flwr)
+    assert not old.ok and old.render() == (
+        "✗ flwr 1.40.2, but collabfl needs <1.43,>=1.41 — fix: pip install 'flwr<1.43,>=1.41' "
+        "(requirements.txt pins what the tests ran on)"
+    )
+    assert not package_version("flwr", None, flwr).ok
+
+
+def test_state_dirs_from_the_environment_else_the_defaults_that_exist(tmp_path):
+    kept = tmp_path / "collabfl"
+    kept.mkdir()
+    defaults = (kept, tmp_path / "collabfl-client")
+    assert state_dirs({}, defaults) == [kept]
+    assert state_dirs({STATE_ENV: "/srv/mine"}, defaults) == [Path("/srv/mine")]

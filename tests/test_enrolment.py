@@ -10,6 +10,7 @@ a coordinator runs.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 import ssl
@@ -41,7 +42,7 @@ from collabfl.kernel.identity import Identity, Role, identity_of_certificate
 from collabfl.kernel.join_client import JoinFailed, join
 from collabfl.kernel.join_token import TokenParts
 from collabfl.kernel.pki import private_key_pem
-from collabfl.kernel.revocation import DENIED
+from collabfl.kernel.revocation import DENIED, serial_hex
 from collabfl.kernel.tickets import RunEnd
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 
@@ -75,6 +76,9 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+REMEDY = "ask the operator for a new invite: `collabfl admin invite --client-id {}`"
 
 
 @dataclass
@@ -166,8 +170,7 @@ def test_a_replayed_token_is_refused_and_recorded(coordinator):
     join(coordinator.address, token, _key(), SUPERNODE_KEY)
     with pytest.raises(JoinFailed, match=r"\(403\).*already used") as refused:
         join(coordinator.address, token, _key(), SUPERNODE_KEY)
-    assert "ask the federation's operator for a new invite" in str(refused.value)
-    assert "collabfl admin invite --client-id" in str(refused.value)
+    assert REMEDY.format(0) in str(refused.value)
     assert len(coordinator.superlink.registered) == 1
     assert any("already used" in m for m in coordinator.events("join_refused"))
 
@@ -175,9 +178,31 @@ def test_a_replayed_token_is_refused_and_recorded(coordinator):
 def test_an_expired_token_is_refused(coordinator):
     token = coordinator.invite(0, ttl_s=60)
     coordinator.clock.now += 61
-    with pytest.raises(JoinFailed, match="has expired"):
+    with pytest.raises(JoinFailed, match="has expired") as refused:
         join(coordinator.address, token, _key(), SUPERNODE_KEY)
+    assert REMEDY.format(0) in str(refused.value)
     assert coordinator.superlink.registered == {}
+
+
+def test_a_revoked_member_hears_revoked_and_the_remedy(coordinator, caplog):
+    """Its token left unspent says it was void by the revocation; its daemon, which learns
+    the deny list, logs once that it was revoked and how to come back (issue #42, 7)."""
+    joined = join(coordinator.address, coordinator.invite(4), _key(), SUPERNODE_KEY)
+    spare = coordinator.invite(4)  # unspent when the member is revoked
+    serial = serial_hex(x509.load_pem_x509_certificate(joined.certificate))
+    poller = RevocationPoller(coordinator.address, coordinator.files.ca, own=(4, serial))
+    poller.refresh()
+    assert not poller.revoked
+    coordinator.enroller.revoke(Role.MEMBER, "4")
+    with caplog.at_level(logging.ERROR, logger="collabfl.client.revocations"):
+        poller.refresh()
+        poller.refresh()
+    assert poller.revoked
+    [said] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "client 4 was revoked" in said and REMEDY.format(4) in said
+    with pytest.raises(JoinFailed, match="member 4 was revoked") as refused:
+        join(coordinator.address, spare, _key(), SUPERNODE_KEY)
+    assert REMEDY.format(4) in str(refused.value)
 
 
 def test_a_token_enrols_only_the_identity_it_was_minted_for(coordinator):

@@ -134,3 +134,16 @@ def test_an_exit_no_rule_explains_gives_flowers_last_words_without_the_chatter()
     )
     said = SupernodeReasons(WHERE, FakeProbe()).exited(output)
     assert said == "Exit Code: 999 | Something new went wrong."
+
+
+def test_a_revoked_member_is_told_so_not_how_to_enrol():
+    """Flower says only "failed to activate"; a daemon that knows it was revoked says that,
+    and the one command that brings it back (issue #42, 7)."""
+    line = "client 2 was revoked by the federation's operator; ask the operator for a new invite"
+    log = (LOGS / "unregistered.log").read_text()
+    said = SupernodeReasons(WHERE, FakeProbe(), lambda: True, line).exited(log)
+    _one_clean_line(said)
+    assert said.startswith(line) and "enrol this machine" not in said
+    assert SupernodeReasons(WHERE, FakeProbe(), lambda: False, line).exited(log) == _exited(
+        "unregistered.log"
+    )

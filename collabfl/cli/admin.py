@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from collabfl.cli.admin_layout import MISSING, print_table
 from collabfl.engine.report.coalition_moves import (
     coalition_moves,
     coalitions_document,
@@ -58,7 +59,7 @@ EXIT_UNREACHABLE = exit_status.FAILURE
 DENSE_LIMIT = 16
 """Up to this many clients a graph prints as a matrix; beyond, as an edge list."""
 
-_MISSING = "—"
+_MISSING = MISSING
 
 admin_app = typer.Typer(
     help="Inspect and steer a running coordinator.",
@@ -308,6 +309,7 @@ def _print_members(
             table.add_column("Flower node", overflow="fold")
             table.add_column("peer address", overflow="fold")
         colours = {"online": "green", "offline": "yellow"}
+        rows = []
         for member in members:
             state = member.presence
             cells = [
@@ -322,7 +324,8 @@ def _print_members(
                 address = escape(member.peer_address) or _MISSING
                 cells += [_optional(member.flower_node_id or None), address]
             table.add_row(*cells)
-        console.print(table)
+            rows.append(cells)
+        print_table(console, table, rows, lead=3)
     else:
         console.print("no members yet (none enrolled, registered or joined a run)")
     if error:
@@ -706,31 +709,47 @@ def coalitions(
 @admin_app.command()
 def events(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    run_id: Annotated[str | None, typer.Argument(metavar="[RUN]")] = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="every run's events and the federation's own (joins, refused joins, "
+            "invitations, revocations, impostors)",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """The run's recorded faults and notices, oldest first."""
+    """The run's recorded faults and notices, oldest first; `--all`: the whole federation's."""
+    if (run_id is None) != every:
+        raise typer.BadParameter("give a RUN or --all, not both")
     with _client(ctx) as client:
-        recorded = client.list_events(run_id)
+        recorded = client.list_events(run_id or "")
     if as_json:
         _print_json(recorded)
         return
     if not recorded:
-        console.print(f"run {run_id} has no events")
+        console.print("no events" if every else f"run {run_id} has no events")
         return
     colours = {"info": "", "warning": "yellow", "error": "red"}
-    table = Table("id", "time", "round", "level", "kind", "client", "message")
+    headers = ["id", "time", *(["run"] if every else []), "round", "level", "kind", "client"]
+    table = Table(*headers, "message")
+    rows = []
     for event in recorded:
-        table.add_row(
+        level = event.level
+        cells = [
             str(event.event_id),
             _time(event.time),
+            *([escape(event.run_id) or _MISSING] if every else []),
             _optional(event.round),
-            f"[{colours[event.level]}]{event.level}" if colours[event.level] else event.level,
+            f"[{colours[level]}]{level}" if colours[level] else level,
             event.kind,
             _optional(event.client_id),
-            event.message,
-        )
-    console.print(table)
+            escape(event.message),  # a participant's words may reach it: no rich markup
+        ]
+        table.add_row(*cells)
+        rows.append(cells)
+    print_table(console, table, rows, lead=len(headers))
 
 
 def _runs_table(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> Table:

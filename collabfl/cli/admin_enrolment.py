@@ -31,6 +31,13 @@ from collabfl.cli.admin import (
 from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
 
 DEFAULT_TTL = "24h"
+DATA_PLACEHOLDER = "DATA"
+"""What the printed join line holds for ``--data``: only the lab knows where its data is."""
+DATA_NOTE = (
+    "In it, the lab replaces DATA with its data on its machine: an .npz file (`collabfl "
+    "federation prepare` makes demo ones, client-K.npz) or its own loader, `pkg.mod:factory "
+    "--allow-import pkg.mod:factory`"
+)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -70,8 +77,12 @@ def invite(
         ),
     ] = None,
     data: Annotated[
-        str, typer.Option(help="the participant's data file, for the printed command")
-    ] = "/path/to/your-data.npz",
+        str,
+        typer.Option(
+            help="the participant's --data, when you know it (its file on its machine, or "
+            "pkg.mod:factory); by default the printed command holds DATA for the lab to fill in"
+        ),
+    ] = DATA_PLACEHOLDER,
     state_dir: Annotated[
         str, typer.Option(help="the participant's state folder, for the printed command")
     ] = "/var/lib/collabfl-client",
@@ -96,8 +107,10 @@ def invite(
         return
     expires = _time(made.expires_at)
     console.print(f"{role} {subject}: token {made.token_id}, single use, expires {expires}")
+    if role == "member" and data == DATA_PLACEHOLDER:
+        console.print(DATA_NOTE, highlight=False)
     console.print("Run this on its machine:", highlight=False)
-    typer.echo(command)  # plain: one line to copy, never wrapped
+    typer.echo(command)  # plain: one line to copy, never wrapped, last
 
 
 @admin_app.command()

@@ -19,7 +19,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from collabfl.cli import admin_enrolment  # noqa: F401 (registers invite, login, revoke, enrolments)
+from collabfl.cli import (
+    admin_enrolment,  # noqa: F401 (registers invite, login, revoke, enrolments)
+    admin_results,  # noqa: F401 (registers results)
+)
 from collabfl.cli.admin import admin_app
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 from collabfl.kernel import exit_status
@@ -335,8 +338,11 @@ def doctor(
     ] = False,
 ) -> None:
     """Check this machine against the federation: one line per check, ✓ or ✗ with the fix
-    (! passed, act soon). Exit status 1 when any check fails."""
+    (! passed, act soon). Exit status 1 when any check fails. Given nothing: Python, torch,
+    Flower and gRPC versions, CUDA, the run folder and a state folder kept here
+    ($COLLABFL_STATE_DIR, /var/lib/collabfl, /var/lib/collabfl-client)."""
     from collabfl.cli.doctor import Inputs, checks, from_state_dir, run
+    from collabfl.cli.doctor_local import bare_checks
 
     peers = list(peers or ())
     if members:
@@ -347,12 +353,9 @@ def doctor(
         )
         if state_dir is not None:
             inputs = from_state_dir(state_dir, inputs)
+        found = checks(inputs) or bare_checks()  # given nothing: this machine
     except ValueError as error:
         _fail(error)
-    found = checks(inputs)
-    if not found:
-        options = "--state-dir, --coordinator, --service, --data, --peer or --device"
-        _fail(ValueError(f"nothing to check: give {options}"))
     if not run(found, lambda line: console.print(line, highlight=False, soft_wrap=True)):
         raise typer.Exit(code=exit_status.FAILURE)
 

@@ -33,12 +33,14 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from cryptography import x509
+
 from collabfl import __version__
 from collabfl.client.data.opening import check_data, data_ref
 from collabfl.client.model_store import PUBLISHED_DIR, PublishedModels
 from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peer_server import PeerModelServer
-from collabfl.client.revocations import RevocationPoller
+from collabfl.client.revocations import RevocationPoller, revoked_line
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.processes import (
     CLIENT_RUNTIMES,
@@ -59,6 +61,7 @@ from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
 from collabfl.kernel.netprobe import split_address
+from collabfl.kernel.revocation import serial_hex
 from collabfl.kernel.saved_args import save as save_args
 from collabfl.kernel.saved_args import with_saved
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor
@@ -208,8 +211,11 @@ def restart_policy(args: argparse.Namespace) -> RestartPolicy:
     return RestartPolicy(args.max_restarts or None, args.restart_backoff_max)
 
 
-def supernode_reasons(args: argparse.Namespace) -> SupernodeReasons:
-    """Why the SuperNode exits or is refused, worded with this daemon's own flags."""
+def supernode_reasons(
+    args: argparse.Namespace, revocations: RevocationPoller | None = None
+) -> SupernodeReasons:
+    """Why the SuperNode exits or is refused, worded with this daemon's own flags; with
+    ``revocations``, a revoked member is told so rather than how to enrol."""
     where = Where(
         superlink=args.superlink,
         client_id=args.client_id,
@@ -217,7 +223,17 @@ def supernode_reasons(args: argparse.Namespace) -> SupernodeReasons:
         coordinator=args.superlink,  # joins dial the coordinator's public (Fleet) port
         root_certificates=args.root_certificates,
     )
-    return SupernodeReasons(where)
+    if revocations is None:
+        return SupernodeReasons(where)
+    return SupernodeReasons(
+        where, revoked=lambda: revocations.revoked, revoked_line=revoked_line(args.client_id)
+    )
+
+
+def own_serial(args: argparse.Namespace) -> tuple[int, str]:
+    """(client id, serial) of this member's certificate, to spot it on the deny list."""
+    certificate = x509.load_pem_x509_certificate(args.peer_cert.read_bytes())
+    return args.client_id, serial_hex(certificate)
 
 
 def ended_runs_file(args: argparse.Namespace) -> Path:
@@ -347,7 +363,10 @@ def supernode_starting(state_dir: Path, clear_stale: Callable[[], None] | None) 
 
 
 def start_flower(
-    args: argparse.Namespace, give_up: Callable[[str], None], stop: threading.Event
+    args: argparse.Namespace,
+    give_up: Callable[[str], None],
+    stop: threading.Event,
+    revocations: RevocationPoller | None = None,
 ) -> list[Supervisor]:
     """Start the supervised SuperNode and, once it has joined (or ``JOIN_FIRST_S`` passed),
     its one executor (``give_up``: called with the name of one that keeps failing; ``stop``:
@@ -379,7 +398,7 @@ def start_flower(
 
     supernode = Supervisor(
         "supernode", supernode_command(args), log_path, env, policy, on_give_up=give_up,
-        reasons=supernode_reasons(args), after_exit=supernode_died,
+        reasons=supernode_reasons(args, revocations), after_exit=supernode_died,
         before_start=partial(supernode_starting, args.state_dir, clear_stale),
     )  # fmt: skip
     supernode.start()
@@ -449,7 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     revocations = None
     if not args.insecure:
         revocations = RevocationPoller(
-            args.superlink, args.root_certificates, ended_runs=ended_runs_file(args)
+            args.superlink,
+            args.root_certificates,
+            ended_runs=ended_runs_file(args),
+            own=own_serial(args),
         )
         revocations.start()
     given_up: list[str] = []
@@ -458,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         given_up.append(name)
         stop.set()
 
-    children = start_flower(args, give_up, stop)
+    children = start_flower(args, give_up, stop, revocations)
     stop.wait()
     log.info("client %s: shutting down", args.client_id)
     for child in children:

@@ -29,6 +29,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from collabfl.client.data.client_file import load_client_file
+from collabfl.client.data.opening import DataRef, data_ref
 from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supernode_key
 from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import keep_private, sync_folder, write_bytes
@@ -38,6 +39,7 @@ from collabfl.kernel.join_client import JoinFailed, NotYet, coordinator_address,
 from collabfl.kernel.pki import write_private_key
 from collabfl.kernel.saved_args import save
 from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
+from collabfl.kernel.user_code import check_allowed, parse_allowed
 
 DESCRIPTION = f"""Enrol this machine in a federation with the join token its operator sent, then run
 the participant (`collabfl-client`).
@@ -50,7 +52,7 @@ already enrolled it changes nothing and exits 2 (add --re-enrol to spend a new t
 Options after the join's own go to the participant as they are (e.g. --device cuda)."""
 EXAMPLE = (
     f"{ENV_VAR}=cfj1.… collabfl-client join coord.example.org:9093 "
-    "--data /data/lab-a.npz --state-dir /var/lib/collabfl-client"
+    "--data /data/client-0.npz --state-dir /var/lib/collabfl-client"
 )
 
 TLS_DIR = "tls"
@@ -80,7 +82,21 @@ def parser() -> argparse.ArgumentParser:
         help=f"read the join token from FILE (- for standard input) instead of {ENV_VAR}",
     )
     p.add_argument("--token", help=argparse.SUPPRESS)  # refused, with the safe forms named
-    p.add_argument("--data", type=Path, required=True, help="this participant's data file")
+    p.add_argument(
+        "--data",
+        type=data_ref,
+        required=True,
+        help="this participant's data file, or pkg.mod:factory, its own loader (with "
+        "--allow-import pkg.mod:factory)",
+    )
+    p.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="PKG.MOD:ATTR",
+        help="user code the participant may import (its data factory, a model factory); "
+        "repeat for each; saved for the daemon",
+    )
     p.add_argument("--state-dir", type=Path, required=True, help="models, keys, state, logs")
     p.add_argument(
         "--peer-listen",
@@ -116,7 +132,7 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)  # fmt: skip
             return exit_status.USAGE
         token = read_token(args.token_file)
-        load_client_file(args.data)  # a wrong file fails before the token is spent
+        check_join_data(args.data, args.allow_import)  # before the token is spent
         coordinator_address(args.coordinator)
         keep_private(args.state_dir)
         daemon_argv = enrol(args, token)
@@ -132,6 +148,23 @@ def main(argv: list[str]) -> int:
         return exit_status.OK
     print(f"collabfl-client: enrolled; restart it later with `{restart}`", flush=True)
     return daemon.main([*daemon_argv, *daemon_flags])
+
+
+def check_join_data(data: DataRef, allow_import: list[str]) -> None:
+    """A data file that loads, or a factory the participant allows; ValueError saying what
+    ``--data`` takes otherwise. The factory is called for its client id only when the daemon
+    starts (the id comes with the join), where a wrong split is refused by name."""
+    if isinstance(data, str):
+        check_allowed(data, parse_allowed(allow_import))
+        return
+    if not data.exists():
+        raise FileNotFoundError(
+            f"--data {data}: no such file; give this lab's data file (.npz; `collabfl "
+            "federation prepare` makes demo ones, client-K.npz) or its own loader, --data "
+            "pkg.mod:factory --allow-import pkg.mod:factory (nothing was sent: the token is "
+            "unspent)"
+        )
+    load_client_file(data)
 
 
 def enrolled_as(state_dir: Path) -> str | None:
@@ -178,7 +211,8 @@ def enrol(args: argparse.Namespace, token: str) -> list[str]:
     peer_port = args.peer_listen.rpartition(":")[2]
     return [
         "--client-id", joined.subject,
-        "--data", str(args.data.resolve()),
+        "--data", str(args.data.resolve() if isinstance(args.data, Path) else args.data),
+        *(flag for path in args.allow_import for flag in ("--allow-import", path)),
         "--state-dir", str(state_dir),
         "--superlink", args.coordinator,
         "--peer-listen", args.peer_listen,

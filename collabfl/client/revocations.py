@@ -6,6 +6,9 @@ on its public port (``GET /collabfl/v1/revoked``, over TLS verified against the 
 CA). A client daemon asks for them at start and every ``every_s`` after, so that within that
 time its peer server refuses a revoked member and its ClientApp (another process, which
 reads the ``ended_runs`` file) an ended run's ticket; a failed ask keeps what it has.
+
+The list also tells the daemon when its own member was revoked: Flower only says that its
+SuperNode "failed to activate", so the daemon's log says "revoked" and what brings it back.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import ssl
 import threading
 from pathlib import Path
 
+from collabfl.kernel.join_client import new_invite
 from collabfl.kernel.netprobe import split_address
 from collabfl.kernel.revocation import DENIED
 from collabfl.kernel.tickets import RunEnd, run_ends_from_json, save_run_ends
@@ -27,13 +31,32 @@ REVOKED_PATH = "/collabfl/v1/revoked"
 EVERY_S = 15.0
 
 
+def revoked_line(client_id: int) -> str:
+    """The daemon's words for its own revocation, with the remedy."""
+    remedy = new_invite("member", str(client_id))
+    return (
+        f"client {client_id} was revoked by the federation's operator: the coordinator refuses "
+        f"its SuperNode and its peers refuse its certificate; {remedy}, then join again with "
+        "`collabfl-client join ... --re-enrol`"
+    )
+
+
 class RevocationPoller:
     """Refreshes ``DENIED``, and the file ``ended_runs`` when given, from the coordinator at
-    ``address`` until stopped."""
+    ``address`` until stopped. ``own``: this member's (client id, certificate serial in
+    lowercase hex), so that its revocation is logged once, as an error, when it is learned."""
 
     def __init__(
-        self, address: str, ca: Path, every_s: float = EVERY_S, ended_runs: Path | None = None
+        self,
+        address: str,
+        ca: Path,
+        every_s: float = EVERY_S,
+        ended_runs: Path | None = None,
+        own: tuple[int, str] | None = None,
     ) -> None:
+        self.own = own
+        self.revoked = False
+        """Whether this member's certificate is on the list (as last read)."""
         self.host, self.port = split_address(address)
         self.context = ssl.create_default_context(cafile=str(ca))
         self.every_s = every_s
@@ -69,6 +92,11 @@ class RevocationPoller:
         if len(serials) != len(DENIED):
             log.info("revoked certificates: %s", len(serials))
         DENIED.replace(serials)
+        if self.own is not None:
+            revoked = self.own[1] in {s.lower() for s in serials}
+            if revoked and not self.revoked:
+                log.error("%s", revoked_line(self.own[0]))
+            self.revoked = revoked
         if self.ended_runs is not None and ends != self._saved_ends:
             save_run_ends(self.ended_runs, ends)
             self._saved_ends = ends

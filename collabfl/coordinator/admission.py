@@ -33,6 +33,8 @@ REQUEST_LIMITS: Mapping[str, int] = {
     "RecordEvent": 16 * 1024,
     "SetRunMessage": 4 * 1024,
     "CreateRun": 256 * 1024,
+    "GetRunResults": 1024,
+    "ReadRunFile": 4 * 1024,
     "Relay": MAX_STEP_BYTES + 4096,
     "Poll": MAX_STEP_BYTES + 4096,
 }

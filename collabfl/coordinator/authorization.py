@@ -47,6 +47,8 @@ POLICY: Mapping[str, frozenset[Role]] = {
     "GetGraphHistory": OPERATOR,
     "GetMetrics": OPERATOR,
     "GetCoalitions": OPERATOR,
+    "GetRunResults": OPERATOR,
+    "ReadRunFile": OPERATOR,
     "Status": OPERATOR,
     # The Flower transport's signals: the ServerApp's, about its own run.
     "MessagesPushed": SERVER_APP,

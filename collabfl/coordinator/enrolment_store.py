@@ -138,12 +138,25 @@ class EnrolmentStore:
             row = conn.execute(
                 "SELECT * FROM join_tokens WHERE token_id = ?", (token_id,)
             ).fetchone()
+            voided = (
+                row is not None
+                and conn.execute(
+                    "SELECT 1 FROM enrolments WHERE role = ? AND subject = ? AND revoked_at = ?",
+                    (row["role"], row["subject"], row["used_at"]),
+                ).fetchone()
+                is not None
+            )
         if row is None or not hmac.compare_digest(row["secret_sha256"], secret_sha256):
             raise TokenRefused("unknown join token")
+        # The holder showed the secret: it may learn whom the token was for, and the join
+        # names that identity in the remedy (kernel/join_client.py).
+        token = f"join token {token_id} for {row['role']} {row['subject']}"
+        if voided:
+            raise TokenRefused(f"{token} was void: {row['role']} {row['subject']} was revoked")
         if row["used_at"] is not None:
-            raise TokenRefused(f"join token {token_id} was already used")
+            raise TokenRefused(f"{token} was already used")
         if row["expires_at"] <= now:
-            raise TokenRefused(f"join token {token_id} has expired")
+            raise TokenRefused(f"{token} has expired")
         return _token(row, used_at=None)
 
     def spend_token(self, token_id: str, now: float) -> None:

@@ -32,6 +32,7 @@ from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.enrolment import DEFAULT_TOKEN_TTL_S, Enroller, enrolling_role
 from collabfl.coordinator.enrolment_store import EnrolmentStore
 from collabfl.coordinator.member_status import SupernodeList, member_statuses
+from collabfl.coordinator.run_files import read_chunk, run_folder, run_results
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
     coalitions_fields,
@@ -47,6 +48,7 @@ from collabfl.coordinator.service_codec import (
     member_to_pb,
     metrics_to_pb,
     parse_json_object,
+    run_results_to_pb,
     run_status_from_pb,
     run_to_pb,
 )
@@ -374,6 +376,21 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def ListEnrolments(self, request: pb.ListEnrolmentsRequest, context: Any) -> pb.EnrolmentList:
         enrolments = self._enrolment().store.enrolments()
         return pb.EnrolmentList(enrolments=[enrolment_to_pb(e) for e in enrolments])
+
+    @admitted
+    def GetRunResults(self, request: pb.RunRef, context: Any) -> pb.RunResults:
+        """For an operator elsewhere: the run's results table and its folder's listing."""
+        check_run_id(request.run_id)
+        folder = run_folder(self._runs_dir, self._state.run(request.run_id))
+        return run_results_to_pb(run_results(folder, request.run_id))
+
+    @admitted
+    def ReadRunFile(self, request: pb.RunFileRequest, context: Any) -> pb.RunFileChunk:
+        """One chunk of a file in the run's folder; ``run_files`` keeps the path inside."""
+        check_run_id(request.run_id)
+        folder = run_folder(self._runs_dir, self._state.run(request.run_id))
+        data, size = read_chunk(folder, request.path, request.offset)
+        return pb.RunFileChunk(data=data, size=size)
 
     def _enrolment(self) -> Enroller:
         if self._enroller is None:

@@ -17,6 +17,7 @@ import grpc
 
 from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.member_status import MemberStatus
+from collabfl.coordinator.run_files import RunResults
 from collabfl.coordinator.service_codec import (
     CHANNEL_OPTIONS,
     coalitions_fields,
@@ -32,6 +33,7 @@ from collabfl.coordinator.service_codec import (
     metrics_from_pb,
     metrics_to_pb,
     run_from_pb,
+    run_results_from_pb,
     run_status_to_pb,
 )
 from collabfl.coordinator.state import Coalitions, Edge, Event, Member, RoundGraph, RoundRecord, Run
@@ -290,6 +292,17 @@ class CoordinatorClient:
         request = pb.CoalitionsRequest(run_id=run_id, round=round)
         reply = self._call(self._stub.GetCoalitions, request)
         return {r.round: coalitions_from_pb(r.coalitions) for r in reply.rounds}
+
+    def run_results(self, run_id: str) -> RunResults:
+        """The run's results table and the files its folder holds on the coordinator."""
+        return run_results_from_pb(self._call(self._stub.GetRunResults, pb.RunRef(run_id=run_id)))
+
+    def read_run_file(self, run_id: str, path: str, offset: int = 0) -> tuple[bytes, int]:
+        """A chunk (at most ``run_files.CHUNK_BYTES``) of the run's file ``path`` from
+        ``offset``, and the file's size."""
+        request = pb.RunFileRequest(run_id=run_id, path=path, offset=offset)
+        reply = self._call(self._stub.ReadRunFile, request)
+        return reply.data, reply.size
 
     def messages_pushed(self, run_id: str) -> int:
         """Say this run's ServerApp pushed messages (the gateway's held pulls ask again now);

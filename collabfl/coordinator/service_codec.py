@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.member_status import MemberStatus
+from collabfl.coordinator.run_files import RunFile, RunResults
 from collabfl.coordinator.state import (
     Coalitions,
     Edge,
@@ -224,6 +225,20 @@ def run_from_pb(run: pb.Run) -> Run:
         run.updated_at,
         run.message,
     )
+
+
+def run_results_to_pb(results: RunResults) -> pb.RunResults:
+    return pb.RunResults(
+        run_id=results.run_id,
+        results_md=results.results_md,
+        files=[pb.RunFile(path=f.path, size=f.size) for f in results.files],
+        truncated=results.truncated,
+    )
+
+
+def run_results_from_pb(results: pb.RunResults) -> RunResults:
+    files = [RunFile(f.path, f.size) for f in results.files]
+    return RunResults(results.run_id, results.results_md, files, results.truncated)
 
 
 def event_to_pb(event: Event) -> pb.Event:

@@ -78,6 +78,17 @@ def _unreachable(probe: Probe, host: str, port: int) -> dict[str, str] | None:
     return None if reason is None else {"reason": reason}
 
 
+ACTIVATION = Rule(
+    re.compile(r"Failed to activate SuperNode"),
+    "the coordinator has not registered this SuperNode's key (client {client_id}), or "
+    "another SuperNode with this key is online",
+    "enrol this machine with `COLLABFL_JOIN_TOKEN=<token> collabfl-client join "
+    "{coordinator}` (the "
+    "operator makes the token with `collabfl admin invite --client-id {client_id} "
+    "--host {host}`)",
+)
+"""Flower's refusal of a key it does not know: also what a revoked member sees."""
+
 RULES: tuple[Rule, ...] = (
     Rule(
         re.compile(r"clock is \d+ s (ahead of|behind) the coordinator's"),
@@ -85,15 +96,7 @@ RULES: tuple[Rule, ...] = (
         "synchronise this machine's clock (NTP: `timedatectl set-ntp true`); "
         "`collabfl doctor --coordinator {superlink}` measures the offset",
     ),
-    Rule(
-        re.compile(r"Failed to activate SuperNode"),
-        "the coordinator has not registered this SuperNode's key (client {client_id}), or "
-        "another SuperNode with this key is online",
-        "enrol this machine with `COLLABFL_JOIN_TOKEN=<token> collabfl-client join "
-        "{coordinator}` (the "
-        "operator makes the token with `collabfl admin invite --client-id {client_id} "
-        "--host {host}`)",
-    ),
+    ACTIVATION,
     Rule(
         re.compile(r"(IP address|Hostname) mismatch"),
         "the coordinator's certificate names {names}, you dialled {dialled}",
@@ -151,15 +154,30 @@ def diagnose(
 
 
 class SupernodeReasons:
-    """The supervisor's reasons (kernel/supervisor.py's ``Reasons``) for a SuperNode."""
+    """The supervisor's reasons (kernel/supervisor.py's ``Reasons``) for a SuperNode.
 
-    def __init__(self, where: Where, probe: Probe | None = None) -> None:
+    ``revoked``: whether this member is known to be revoked, and ``revoked_line`` the words
+    for it; Flower cannot tell a revoked key from one never registered, this daemon can
+    (client/revocations.py), and then says so instead of how to enrol.
+    """
+
+    def __init__(
+        self,
+        where: Where,
+        probe: Probe | None = None,
+        revoked: Callable[[], bool] = lambda: False,
+        revoked_line: str = "",
+    ) -> None:
         self.where = where
         self.probe = probe or Probe()
+        self.revoked = revoked
+        self.revoked_line = revoked_line
         self._said: tuple[Rule, float] | None = None
 
     def exited(self, output: str) -> str:
         found = diagnose(output, self.where, self.probe)
+        if found is not None and found[0] is ACTIVATION and self.revoked():
+            return f"{self.revoked_line} (Flower: failed to activate the SuperNode)"
         if found is not None:
             return found[1]
         last = [LEVEL.sub("", line) for line in plain_lines(output, keep_info=False)[-3:]]

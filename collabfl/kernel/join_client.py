@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import re
 import ssl
 import sys
 import time
@@ -33,12 +34,21 @@ TIMEOUT_S = 60.0
 WAIT_S = math.inf
 """How long a join keeps asking a coordinator that is not reachable or not ready yet: for
 ever by default (a participant may be set up before the coordinator is), until Ctrl-C."""
-REFUSED_REMEDY = (
-    "; ask the federation's operator for a new invite (`collabfl admin invite --client-id "
-    "K` for this lab)"
-)
-"""What a lab can do about a refused token (spent, expired, revoked, or not for it)."""
+_FOR = re.compile(r"\bfor (member|operator) (\S+)")
+"""How the coordinator's refusal names the identity a token was for (enrolment_store)."""
 MAX_BACKOFF_S = 15.0
+
+
+def new_invite(role: str = "member", subject: str = "K") -> str:
+    """What a lab (or operator) refused for good can do: the one line that gets it back."""
+    flag = "--client-id" if role == "member" else "--operator"
+    return f"ask the operator for a new invite: `collabfl admin invite {flag} {subject}`"
+
+
+def refused_remedy(reason: str) -> str:
+    """``new_invite`` for the identity the coordinator's refusal names (K when none)."""
+    named = _FOR.search(reason)
+    return new_invite(*named.groups()) if named else new_invite()
 
 
 class JoinFailed(RuntimeError):
@@ -139,7 +149,7 @@ def _join_once(
     if status == 503:
         raise NotYet(f"the coordinator is not ready ({reason})")
     if status != 200:
-        remedy = REFUSED_REMEDY if status == 403 else ""
+        remedy = f"; {refused_remedy(reason)}" if status == 403 else ""
         raise JoinFailed(f"the coordinator refused the join ({status}): {reason}{remedy}")
     reply = json.loads(body)
     return Joined(

@@ -458,3 +458,41 @@ class MemberStatus(_message.Message):
     flower_node_id: int
     peer_address: str
     def __init__(self, client_id: _Optional[int] = ..., host: _Optional[str] = ..., presence: _Optional[str] = ..., last_seen: _Optional[float] = ..., supernode_registered: _Optional[bool] = ..., cert_not_after: _Optional[float] = ..., revoked: _Optional[bool] = ..., flower_node_id: _Optional[int] = ..., peer_address: _Optional[str] = ...) -> None: ...
+
+class RunFile(_message.Message):
+    __slots__ = ("path", "size")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size: int
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class RunResults(_message.Message):
+    __slots__ = ("run_id", "results_md", "files", "truncated")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_MD_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    results_md: str
+    files: _containers.RepeatedCompositeFieldContainer[RunFile]
+    truncated: bool
+    def __init__(self, run_id: _Optional[str] = ..., results_md: _Optional[str] = ..., files: _Optional[_Iterable[_Union[RunFile, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class RunFileRequest(_message.Message):
+    __slots__ = ("run_id", "path", "offset")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    path: str
+    offset: int
+    def __init__(self, run_id: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class RunFileChunk(_message.Message):
+    __slots__ = ("data", "size")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    size: int
+    def __init__(self, data: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...

@@ -144,6 +144,16 @@ class CoordinatorStub:
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.SerializeToString,
                 response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.FromString,
                 _registered_method=True)
+        self.GetRunResults = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/GetRunResults',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.RunRef.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RunResults.FromString,
+                _registered_method=True)
+        self.ReadRunFile = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/ReadRunFile',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.RunFileRequest.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RunFileChunk.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -304,6 +314,21 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRunResults(self, request, context):
+        """What a run wrote in its folder on the coordinator machine (coordinator/run_files.py):
+        its results table and the files there, for an operator elsewhere. ReadRunFile reads
+        one listed file a chunk at a time; a path that leaves the run's folder is refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadRunFile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -416,6 +441,16 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ListEnrolments,
                     request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.FromString,
                     response_serializer=collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.SerializeToString,
+            ),
+            'GetRunResults': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRunResults,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RunRef.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.RunResults.SerializeToString,
+            ),
+            'ReadRunFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadRunFile,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RunFileRequest.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.RunFileChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1012,6 +1047,60 @@ class Coordinator:
             '/collabfl.coordinator.Coordinator/ListEnrolments',
             collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.SerializeToString,
             collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRunResults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/GetRunResults',
+            collabfl_dot_proto_dot_coordinator__pb2.RunRef.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.RunResults.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRunFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/ReadRunFile',
+            collabfl_dot_proto_dot_coordinator__pb2.RunFileRequest.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.RunFileChunk.FromString,
             options,
             channel_credentials,
             insecure,
