@@ -42,6 +42,7 @@ from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.revocations import RevocationPoller, revoked_line
 from collabfl.client.stream_limits import StreamLimits
+from collabfl.flower.node_config import NodeValue, write_node_config
 from collabfl.flower.processes import (
     CLIENT_RUNTIMES,
     DEFAULT_RUNTIME,
@@ -243,31 +244,31 @@ def ended_runs_file(args: argparse.Namespace) -> Path:
 
 def supernode_command(args: argparse.Namespace) -> list[str]:
     """The SuperNode invocation: node config carries what the ClientApp needs."""
-    node_config = {
-        "client-id": str(args.client_id),
-        "data-path": f'"{args.data.resolve() if isinstance(args.data, Path) else args.data}"',
-        "state-dir": f'"{args.state_dir.resolve()}"',
-        "peer-address": f'"{args.peer_address}"',
-        "coordinator-key": f'"{args.coordinator_key.resolve()}"',
-        "keep-rounds": str(args.keep_rounds),
-        "max-peer-weight": repr(float(args.max_peer_weight)),
+    data = args.data.resolve() if isinstance(args.data, Path) else args.data
+    node_config: dict[str, NodeValue] = {
+        "client-id": args.client_id,
+        "data-path": str(data),
+        "state-dir": str(args.state_dir.resolve()),
+        "peer-address": args.peer_address,
+        "coordinator-key": str(args.coordinator_key.resolve()),
+        "keep-rounds": args.keep_rounds,
+        "max-peer-weight": float(args.max_peer_weight),
     }
     if args.device:
-        node_config["device"] = f'"{args.device}"'
+        node_config["device"] = args.device
     if args.coordinator_service:
-        node_config["coordinator-service"] = f'"{args.coordinator_service}"'
+        node_config["coordinator-service"] = args.coordinator_service
     if args.allow_import:
-        allowed = ",".join(sorted(parse_allowed(args.allow_import)))
-        node_config["allow-import"] = f'"{allowed}"'
+        node_config["allow-import"] = ",".join(sorted(parse_allowed(args.allow_import)))
     for key in ("cost", "eagerness"):
         value = getattr(args, key)
         if value is not None:
-            node_config[key] = repr(float(value))
+            node_config[key] = float(value)
     if not args.insecure:  # the fetcher presents this member's certificate to its peers
-        node_config["ended-runs"] = f'"{ended_runs_file(args).resolve()}"'
-        node_config["peer-ca"] = f'"{args.root_certificates.resolve()}"'
-        node_config["peer-cert"] = f'"{args.peer_cert.resolve()}"'
-        node_config["peer-key"] = f'"{args.peer_key.resolve()}"'
+        node_config["ended-runs"] = str(ended_runs_file(args).resolve())
+        node_config["peer-ca"] = str(args.root_certificates.resolve())
+        node_config["peer-cert"] = str(args.peer_cert.resolve())
+        node_config["peer-key"] = str(args.peer_key.resolve())
     command = [
         flower_binary("flower-supernode"),
         "--superlink",
@@ -275,7 +276,7 @@ def supernode_command(args: argparse.Namespace) -> list[str]:
         "--port",
         str(args.runtime_port),
         "--node-config",
-        " ".join(f"{k}={v}" for k, v in node_config.items()),
+        str(write_node_config(args.state_dir, node_config)),
     ]
     # our executor serves it (start_flower), the only caller that holds the secret
     command += ["--isolation", "process"]
