@@ -231,7 +231,8 @@ def test_the_invite_line_leaves_the_data_to_the_lab(coordinator: Coordinator, tm
     assert invited.exit_code == 0, invited.output
     *before, line = invited.output.strip().splitlines()
     assert shlex.split(line)[4:6] == ["--data", "DATA"]
-    assert any("replaces DATA" in said and "pkg.mod:factory" in said for said in before)
+    said = " ".join(" ".join(before).split())  # as read, however the console wrapped it
+    assert "replaces DATA" in said and "pkg.mod:factory" in said, said
 
 
 def test_a_join_with_the_placeholder_spends_nothing(coordinator, data, tmp_path, capsys):  # noqa: F811
