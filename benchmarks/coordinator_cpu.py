@@ -21,8 +21,8 @@ With ``--superlink-state disk,memory`` each repetition runs this tree once per S
 named, given to the daemon as ``--superlink-state``: ``disk`` is SQLite in its state dir,
 ``memory`` (the daemon's default) Flower's in-memory state, no SQLAlchemy. With both named,
 the memory side's per-client results must agree with the disk side's
-(``results_agree_with_baseline``). The federation is insecure, as in every run of this
-script: without TLS no SuperNode key is registered, so a restart's re-registration is not
+(``results_agree_with_baseline``). The federation is insecure unless ``--transport`` is
+given: without TLS no SuperNode key is registered, so a restart's re-registration is not
 part of what it measures.
 With ``--transport rest,grpc`` each repetition runs this tree once per Fleet transport, with
 TLS and SuperNode authentication: ``rest`` through the Fleet gateway as participants connect

@@ -11,7 +11,9 @@ response messages, the same signed node-identity metadata the SuperLink's
 - each client's SuperNode dials that address straight, over TLS with the loopback
   SuperLink's CA (``SUPERLINK_CA_ENV``), bypassing the Fleet gateway.
 
-For measurement only: nothing of collabfl uses it.
+Both transports start the coordinator through here, so that its threads carry their names
+in /proc and the Fleet gateway's CPU can be read apart (``name_os_threads``). For
+measurement only: nothing of collabfl uses this module.
 
     python benchmarks/grpc_fleet.py coordinator|client|supernode ARGS...
 """
