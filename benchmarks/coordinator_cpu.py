@@ -21,12 +21,18 @@ With ``--superlink-state disk,memory`` each repetition runs this tree once per S
 named, given to the daemon as ``--superlink-state``: ``disk`` is SQLite in its state dir,
 ``memory`` (the daemon's default) Flower's in-memory state, no SQLAlchemy. With both named,
 the memory side's per-client results must agree with the disk side's
-(``results_agree_with_baseline``). The federation is insecure, as in every run of this
-script: without TLS no SuperNode key is registered, so a restart's re-registration is not
+(``results_agree_with_baseline``). The federation is insecure unless ``--transport`` is
+given: without TLS no SuperNode key is registered, so a restart's re-registration is not
 part of what it measures.
+With ``--transport rest,grpc`` each repetition runs this tree once per Fleet transport, with
+TLS and SuperNode authentication: ``rest`` through the Fleet gateway as participants connect
+today, ``grpc`` with each SuperNode on Flower's gRPC-rere Fleet API straight to the SuperLink
+(benchmarks/grpc_fleet.py: Flower's SuperNode has no gRPC client, so it is patched in there);
+the gateway's share of the daemon is read from its thread (``fleet-gateway``), and the
+gRPC side's per-client results must agree with the REST side's.
 
     python benchmarks/coordinator_cpu.py [--clients 4,16] [--rounds 5] [--baseline REV]
-        [--superlink-state disk,memory] [--repeat 1] [--profile DIR]
+        [--superlink-state disk,memory] [--transport rest,grpc] [--repeat 1] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -67,7 +73,7 @@ def role(cmdline: list[str]) -> str:
     text = " ".join(cmdline)
     if "flower-superlink" in text or "owner_gated_superlink" in text:
         return "superlink"
-    if "collabfl.coordinator.daemon" in text:
+    if "collabfl.coordinator.daemon" in text or "grpc_fleet.py coordinator" in text:
         return "daemon"
     if "flwr-serverapp" in text:
         return "serverapp"
@@ -252,6 +258,45 @@ def on_superlink_state(superlink_state: str) -> None:
     federation.coordinator_command = command
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each named thread of a process (``comm``; threads sharing a name add
+    up): how the coordinator daemon's time splits between its gateway and the rest."""
+    used: dict[str, float] = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError):
+            text = stat.read_text()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text.rsplit(")", 1)[1].split()
+            used[name] = used.get(name, 0.0) + sum(int(f) for f in fields[11:13]) / os.sysconf(
+                "SC_CLK_TCK"
+            )
+    return used
+
+
+def on_transport(transport: str, work_dir: Path) -> None:
+    """Start this process's federations' daemons through benchmarks/grpc_fleet.py: the
+    coordinator with its threads named (both transports), and for ``grpc`` its SuperLink
+    serving gRPC-rere Fleet on a port of its own, dialled straight by the SuperNodes."""
+    from grpc_fleet import GRPC_FLEET_ENV, SUPERLINK_CA_ENV
+
+    from collabfl.launcher import federation
+
+    wrapper = str(Path(__file__).with_name("grpc_fleet.py"))
+    coordinator, client = federation.coordinator_command, federation.client_command
+
+    def coordinator_command(*args: Any, **kwargs: Any) -> list[str]:
+        return [sys.executable, wrapper, "coordinator", *coordinator(*args, **kwargs)[3:]]
+
+    def client_command(*args: Any, **kwargs: Any) -> list[str]:
+        return [sys.executable, wrapper, "client", *client(*args, **kwargs)[3:]]
+
+    federation.coordinator_command = coordinator_command
+    if transport == "grpc":
+        os.environ[GRPC_FLEET_ENV] = f"127.0.0.1:{federation.free_ports(1)[0]}"
+        os.environ[SUPERLINK_CA_ENV] = str(work_dir / "coordinator/superlink_tls/ca.pem")
+        federation.client_command = client_command
+
+
 def measure(
     clients: int,
     warmup: int,
@@ -259,10 +304,13 @@ def measure(
     idle_s: float,
     profile_dir: Path | None,
     superlink_state: str = "",
+    transport: str = "",
 ) -> dict[str, Any]:
     """One side, one size: the coordinator tree's CPU over ``idle_s`` with every node
     online and no run, then over ``rounds`` steady rounds of a run; ``superlink_state``:
-    the daemon's ``--superlink-state`` (empty: its default, e.g. a baseline's)."""
+    the daemon's ``--superlink-state`` (empty: its default, e.g. a baseline's);
+    ``transport``: ``rest`` (through the gateway) or ``grpc`` (straight to the SuperLink),
+    both with TLS and SuperNode authentication (empty: insecure REST, as before)."""
     from collabfl.engine.config import load_config
     from collabfl.engine.methods import parse_method_spec, run_request
     from collabfl.engine.run_options import RunOptions
@@ -287,7 +335,12 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         files = write_client_files(config, root / "data")
-        with LocalFederation(root / "work", files) as federation, federation.client() as client:
+        if transport:
+            on_transport(transport, root / "work")
+        with (
+            LocalFederation(root / "work", files, tls=bool(transport)) as federation,
+            federation.client() as client,
+        ):
             coordinator = federation.processes["coordinator"].pid
             time.sleep(IDLE_SETTLE_S)
             idle_before = snapshot(coordinator)
@@ -310,12 +363,14 @@ def measure(
                     time.sleep(POLL_S)
 
             reached(warmup - 1)
+            threads_before = thread_cpu_seconds(coordinator)
             started, before = time.perf_counter(), snapshot(coordinator)
             profiler = Profiler(profile_dir) if profile_dir else None
             if profiler:
                 profiler.start(before, 3600)
             reached(warmup - 1 + rounds)
             wall, after = time.perf_counter() - started, snapshot(coordinator)
+            threads_after = thread_cpu_seconds(coordinator)
             databases = [
                 cmdline[cmdline.index("--database") + 1]
                 for cmdline in process_tree(coordinator).values()
@@ -328,9 +383,15 @@ def measure(
         figures = client_figures(root / "out" / "dpfl")
     used = by_role(before, after)
     per = {k: 1000 * v / (clients * rounds) for k, v in used.items()}
+    threads = {k: v - threads_before.get(k, 0.0) for k, v in threads_after.items()}
     return {
         "clients": clients,
         "superlink_state": superlink_state,
+        "transport": transport,
+        "daemon_threads_cpu_s": threads,
+        "gateway_ms_per_client_round": 1000
+        * threads.get("fleet-gateway", 0.0)
+        / (clients * rounds),
         "superlink_database": databases,
         "steady_rounds": rounds,
         "wall_s": wall,
@@ -353,12 +414,13 @@ def run_side(
     args: argparse.Namespace,
     profile_dir: Path | None,
     superlink_state: str = "",
+    transport: str = "",
 ) -> dict[str, Any]:
     """This script's ``--one`` mode in a fresh interpreter (with ``pythonpath``'s collabfl)."""
     command = [
         sys.executable, __file__, "--one", str(clients), "--warmup", str(args.warmup),
         "--rounds", str(args.rounds), "--idle-s", str(args.idle_s),
-        "--one-superlink-state", superlink_state,
+        "--one-superlink-state", superlink_state, "--one-transport", transport,
     ]  # fmt: skip
     if profile_dir:
         command += ["--profile-dir", str(profile_dir)]
@@ -386,6 +448,13 @@ def states(text: str) -> list[str]:
     return named
 
 
+def transports(text: str) -> list[str]:
+    named = text.split(",")
+    if not named or set(named) - {"rest", "grpc"} or len(set(named)) != len(named):
+        raise argparse.ArgumentTypeError(f"{text!r}: name rest and/or grpc, each once")
+    return named
+
+
 def rounded(figures: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 1) for k, v in figures.items()}
 
@@ -395,9 +464,10 @@ def summary_row(side: str, clients: int, runs: list[dict[str, Any]]) -> list[str
     total = median([r["total_ms_per_client_round"] for r in runs])
     wall = median([r["round_s"] for r in runs])
     idle = median([r["idle_total_ms_per_node_s"] for r in runs])
+    gateway = median([r.get("gateway_ms_per_client_round", 0.0) for r in runs])
     return [
-        side, str(clients), *(f"{c:.1f}" for c in cells), f"{total:.1f}", f"{wall:.2f}",
-        f"{idle:.1f}",
+        side, str(clients), *(f"{c:.1f}" for c in cells), f"{gateway:.1f}", f"{total:.1f}",
+        f"{wall:.2f}", f"{idle:.1f}",
     ]  # fmt: skip
 
 
@@ -416,6 +486,12 @@ def main() -> None:
         type=states,
         help="run this tree once per SuperLink state named (disk,memory) instead of new",
     )
+    parser.add_argument(
+        "--transport",
+        type=transports,
+        help="run this tree once per Fleet transport named (rest,grpc), with TLS and "
+        "SuperNode authentication, instead of new (insecure REST)",
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="py-spy each process; raw profiles in DIR"
@@ -424,11 +500,12 @@ def main() -> None:
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--one-superlink-state", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--one-transport", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warmup < 1 or args.rounds < 1:
         parser.error("--warmup and --rounds must be >= 1")
-    if args.baseline and args.superlink_state:
-        parser.error("--baseline and --superlink-state: give one of them")
+    if sum(map(bool, (args.baseline, args.superlink_state, args.transport))) > 1:
+        parser.error("--baseline, --superlink-state and --transport: give one of them")
     if args.one:
         result = measure(
             args.one,
@@ -437,6 +514,7 @@ def main() -> None:
             args.idle_s,
             args.profile_dir,
             args.one_superlink_state,
+            args.one_transport,
         )
         print(json.dumps(result))
         return
@@ -445,7 +523,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         baseline = export_tree(args.baseline, Path(tmp) / "baseline") if args.baseline else None
         for clients in args.clients:
-            named = args.superlink_state or ["new"]
+            named = args.superlink_state or args.transport or ["new"]
             sides: dict[str, list[dict[str, Any]]] = {side: [] for side in named}
             if baseline:
                 sides["baseline"] = []
@@ -454,13 +532,15 @@ def main() -> None:
                     spy = args.profile / f"{side}-{clients}-{rep}" if args.profile else None
                     path = baseline if side == "baseline" else None
                     state = side if side in ("disk", "memory") else ""
+                    transport = side if side in ("rest", "grpc") else ""
                     load = os.getloadavg()
-                    result = run_side(path, clients, args, spy, state)
+                    result = run_side(path, clients, args, spy, state, transport)
                     result["load_average_before"] = list(load)
                     result["load_average_after"] = list(os.getloadavg())
                     print(
                         f"{clients} clients, {side}: "
                         f"{result['total_ms_per_client_round']:.1f} ms/client-round "
+                        f"(gateway {result['gateway_ms_per_client_round']:.1f}) "
                         f"{json.dumps(rounded(result['ms_per_client_round']))}"
                         f" load {load[0]:.1f}",
                         flush=True,
@@ -468,6 +548,8 @@ def main() -> None:
                     sides[side].append(result)
             same, differed = None, []
             pair = ("new", "baseline") if baseline else ("memory", "disk")
+            if args.transport:
+                pair = ("grpc", "rest")
             if all(side in sides for side in pair):
                 differed = [
                     differences(new["client_figures"], old["client_figures"])
@@ -490,6 +572,9 @@ def main() -> None:
                         "median_ms_per_client_round": {
                             k: median([r["ms_per_client_round"][k] for r in runs]) for k in ROLES
                         },
+                        "median_gateway_ms_per_client_round": median(
+                            [r["gateway_ms_per_client_round"] for r in runs]
+                        ),
                     }
                     for side, runs in sides.items()
                 },
@@ -506,7 +591,8 @@ def main() -> None:
                 raise SystemExit(
                     f"coordinator_cpu: {clients} clients: results differ from the baseline's"
                 )
-    headers = ["side", "clients", *ROLES, "total ms", "round s", "idle ms/node-s"]
+    headers = ["side", "clients", *ROLES, "of it gateway", "total ms", "round s"]
+    headers.append("idle ms/node-s")
     print(format_table(headers, table))
     print(f"wrote {path}")
 

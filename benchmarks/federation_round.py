@@ -36,6 +36,7 @@ from typing import Any
 
 from _common import exit_on_sigterm, format_table, median, write_results
 from flower_floor import measure_flower_floor
+from launch_phases import LaunchWatch
 
 from collabfl.engine.config import ExperimentConfig, load_config
 from collabfl.engine.methods import parse_method_spec, run_request
@@ -152,18 +153,25 @@ def run_federation(
         root = Path(tmp)
         files = write_client_files(config, root / "data")
         launched = time.perf_counter()
-        with LocalFederation(root / "work", files, runtime=runtime) as federation:
+        with (
+            LaunchWatch(root / "work") as watch,
+            LocalFederation(root / "work", files, runtime=runtime) as federation,
+        ):
             online = time.perf_counter()
+            watch.mark("all_online")
             memory = MemoryWatch(federation, clients)
             memory.start()
             with federation.client() as client:
                 request = run_request(spec, RunOptions(clients, out_dir=str(root / "out")))
                 client.create_run("bench", spec.label, request)
+                watch.mark("run_created")
                 first_round = None
                 while True:
                     run = client.get_run("bench")
                     if first_round is None and run.last_completed_round is not None:
                         first_round = time.perf_counter()
+                        watch.mark("first_round_done")
+                        watch.take_cpu([p.pid for p in federation.processes.values()])
                     if not run.active:
                         break
                     time.sleep(0.1)
@@ -177,6 +185,8 @@ def run_federation(
             "messages": [json.loads(line) for line in messages],
             "launch_to_online_s": online - launched,
             "launch_to_first_round_s": (first_round or online) - launched,
+            "launch_phases": watch.phases(),
+            "launch_cpu_s": watch.cpu_s,
             "memory": {"idle_bytes": idle, "peak_bytes": peak},
         }
 
@@ -243,6 +253,8 @@ def measure(config: ExperimentConfig, clients: int, rounds: int, runtime: str) -
     figures = {
         "launch_to_online_s": run["launch_to_online_s"],
         "launch_to_first_round_s": run["launch_to_first_round_s"],
+        "launch_phases": run["launch_phases"],
+        "launch_cpu_s": run["launch_cpu_s"],
         "rounds": per_round,
         "steady_median": {
             k: median([r[k] for r in steady]) for k in (*SPLIT, *FETCHED, *MESSAGE_SPLIT)
@@ -271,9 +283,35 @@ def measure(config: ExperimentConfig, clients: int, rounds: int, runtime: str) -
     print("(to: the slowest message's delivery + start + return; work: its client work)")
     print(f"launch → all online: {figures['launch_to_online_s']:.1f} s")
     print(f"launch → first round done: {figures['launch_to_first_round_s']:.1f} s")
+    phases = [[p["phase"], f"{p['at_s']:.2f}", f"{p['step_s']:.2f}"] for p in run["launch_phases"]]
+    print(format_table(["launch phase", "at s", "step s"], phases))
+    cpu = {k: round(v, 2) for k, v in run["launch_cpu_s"].items()}
+    print(f"CPU s until the first round, by process ({sum(cpu.values()):.1f} in all):", cpu)
     print("steady-state medians (rounds ≥ 1):", json.dumps(figures["steady_median"], indent=1))
     print("memory per client daemon (MiB):", json.dumps(figures["memory_per_client_mb"]))
     return figures
+
+
+LAUNCH = ("launch_to_online_s", "launch_to_first_round_s")
+
+
+def launch_figures(figures: dict[str, Any]) -> dict[str, Any]:
+    """One federation's launch: totals, phases and CPU by process."""
+    return {k: figures[k] for k in (*LAUNCH, "launch_phases", "launch_cpu_s")}
+
+
+def launch_median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over repeated federations: totals, each phase's time from launch (phases
+    seen in every run) and CPU seconds by process until the first round."""
+    phases = [{p["phase"]: p["at_s"] for p in r["launch_phases"]} for r in runs]
+    common = [p for p in phases[0] if all(p in seen for seen in phases)]
+    roles = runs[0]["launch_cpu_s"]
+    return {
+        **{k: median([r[k] for r in runs]) for k in LAUNCH},
+        "phase_at_s": {p: median([seen[p] for seen in phases]) for p in common},
+        "cpu_s": {k: median([r["launch_cpu_s"][k] for r in runs]) for k in roles},
+        "cpu_total_s": median([sum(r["launch_cpu_s"].values()) for r in runs]),
+    }
 
 
 def check_fetches(result: dict[str, Any], clients: int, runtimes: list[str]) -> None:
@@ -302,6 +340,10 @@ def main() -> None:
         "--runtime", type=lambda t: names(t, CLIENT_RUNTIMES), default=["warm"], help="a,b"
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the plain-Flower floor")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="federations per runtime (launch medians)"
+    )
+    parser.add_argument("--name", default="federation_round", help="results/<name>.json")
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be >= 2 (round 0 is set-up; steady rounds follow)")
@@ -310,12 +352,16 @@ def main() -> None:
         config, overrides = dpfl_config(clients, args.rounds, args.budget, args.partition)
         result: dict[str, Any] = {"overrides": overrides}
         for runtime in args.runtime:
-            result[runtime] = measure(config, clients, args.rounds, runtime)
+            runs = [measure(config, clients, args.rounds, runtime) for _ in range(args.repeat)]
+            result[runtime] = {**runs[0], "launch_median": launch_median(runs)}
+            if args.repeat > 1:
+                result[runtime]["repeats"] = [launch_figures(r) for r in runs]
+                print("launch medians:", json.dumps(result[runtime]["launch_median"]))
         if not args.no_floor:
             result.update(floor_figures(config, clients, args.rounds, args.runtime, result))
         figures[f"{clients}_clients"] = result
         # Written after every size: a later failure keeps what was measured.
-        path = write_results("federation_round", figures, vars(args))
+        path = write_results(args.name, figures, vars(args))
         print(f"wrote {path}")
         check_fetches(result, clients, args.runtime)
 

@@ -137,9 +137,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         folder that holds no earlier run (unless ``overwrite``: the same rule as ``collabfl
         compare --out``), and only while no other run is active (its clients are busy;
         never disturb them)."""
-        # Imported at the first run, not at start: it imports torch (about a CPU-second),
-        # which clients starting beside the coordinator on one machine need to join. The
-        # client gives this call a longer deadline for it (service_client.CREATE_RUN_S).
+        # Not imported at start: it imports torch (about a CPU-second), which clients starting
+        # beside the coordinator on one machine need to join. The daemon loads it once its
+        # SuperLink listens (coordinator/prewarm.py); a run created before then imports it
+        # here, under a longer deadline (service_client.CREATE_RUN_S).
         from collabfl.engine.config import ConfigError
         from collabfl.engine.methods import read_run_request
         from collabfl.engine.report.run_dir import claim_output_dir

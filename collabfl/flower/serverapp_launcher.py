@@ -43,6 +43,11 @@ IDLE_CLAIM_S = 2.0
 SuperLink's database; at ``CLAIM_POLL_S`` all the time it was a third of the SuperLink's
 calls in a 4-client DPFL run. A task nobody announced (one the SuperLink put back after a
 failed start, a foreign submission to refuse) waits this long at most."""
+UNREACHABLE_RETRY_S = 0.1
+"""How soon a claim is tried again while the SuperLink does not accept connections yet (it
+starts beside this launcher). A refused loopback connect costs nothing; Flower's retry
+invoker instead backed off 0.4, 0.8, 2.5, 5 s..., so a SuperLink listening 5.7 s after the
+daemon started was first asked 14.9 s after, and a run submitted meanwhile waited."""
 OWN_RUN_WAIT_S = 60.0
 """How long a claimed task may wait for ``flwr run`` to tell the coordinator its run id: the
 task can reach the launcher before the submitting command returns. Also how long an
@@ -152,6 +157,8 @@ class ServerAppLauncher:
         self.env = dict(env)
         self.stopping = threading.Event()
         self.children: dict[Path, subprocess.Popen[bytes]] = {}
+        once = make_simple_http_retry_invoker()
+        once.max_tries = 1  # the claim loop asks again itself (``UNREACHABLE_RETRY_S``)
         self.client = RuntimeHttpClient.from_server_address(
             server_address=runtime_api,
             insecure=root_certificates is None,
@@ -160,7 +167,7 @@ class ServerAppLauncher:
                 RuntimeVersionHttpInterceptor(component_name="SuperExec"),
                 claim_signer(secret_file),
             ],
-            retry_invoker=make_simple_http_retry_invoker(),
+            retry_invoker=once,
         )
         self._thread = threading.Thread(target=self._serve, name="serverapp-launcher", daemon=True)
 
@@ -191,8 +198,12 @@ class ServerAppLauncher:
                 claimed = self.client.AcquireTask(
                     AcquireTaskRequest(supported_task_types=[TaskType.SERVER_APP])
                 )
-            except httpx.HTTPError as error:
+            except httpx.TransportError as error:
                 log.debug("SuperLink runtime API not reachable yet: %s", error)
+                self.stopping.wait(UNREACHABLE_RETRY_S)
+                continue
+            except httpx.HTTPError as error:
+                log.debug("SuperLink runtime API refused a claim: %s", error)
                 self.stopping.wait(1.0)
                 continue
             except Exception:  # a refusal from Flower (e.g. a wrong secret): say it, go on
