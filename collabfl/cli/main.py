@@ -180,10 +180,7 @@ def _run(
     seed with `seeds`; a default run folder is named after `kind`, else the config's
     method). Ctrl-C or `kill` stops it (workers too) and says what is left."""
     from collabfl.engine.config import ConfigError, load_config
-    from collabfl.engine.experiment import run_comparison, run_seeds
-    from collabfl.engine.interrupts import sigterm_interrupts
     from collabfl.engine.methods import parse_method_spec
-    from collabfl.engine.tracking import require_tracking
 
     settings = load_config(config, overrides)
     runs = []
@@ -193,6 +190,11 @@ def _run(
         if not specs:
             raise ConfigError("--methods names no method")
         runs.append((seed, seeded, specs))
+    # torch and the runtimes only now: a refused config is answered without their seconds
+    from collabfl.engine.experiment import run_comparison, run_seeds
+    from collabfl.engine.interrupts import sigterm_interrupts
+    from collabfl.engine.tracking import require_tracking
+
     require_tracking(settings)
     out_dir = _output_dir(out, overwrite, settings, kind or settings.method, resume)
     if resume:
@@ -426,9 +428,7 @@ def federation_up_command(
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
     from collabfl.engine.config import ConfigError, load_config
-    from collabfl.engine.experiment import resolve_device
     from collabfl.engine.methods import parse_method_spec
-    from collabfl.launcher.federation import federation_up
 
     _setup(log_level)
     try:
@@ -441,6 +441,10 @@ def federation_up_command(
             )
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
+        # torch and Flower only now: a refused config is answered without their seconds
+        from collabfl.engine.experiment import resolve_device
+        from collabfl.launcher.federation import federation_up
+
         for spec in specs:  # every daemon runs on this machine: its device must be here
             resolve_device(spec.config.device)
         out_dir = _output_dir(out, overwrite, settings, "federation")
