@@ -179,10 +179,11 @@ def _run(
     """Load and check everything, claim the run directory, then run a comparison (once per
     seed with `seeds`; a default run folder is named after `kind`, else the config's
     method). Ctrl-C or `kill` stops it (workers too) and says what is left."""
-    from collabfl.engine.config import ConfigError, load_config
+    from collabfl.engine.config import ConfigError, check_partition_file, load_config
     from collabfl.engine.methods import parse_method_spec
 
     settings = load_config(config, overrides)
+    check_partition_file(settings)
     runs = []
     for seed in parse_seeds(seeds) if seeds is not None else [settings.seed]:
         seeded = load_config(config, [*overrides, f"seed={seed}"])
@@ -427,13 +428,14 @@ def federation_up_command(
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
-    from collabfl.engine.config import ConfigError, load_config
+    from collabfl.engine.config import ConfigError, check_partition_file, load_config
     from collabfl.engine.methods import parse_method_spec
 
     _setup(log_level)
     try:
         extra = [f"data.num_clients={clients}"] if clients is not None else []
         settings = load_config(config, [*(overrides or []), *extra])
+        check_partition_file(settings)
         if settings.tracking.tensorboard is not None:
             raise ConfigError(
                 "tracking.tensorboard is written by simulate and compare only; a real "

@@ -630,6 +630,17 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     return config
 
 
+def check_partition_file(config: ExperimentConfig) -> None:
+    """Refuse a ``data.partition_file`` that is not there (ConfigError): the command line
+    asks before it loads the runtimes, a run again when it reads the file."""
+    path = config.data.partition_file
+    if path is not None and not path.is_file():
+        raise ConfigError(
+            f"data.partition_file: {path} does not exist (a partition.npz "
+            "that an earlier run wrote, or leave the key out to make a new partition)"
+        )
+
+
 def check_compute(config: ExperimentConfig, device: torch.device) -> None:
     """Refuse training settings ``device`` cannot run (ConfigError), before any training."""
     from collabfl.kernel.compute import amp_problem  # torch's, imported once a device is
