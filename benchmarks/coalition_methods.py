@@ -26,7 +26,7 @@ from _common import RESULTS_DIR, write_results
 from rich.console import Console
 
 from collabfl.client.node import ClientSplits
-from collabfl.engine.builtin_methods import distance_settings
+from collabfl.engine.builders import distance_settings
 from collabfl.engine.config import load_config, model_name
 from collabfl.engine.experiment import prepare_data, run_comparison
 from collabfl.engine.inprocess import build_federation

@@ -23,7 +23,7 @@ import torch
 from _common import Stopwatch, format_table, write_results
 
 from collabfl.client.node import ClientSplits
-from collabfl.engine.builtin_methods import distance_settings
+from collabfl.engine.builders import distance_settings
 from collabfl.engine.config import load_config
 from collabfl.engine.experiment import model_name, prepare_data, resolve_device
 from collabfl.engine.inprocess import build_federation

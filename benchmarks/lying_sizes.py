@@ -118,7 +118,7 @@ def run(
 
 
 def ipfl_buyer(config: ExperimentConfig) -> int:
-    """The client iPFL's seeded role draw makes the buyer (engine/builtin_methods.py)."""
+    """The client iPFL's seeded role draw makes the buyer (engine/builders.py)."""
     clients = list(range(config.data.num_clients))
     return int(np.random.default_rng([config.seed, 0x1BF1]).permutation(clients)[0])
 

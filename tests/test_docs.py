@@ -23,7 +23,7 @@ INLINE = re.compile(r"`((?:[^`\n]|\n(?!\s*\n))+)`")  # may wrap, not across a bl
 EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)  # http:, https:, mailto:, ...
 PLACEHOLDER = re.compile(r"[<>…{}$]|\.\.\.|NNNN")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$", re.M)
-TOP_FILES = {"README.md", "CONTRIBUTING.md", "LICENSE", "pyproject.toml"}
+TOP_FILES = {"README.md", "CONTRIBUTING.md", "LICENSE", "pyproject.toml", "install.py"}
 
 
 def link_targets(text: str) -> list[tuple[str, str]]:

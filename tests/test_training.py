@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from collabfl.kernel.flat import FlatModel
+from collabfl.kernel.model_names import ZOO
 from collabfl.kernel.models import MODELS, build_model
 from collabfl.kernel.objective import Objective
 from collabfl.kernel.training import (
@@ -225,3 +226,7 @@ def test_exact_steps_replace_epochs():
 def test_alignment_gradient_is_zero_at_the_origin():
     direction = torch.randn(5)
     assert torch.equal(alignment_gradient(torch.zeros(5), direction), torch.zeros(5))
+
+
+def test_the_zoo_names_a_config_checks_are_the_models_built():
+    assert set(ZOO) == set(MODELS)

@@ -182,13 +182,11 @@ def _run(
     """Load and check everything, claim the run directory, then run a comparison (once per
     seed with `seeds`; a default run folder is named after `kind`, else the config's
     method). Ctrl-C or `kill` stops it (workers too) and says what is left."""
-    from collabfl.engine.config import ConfigError, load_config
-    from collabfl.engine.experiment import run_comparison, run_seeds
-    from collabfl.engine.interrupts import sigterm_interrupts
+    from collabfl.engine.config import ConfigError, check_partition_file, load_config
     from collabfl.engine.methods import parse_method_spec
-    from collabfl.engine.tracking import require_tracking
 
     settings = load_config(config, overrides)
+    check_partition_file(settings)
     runs = []
     for seed in parse_seeds(seeds) if seeds is not None else [settings.seed]:
         seeded = load_config(config, [*overrides, f"seed={seed}"])
@@ -196,6 +194,11 @@ def _run(
         if not specs:
             raise ConfigError("--methods names no method")
         runs.append((seed, seeded, specs))
+    # torch and the runtimes only now: a refused config is answered without their seconds
+    from collabfl.engine.experiment import run_comparison, run_seeds
+    from collabfl.engine.interrupts import sigterm_interrupts
+    from collabfl.engine.tracking import require_tracking
+
     require_tracking(settings)
     out_dir = _output_dir(out, overwrite, settings, kind or settings.method, resume)
     if resume:
@@ -428,15 +431,14 @@ def federation_up_command(
     log_level: LogOpt = "WARNING",
 ) -> None:
     """Start a coordinator and N client daemons on loopback, run the experiment, tear down."""
-    from collabfl.engine.config import ConfigError, load_config
-    from collabfl.engine.experiment import resolve_device
+    from collabfl.engine.config import ConfigError, check_partition_file, load_config
     from collabfl.engine.methods import parse_method_spec
-    from collabfl.launcher.federation import federation_up
 
     _setup(log_level)
     try:
         extra = [f"data.num_clients={clients}"] if clients is not None else []
         settings = load_config(config, [*(overrides or []), *extra])
+        check_partition_file(settings)
         if settings.tracking.tensorboard is not None:
             raise ConfigError(
                 "tracking.tensorboard is written by simulate and compare only; a real "
@@ -444,6 +446,10 @@ def federation_up_command(
             )
         names = split_methods(methods) if methods else [settings.method]
         specs = [parse_method_spec(name, settings) for name in names]
+        # torch and Flower only now: a refused config is answered without their seconds
+        from collabfl.engine.experiment import resolve_device
+        from collabfl.launcher.federation import federation_up
+
         for spec in specs:  # every daemon runs on this machine: its device must be here
             resolve_device(spec.config.device)
         out_dir = _output_dir(out, overwrite, settings, "federation")

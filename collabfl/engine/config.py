@@ -11,9 +11,8 @@ import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import torch
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -26,12 +25,14 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from collabfl.engine.registry import REGISTRY
-from collabfl.kernel.compute import amp_problem
 from collabfl.kernel.devices import DEVICE_FORMS, check_spec
-from collabfl.kernel.models import DEFAULT_MODEL, MODELS
-from collabfl.kernel.training import TrainingConfig
+from collabfl.kernel.model_names import DEFAULT_MODEL, ZOO
+from collabfl.kernel.training_config import TrainingConfig
 from collabfl.kernel.user_code import check_import_path, is_import_path
 from collabfl.kernel.validation import problems
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,8 @@ def _model_name(name: str) -> str:
     """A zoo model, "auto", or an import path of the user's own model factory."""
     if is_import_path(name):
         return check_import_path(name)
-    if name != "auto" and name not in MODELS:
-        choices = ", ".join(["auto", *MODELS])
+    if name != "auto" and name not in ZOO:
+        choices = ", ".join(["auto", *ZOO])
         raise PydanticCustomError(
             "unknown_model",
             "unknown model; choose from {choices} or give pkg.mod:factory",
@@ -622,20 +623,33 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     except ValidationError as error:
         raise ConfigError(format_validation_error(error)) from None
     check_budgets(config)
-    if config.device == "cpu":  # other specs are checked where they resolve (check_compute)
-        check_compute(config, torch.device("cpu"))
+    if config.device == "cpu" and config.training.amp != "off":  # off runs anywhere
+        import torch  # only here: a config that asks for no autocast is checked without it
+
+        check_compute(config, torch.device("cpu"))  # other specs: where they resolve
     return config
+
+
+def check_partition_file(config: ExperimentConfig) -> None:
+    """Refuse a ``data.partition_file`` that is not there (ConfigError): the command line
+    asks before it loads the runtimes, a run again when it reads the file."""
+    path = config.data.partition_file
+    if path is not None and not path.is_file():
+        raise ConfigError(
+            f"data.partition_file: {path} does not exist (a partition.npz "
+            "that an earlier run wrote, or leave the key out to make a new partition)"
+        )
 
 
 def check_compute(config: ExperimentConfig, device: torch.device) -> None:
     """Refuse training settings ``device`` cannot run (ConfigError), before any training."""
+    from collabfl.kernel.compute import amp_problem  # torch's, imported once a device is
+
     problem = amp_problem(config.training.amp, device)
     if problem is not None:
         raise ConfigError(problem)
 
 
 def format_validation_error(error: ValidationError) -> str:
-    """One line per problem: dotted path, what is wrong, and the value given."""
-    return "\n".join(
-        ["invalid configuration:", *(f"  {p}" for p in problems(error, ExperimentConfig))]
-    )
+    """One line: each problem's dotted path, what is wrong, and the value given."""
+    return "invalid configuration: " + "; ".join(problems(error, ExperimentConfig))

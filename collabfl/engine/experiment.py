@@ -28,7 +28,13 @@ from collabfl.client.data import (
     true_groups,
 )
 from collabfl.client.node import ClientSplits
-from collabfl.engine.config import ConfigError, ExperimentConfig, check_compute, model_name
+from collabfl.engine.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_compute,
+    check_partition_file,
+    model_name,
+)
 from collabfl.engine.driver import AfterRound, drive
 from collabfl.engine.inprocess import build_federation
 from collabfl.engine.interrupts import init_worker, worker_task
@@ -88,6 +94,7 @@ def prepare_data(config: ExperimentConfig) -> FederationData:
     data = config.data
     saved = None
     if data.partition_file is not None:
+        check_partition_file(config)
         saved = _saved_partition(data.partition_file, data.num_clients)
     pool = load_pool(
         data.dataset,
@@ -120,11 +127,6 @@ def _saved_partition(path: Path, num_clients: int) -> Partition:
     """``data.partition_file``, read before the pool so a wrong path fails in a second."""
     try:
         partition = Partition.load(path)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"data.partition_file: {path} does not exist (a partition.npz "
-            "that an earlier run wrote, or leave the key out to make a new partition)"
-        ) from None
     except ValueError as e:
         raise ConfigError(f"data.partition_file: {e}") from None
     if len(partition.clients) != num_clients:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -17,8 +17,10 @@ from collabfl.engine.config import (
 from collabfl.engine.quorum import run_quorum
 from collabfl.engine.registry import REGISTRY, FederationContext
 from collabfl.engine.run_options import RunOptions
-from collabfl.kernel.flat import FlatModel
-from collabfl.strategies.rounds import Method
+
+if TYPE_CHECKING:  # a spec is parsed and checked without torch; only a build needs it
+    from collabfl.kernel.flat import FlatModel
+    from collabfl.strategies.rounds import Method
 
 
 @dataclass(frozen=True)

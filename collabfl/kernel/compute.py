@@ -16,11 +16,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
 
 import torch
 
-Amp = Literal["off", "bf16", "fp16"]
+from collabfl.kernel.training_config import Amp
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

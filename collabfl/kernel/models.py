@@ -116,14 +116,6 @@ MODELS: dict[str, Callable[[int], nn.Module]] = {
     "resnet18": resnet18,
 }
 
-DEFAULT_MODEL = {
-    "mnist1d": "mnist1d_cnn",
-    "cifar10": "cifar_cnn",
-    "cinic10": "cifar_cnn",
-    "femnist": "femnist_cnn",
-}
-
-
 ModelFactory = Callable[[], nn.Module]
 """A user's model: a function of no arguments that returns a fresh ``nn.Module``."""
 

@@ -17,7 +17,8 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from collabfl.kernel.user_code import UserCodeError, check_import_path, load_object
+from collabfl.kernel.training_config import BUILTIN_LOSS, BUILTIN_OPTIMIZER
+from collabfl.kernel.user_code import UserCodeError, load_object
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(model outputs, integer labels) → the mean loss over the batch, like F.cross_entropy."""
@@ -25,9 +26,6 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], Optimizer | tuple[Optimizer, LRScheduler]]
 """The model's parameters → a fresh optimiser, or an optimiser with an LR schedule stepped
 after every optimiser step. Called at the start of every local training call."""
-
-BUILTIN_LOSS = "cross_entropy"
-BUILTIN_OPTIMIZER = "sgd"
 
 
 @dataclass(frozen=True)
@@ -48,16 +46,6 @@ class Objective:
 
 
 DEFAULT_OBJECTIVE = Objective()
-
-
-def check_loss_name(name: str) -> str:
-    """A config's ``training.loss``: the built-in name or a well-formed import path."""
-    return name if name == BUILTIN_LOSS else check_import_path(name)
-
-
-def check_optimizer_name(name: str) -> str:
-    """A config's ``training.optimizer``: the built-in name or a well-formed import path."""
-    return name if name == BUILTIN_OPTIMIZER else check_import_path(name)
 
 
 def objective_from_names(

@@ -15,55 +15,15 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import tee
-from typing import Annotated
 
 import torch
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from collabfl.kernel.compute import PLAIN, Amp, Compute
+from collabfl.kernel.compute import PLAIN, Compute
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.loader import Batch, batch_inputs
-from collabfl.kernel.objective import (
-    BUILTIN_LOSS,
-    BUILTIN_OPTIMIZER,
-    DEFAULT_OBJECTIVE,
-    Objective,
-    check_loss_name,
-    check_optimizer_name,
-    make_optimizer,
-)
+from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective, make_optimizer
 from collabfl.kernel.streamed import Index, StreamedData
-
-
-class TrainingConfig(BaseModel):
-    """Local optimiser settings shared by every method."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(0.05, gt=0, le=10, description="SGD learning rate")
-    momentum: float = Field(0.9, ge=0, lt=1)
-    weight_decay: float = Field(1e-3, ge=0, le=1)
-    batch_size: int = Field(32, ge=1, le=65536)
-    eval_batch_size: int = Field(2048, ge=1, description="samples per evaluation forward pass")
-    loss: Annotated[str, AfterValidator(check_loss_name)] = Field(
-        BUILTIN_LOSS, description="cross_entropy, or pkg.mod:loss (outputs, labels) -> mean loss"
-    )
-    optimizer: Annotated[str, AfterValidator(check_optimizer_name)] = Field(
-        BUILTIN_OPTIMIZER,
-        description="sgd (lr, momentum, weight_decay above), or pkg.mod:factory(params)",
-    )
-    amp: Amp = Field(
-        "off", description="mixed precision: off, bf16, or fp16 (CUDA only, loss-scaled)"
-    )
-    channels_last: bool = Field(False, description="NHWC layout for 4-D (image) inputs")
-    loader_workers: int = Field(
-        0, ge=0, le=256, description="DataLoader workers reading a streamed split's batches"
-    )
-
-    @property
-    def compute(self) -> Compute:
-        """The loops' device settings (kernel/compute.py)."""
-        return Compute(self.amp, self.channels_last, self.loader_workers)
+from collabfl.kernel.training_config import TrainingConfig
 
 
 @dataclass(frozen=True)
