@@ -1,7 +1,7 @@
 """What starting a process imports: on a machine shared by a coordinator and its clients,
 every CPU-second of imports delays the SuperNodes' joining and the executors' readiness.
 
-The coordinator daemon imports torch only at its first run (the service's CreateRun); a
+The coordinator daemon does not import torch at start (nor for a run request); a
 warm executor's ClientApp does not load the SuperLink's state code."""
 
 from __future__ import annotations

@@ -80,7 +80,6 @@ from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
 from collabfl.coordinator.operator_credential import OperatorCredential
 from collabfl.coordinator.operator_credential import default_path as default_operator_path
-from collabfl.coordinator.prewarm import prewarm_when_listening
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.state import (
     KEEP_ENDED_RUNS,
@@ -858,7 +857,6 @@ def main(argv: list[str] | None = None) -> int:
         after_exit=None if restorer is None else restorer.gone,
     )  # fmt: skip
     superlink.start()
-    prewarm_when_listening(args.superlink_internal_port, stop)
     activity = FleetActivity()
     enroller = None
     if files is not None and registry is not None:

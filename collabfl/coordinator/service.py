@@ -137,10 +137,9 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         folder that holds no earlier run (unless ``overwrite``: the same rule as ``collabfl
         compare --out``), and only while no other run is active (its clients are busy;
         never disturb them)."""
-        # Not imported at start: it imports torch (about a CPU-second), which clients starting
-        # beside the coordinator on one machine need to join. The daemon loads it once its
-        # SuperLink listens (coordinator/prewarm.py); a run created before then imports it
-        # here, under a longer deadline (service_client.CREATE_RUN_S).
+        # Not imported at start, which clients starting beside the coordinator on one machine
+        # would wait on; checking a run request imports neither torch nor Flower
+        # (tests/test_config_imports.py), so this costs the first run a fraction of a second.
         from collabfl.engine.config import ConfigError
         from collabfl.engine.methods import read_run_request
         from collabfl.engine.report.run_dir import claim_output_dir
