@@ -33,6 +33,8 @@ from tests.support.tls_federation import (
     credentials,
 )
 
+pytestmark = pytest.mark.federation
+
 OLD_GIVE_UP = 6
 """Exits in a row after which the supervisor used to give up and the daemon exit."""
 REJOIN_S = 10.0

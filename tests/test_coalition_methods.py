@@ -45,6 +45,8 @@ from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Verb
 
+pytestmark = pytest.mark.slow
+
 LENGTH = 40  # MNIST-1D's signal length, so the project's CNN applies
 FAST = DistanceSettings(rounds=60, local_steps=5, lr=0.05, patience=60, hidden=32)
 

@@ -10,6 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 SETTINGS = [
     "data.num_train=400",
     "data.num_test=200",

@@ -14,6 +14,8 @@ from collabfl.cli.main import app
 from collabfl.engine import experiment
 from tests.support.cli_runs import IN_THIS_PROCESS, invoke, small_args
 
+pytestmark = pytest.mark.slow
+
 
 def _args(tmp_path: Path, *extra: str) -> list[str]:
     return [*small_args(tmp_path / "cache", "rounds=2", *extra), *IN_THIS_PROCESS]

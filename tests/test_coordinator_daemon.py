@@ -27,6 +27,8 @@ from collabfl.kernel.grants import generate_private_key
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ClientTLS
 
+pytestmark = pytest.mark.federation
+
 
 def _free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]

@@ -20,6 +20,8 @@ from collabfl.client.data.client_file import save_client_file
 from collabfl.kernel.grants import generate_private_key, save_public_key
 from collabfl.launcher.federation import free_ports
 
+pytestmark = pytest.mark.federation
+
 
 def _client_args(tmp_path: Path, data: Path) -> list[str]:
     key = tmp_path / "grant.pub.pem"

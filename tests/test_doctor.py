@@ -25,6 +25,8 @@ from tests.support.client_data import spoil, write_client_data
 from tests.support.pki import TestCA
 from tests.support.tls_federation import TlsCoordinator, TlsStub, credentials
 
+pytestmark = pytest.mark.federation
+
 
 def _doctor(*args: str) -> tuple[int, list[str]]:
     result = CliRunner().invoke(app, ["doctor", *args])

@@ -16,6 +16,8 @@ import pytest
 
 from collabfl.kernel import exit_status
 
+pytestmark = pytest.mark.federation
+
 BIN = Path(sys.executable).parent
 
 

@@ -40,6 +40,8 @@ from federation_faults import (
 from collabfl.kernel.supervisor import stop_group
 from collabfl.launcher.federation import LocalFederation
 
+pytestmark = pytest.mark.federation
+
 CLIENTS = 4
 GONE = "client-3"
 

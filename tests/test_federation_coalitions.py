@@ -27,6 +27,8 @@ from collabfl.engine.recording import safe_name
 from collabfl.engine.report.run_dir import MESSAGES_FILE, read_run
 from tests.support.cli_runs import IN_THIS_PROCESS
 
+pytestmark = pytest.mark.federation
+
 METHODS = ["fedcollab", "equilibrium", "equilibrium:ocs=spo"]
 SETTINGS = [
     "data.num_train=1500",

@@ -14,9 +14,13 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import IN_THIS_PROCESS, invoke
 from tests.support.runtime_equality import assert_same_rows
+
+pytestmark = pytest.mark.federation
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 2

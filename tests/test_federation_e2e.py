@@ -24,6 +24,8 @@ from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import IN_THIS_PROCESS
 from tests.support.runtime_equality import BUDGET, SETTINGS, assert_same_rows
 
+pytestmark = pytest.mark.federation
+
 
 def _invoke(*args: str) -> str:
     result = CliRunner().invoke(app, list(args))

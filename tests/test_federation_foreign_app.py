@@ -36,6 +36,8 @@ from collabfl.launcher.federation import LocalFederation, write_client_files
 from tests.support.foreign_app import write_foreign_app
 from tests.support.task_claims import claim_task
 
+pytestmark = pytest.mark.federation
+
 CLIENTS, ROUNDS = 2, 3
 STRANGER = "nobody"
 SYSTEM_PYTHON = "/usr/bin/python3"

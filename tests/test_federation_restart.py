@@ -22,6 +22,8 @@ from federation_faults import (
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.engine.report.run_dir import read_run
 
+pytestmark = pytest.mark.federation
+
 
 @pytest.fixture
 def uninterrupted(tmp_path_factory):

@@ -8,12 +8,15 @@ without an event, and titled its plots "mnist1d, N=50, Dirichlet α=0.1" from th
 
 from __future__ import annotations
 
+import pytest
 from federation_faults import fault_config, make_federation, wait_for
 
 from collabfl.engine.methods import parse_method_spec, run_request
 from collabfl.engine.report.run_dir import read_run
 from collabfl.engine.report.setting import partition_text, setting_title
 from collabfl.engine.run_options import RunOptions
+
+pytestmark = pytest.mark.federation
 
 CLIENTS = 3
 ASKED = 4

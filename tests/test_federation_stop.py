@@ -16,6 +16,8 @@ from collabfl.engine.report.run_dir import read_run
 from collabfl.flower.processes import SUPERNODE_CONNECTED
 from collabfl.launcher.federation import client_command, free_ports
 
+pytestmark = pytest.mark.federation
+
 CLIENTS = 3
 ROUNDS = 200  # far more than it will run: it ends only when stopped
 IMPOSTOR_ID = 1

@@ -17,6 +17,8 @@ from federation_faults import fault_config, rounds_of, start_run, wait_for
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.launcher.federation import LocalFederation, write_client_files
 
+pytestmark = pytest.mark.federation
+
 CLIENTS, ROUNDS = 3, 4
 
 

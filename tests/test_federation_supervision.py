@@ -25,6 +25,8 @@ from collabfl.engine.methods import parse_method_spec
 from collabfl.kernel.supervisor import RestartPolicy
 from collabfl.launcher.federation import DaemonFailed, LocalFederation, run_on_federation
 
+pytestmark = pytest.mark.federation
+
 QUICK = RestartPolicy(max_restarts=1, backoff_max_s=1.0)
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
 from federation_faults import federation_processes
 
 from collabfl.launcher.federation import LocalFederation
+
+pytestmark = pytest.mark.federation
 
 STAND_IN = """
 import os, subprocess, sys, time

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 
+import pytest
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app
@@ -17,6 +18,8 @@ from collabfl.kernel.identity import Identity, Role, identity_of_pem
 from collabfl.kernel.tls import ServerTLS
 from collabfl.launcher.federation import client_command, coordinator_command
 from collabfl.launcher.federation_tls import OPERATOR, FederationCredentials
+
+pytestmark = pytest.mark.federation
 
 
 def _issue(tmp_path) -> FederationCredentials:

@@ -24,6 +24,8 @@ import pytest
 from tests.support.cli_runs import invoke
 from tests.support.runtime_equality import assert_same_rows, settings
 
+pytestmark = pytest.mark.federation
+
 ROOT = Path(__file__).resolve().parents[1]
 USER_CODE = [
     "model.name=tests.support.user_code:make_net",

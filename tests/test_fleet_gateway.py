@@ -36,6 +36,8 @@ from collabfl.launcher.federation import free_ports
 from tests.support.other_user import SYSTEM_PYTHON, as_stranger
 from tests.support.pki import TestCA
 
+pytestmark = pytest.mark.federation
+
 
 class Coordinator:
     def __init__(self, tmp_path: Path) -> None:

@@ -6,9 +6,13 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from flower_floor import measure_flower_floor
+
+pytestmark = pytest.mark.federation
 
 
 def test_flower_floor_rounds_change_the_weights(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_workload  # noqa: E402
 
+pytestmark = pytest.mark.federation
+
 
 def test_the_tiny_workload_runs_both_runtimes_and_its_figures_add_up(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the daemons import collabfl from here

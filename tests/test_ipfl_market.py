@@ -25,6 +25,8 @@ from collabfl.strategies.ipfl import (
     utilities,
 )
 
+pytestmark = pytest.mark.slow
+
 NUM_MARKETS = 150
 TOL = 1e-9
 

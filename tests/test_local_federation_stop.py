@@ -3,8 +3,12 @@
 import threading
 from pathlib import Path
 
+import pytest
+
 from collabfl.launcher import federation as federation_module
 from collabfl.launcher.federation import LocalFederation
+
+pytestmark = pytest.mark.federation
 
 CLIENTS = 3
 

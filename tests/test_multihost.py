@@ -39,7 +39,11 @@ from tests.support.netns import Link, NetworkBed, unavailable_reason
 from tests.support.runtime_equality import CLIENTS, ROUNDS, SETTINGS, assert_same_rows
 
 REASON = unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [
+    pytest.mark.federation,
+    pytest.mark.netns,
+    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
+]
 
 COORDINATOR = "coord.example.org"
 LABS = [f"lab-{k}" for k in range(CLIENTS)]

@@ -11,7 +11,7 @@ import pytest
 from tests.support.netns import Link, NetworkBed, netem_reason, unavailable_reason
 
 REASON = unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [pytest.mark.netns, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 SERVER = """
 import socket, sys, time

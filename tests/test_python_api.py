@@ -22,6 +22,8 @@ from collabfl.engine.config import ConfigError, load_config
 from tests.support.cli_runs import invoke, set_args
 from tests.support.user_code import make_net
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"rounds": 2, "epochs": 1, "training.batch_size": 8, "dpfl.init_epochs": 1}
 

@@ -16,6 +16,8 @@ import collabfl.api as cf
 from tests.support.user_code import make_net
 from tests.test_python_api import FAST, arrays
 
+pytestmark = pytest.mark.slow
+
 METHODS = ["local", cf.DPFL(budget=2)]
 
 

@@ -14,6 +14,8 @@ from tests.support.user_code import make_net
 from tests.test_python_api import FAST, arrays
 from tests.test_python_api_compare import untimed
 
+pytestmark = pytest.mark.slow
+
 api_compare = importlib.import_module("collabfl.api.compare")  # cf.compare is its function
 
 

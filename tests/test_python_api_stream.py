@@ -15,6 +15,8 @@ from collabfl.kernel.streamed import StreamedData
 from tests.support.user_code import make_net
 from tests.test_python_api import FAST, arrays
 
+pytestmark = pytest.mark.slow
+
 
 class Counted(Dataset[Any]):
     """A map-style Dataset over arrays that counts the inputs it hands out."""

@@ -12,10 +12,14 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import readme_table  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 TINY = [
     "data.num_train=600",

@@ -33,6 +33,8 @@ from collabfl.strategies.rounds import average_replies
 from tests.test_node_binding import Grid, flower_task  # noqa: F401  (autouse fixture)
 from tests.test_session import _settings
 
+pytestmark = pytest.mark.federation
+
 
 def _members(counts: dict[int, int]) -> list[Member]:
     return [Member(k, 10 + k, f"h:{k}", n) for k, n in counts.items()]

@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import report_figures
 import reproduce
 
+pytestmark = pytest.mark.slow
+
 
 def _unit(method: str, seed: int, *, stored: bool, setting: str = "label_flip") -> dict:
     """A finished unit as run_unit leaves it; ``stored``: with the per-round records."""

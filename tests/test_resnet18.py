@@ -15,6 +15,8 @@ from collabfl.engine.config import validate_config
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 
+pytestmark = pytest.mark.slow
+
 
 def test_resnet18_has_the_cifar_stem_and_its_size():
     model = build_model("resnet18", 10, seed=0)

@@ -17,6 +17,8 @@ from collabfl.engine.progress import ProgressBoard
 from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import invoke, small_args
 
+pytestmark = pytest.mark.federation
+
 
 def test_compare_over_seeds_in_workers_shows_every_round_and_reports_the_seed_spread(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch

@@ -25,6 +25,8 @@ from collabfl.flower.serverapp_launcher import (
 from collabfl.flower.superexec_auth import ensure_secret
 from tests.support.task_claims import superexec_superlink
 
+pytestmark = pytest.mark.federation
+
 
 class CountedLauncher:
     """A launcher on a real SuperLink whose answered task claims are counted."""

@@ -13,6 +13,8 @@ from collabfl.cli.main import app, split_methods
 from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import invoke, small_args, without_timings
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def dpfl_run(tmp_path_factory) -> Path:

@@ -25,6 +25,8 @@ from collabfl.strategies.spo import (
 from tests.support.spo_oracles import InMemoryOracle, linear_regression_oracle
 from tests.support.synthetic import NUM_CLIENTS, SyntheticRegression, make_synthetic_regression
 
+pytestmark = pytest.mark.slow
+
 QUICK = SpoSettings(hidden=16, hypernet_steps=30, search_steps=10)
 
 

@@ -23,6 +23,8 @@ from collabfl.strategies.spo import OracleError, SpoSettings, spo_estimator
 from collabfl.strategies.spo_federated import PoolLossOracle, SpoSearch
 from collabfl.strategies.verbs import Gradient, Verb
 
+pytestmark = pytest.mark.slow
+
 QUICK = SpoSettings(hypernet_steps=100, search_steps=20, hypernet_lr=3e-4)
 BRIEF = SpoSettings(hypernet_steps=10, search_steps=4, hypernet_lr=3e-4)
 """Enough steps to pass through every stage of the search, for properties (such as

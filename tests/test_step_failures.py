@@ -33,6 +33,8 @@ from collabfl.strategies.verbs import Collaborate, Evaluate, Train, Verb
 from tests.support.cli_runs import IN_THIS_PROCESS, SMALL
 from tests.support.runtime_equality import settings
 
+pytestmark = pytest.mark.federation
+
 
 def _simulate(out: Path, *extra: str) -> tuple[int, str]:
     flags = [arg for o in [*SMALL, *extra] for arg in ("--set", o)]

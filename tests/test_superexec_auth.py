@@ -18,6 +18,8 @@ from collabfl.flower.processes import flower_binary
 from tests.support.flower_api import assert_flower_has
 from tests.support.task_claims import claim_task, superexec_superlink
 
+pytestmark = pytest.mark.federation
+
 USED = [
     ("flwr.supercore.interceptors.http.superexec_auth", "SuperExecAuthHttpInterceptor",
      ["master_secret", "protected_methods"]),

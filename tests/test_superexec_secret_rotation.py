@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 from flwr.proto.runtime_pb2 import AcquireTaskRequest
 from flwr.supercore.constant import TaskType
 from flwr.supercore.runtime import RuntimeHttpClient
@@ -18,6 +19,8 @@ from support.task_claims import superexec_superlink
 
 from collabfl.client.daemon import supernode_starting
 from collabfl.flower.superexec_auth import claim_signer, ensure_secret, rotate_secret
+
+pytestmark = pytest.mark.federation
 
 
 class Recorder:

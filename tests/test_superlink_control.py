@@ -25,6 +25,8 @@ from collabfl.kernel import exit_status
 from collabfl.kernel.supervisor import stop_group
 from tests.support.tls_superlink import TlsSuperLink
 
+pytestmark = pytest.mark.federation
+
 
 @pytest.fixture(scope="module")
 def superlink(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsSuperLink]:

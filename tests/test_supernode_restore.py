@@ -6,10 +6,14 @@ registered it meanwhile."""
 
 from __future__ import annotations
 
+import pytest
+
 from collabfl.coordinator.state import CoordinatorState, Member
 from collabfl.coordinator.supernode_restore import KeyRestorer
 from collabfl.flower.supernode_key import ensure_supernode_key
 from tests.support.tls_superlink import TlsSuperLink
+
+pytestmark = pytest.mark.federation
 
 BAD_KEY = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQAAAAIbmlzdHAzODQ= not-a-point"
 

@@ -22,6 +22,8 @@ from collabfl.kernel.models import build_model
 from collabfl.kernel.streamed import StreamedData
 from collabfl.kernel.training import TensorData, TrainingConfig, batch_plan, evaluate, train
 
+pytestmark = pytest.mark.slow
+
 CPU = torch.device("cpu")
 
 

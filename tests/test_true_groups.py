@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import report_figures
 
+pytestmark = pytest.mark.slow
+
 SMALL = ["data.num_train=800", "data.num_test=400", "data.num_clients=4", "rounds=1", "jobs=1"]
 
 

@@ -11,11 +11,14 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from collabfl.engine.config import load_config
 from collabfl.engine.methods import parse_method_spec
 from collabfl.launcher.federation import LocalFederation, run_on_federation, write_client_files
+
+pytestmark = pytest.mark.federation
 
 SETTINGS = [
     "data.num_train=600",

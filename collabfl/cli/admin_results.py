@@ -17,6 +17,7 @@ import typer
 
 from collabfl.cli.admin import EXIT_REFUSED, AsJson, _client, _fail, _print_json, admin_app, console
 from collabfl.engine.report.table import human_bytes
+from collabfl.kernel.atomic import replacing
 
 if TYPE_CHECKING:
     from collabfl.coordinator.run_files import RunFile
@@ -91,7 +92,8 @@ def _download(
 
 
 def _copy(client: CoordinatorClient, run_id: str, listed: RunFile, target: Path) -> None:
-    with target.open("wb") as out:
+    """One file, in place only once whole: an interrupted download leaves no half file."""
+    with replacing(target) as partial, partial.open("wb") as out:
         offset, size = 0, listed.size
         while offset < size:
             data, size = client.read_run_file(run_id, listed.path, offset)
