@@ -162,7 +162,10 @@ def _round_axis(ax: Axes, fine_tune_at: set[int]) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not fine_tune_at:
         return
-    rounds = [t for t in ax.get_xticks() if 0 <= t < min(fine_tune_at)]
+    ticks = ax.get_xticks()
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    # A round tick closer than one step to the wide "fine-tune" label would run into it.
+    rounds = [t for t in ticks if 0 <= t <= min(fine_tune_at) - step]
     positions = [*rounds, *sorted(fine_tune_at)]
     ax.set_xticks(positions, [f"{t:.0f}" for t in rounds] + ["fine-tune"] * len(fine_tune_at))
 
@@ -283,6 +286,7 @@ def accuracy_vs_variance_figure(
     """
     fig = Figure(figsize=(7, 5))
     ax = fig.add_subplot()
+    points = []
     for index, summary in enumerate(summaries):
         mean, var = summary.get("mean_test_acc"), summary.get("var_test_acc")
         if mean is None or var is None:
@@ -292,7 +296,9 @@ def accuracy_vs_variance_figure(
         yerr = None if seed_std is None else clipped_error(y, seed_std * 100)
         colour, marker = method_style(index, len(summaries))
         ax.errorbar([x], [y], yerr=yerr, fmt=marker, color=colour, capsize=3)
-        ax.annotate(summary["method"], (x, y), textcoords="offset points", xytext=(5, 5))
+        points.append((summary["method"], x, y))
+    for (method, x, y), offset in zip(points, label_offsets(points), strict=True):
+        ax.annotate(method, (x, y), textcoords="offset points", xytext=offset)
     ax.margins(0.15)
     ax.set_title(f"{setting_title(config or {})}{_which_seeds(summaries, config or {})}")
     ax.set_xlabel("variance of client test accuracy (%²)")
@@ -305,6 +311,32 @@ def accuracy_vs_variance_figure(
         )
     ax.grid(alpha=0.3)
     return fig
+
+
+NEAR = 0.08
+"""Points closer than this (as a share of each axis's span) would have their labels meet."""
+
+
+def label_offsets(points: Sequence[tuple[str, float, float]]) -> list[tuple[int, int]]:
+    """Where each point's label goes, in points from it: above right, or below right when a
+    point above it that is near already has its label there (methods with close results,
+    such as Ditto and FedAvg+FT, would otherwise print one name over the other)."""
+    if not points:
+        return []
+    xs, ys = [x for _, x, _ in points], [y for _, _, y in points]
+    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    offsets: list[tuple[int, int]] = [(5, 5)] * len(points)
+    above: list[int] = []
+    for i in sorted(range(len(points)), key=lambda k: -points[k][2]):
+        _, x, y = points[i]
+        crowded = any(
+            abs(points[j][1] - x) / span_x < NEAR and abs(points[j][2] - y) / span_y < NEAR
+            for j in above
+            if offsets[j] == (5, 5)
+        )
+        offsets[i] = (5, -12) if crowded else (5, 5)
+        above.append(i)
+    return offsets
 
 
 def _which_seeds(summaries: list[dict[str, Any]], config: Mapping[str, Any]) -> str:
