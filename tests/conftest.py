@@ -26,7 +26,6 @@ SLOWEST_FIRST = (
     "test_multihost.py",
     "test_federation_foreign_app.py",
     "test_federation_short_start.py",
-    "test_federation_data_source.py",
     "test_gpu_workload.py",
     "test_federation_user_code.py",
     "test_federation_stop.py",

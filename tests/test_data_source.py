@@ -4,7 +4,7 @@ A factory's data is checked on a sample before a run and refused in one line nam
 client, the split and the field (exit 2 from the command line, ConfigError in Python); the
 participant daemon refuses one its operator did not allow, or one that is wrong, before it
 starts anything; doctor checks one as the daemon does; and a streamed Dataset is read a
-batch at a time, never held whole. (tests/test_federation_data_source.py runs one over a
+batch at a time, never held whole. (tests/test_federation_user_code.py runs one over a
 real federation.)
 """
 
