@@ -110,8 +110,10 @@ def test_a_supernode_killed_with_sigkill_rejoins_within_10_s(coordinator):
         assert client.log().count("supernode started") == 2, client.log()
         assert not _refusals(client), client.log()
         # 10 s (it took 4-6 s here when the machine was not shared); on a machine so busy
-        # that a fresh daemon took longer than that to join at all, as long as that + 3 s.
-        limit = max(REJOIN_S, first_join + 3.0)
+        # that a fresh daemon's first join was slow, twice that join (a rejoin starts a
+        # SuperNode and an executor again: 12.1 s against a 6.6 s first join was seen at a
+        # load of 4 workers on 2 cores). The defect this guards against took about 60 s.
+        limit = max(REJOIN_S, 2 * first_join)
         assert took < limit, (
             f"rejoined {took:.1f} s after SIGKILL (first join {first_join:.1f} s after start): "
             f"{client.log()[-3000:]}"
