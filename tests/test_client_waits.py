@@ -6,7 +6,7 @@ whose SuperNode key nobody registered yet keeps retrying past the old give-up (5
 restarts in a row, about 67 s), logging each refusal as one clean line with the fix, and
 joins by itself once the operator registers the key. A client that cannot reach its
 SuperLink, or dials the coordinator by a name its certificate lacks, says so the same way.
-A SuperNode killed with SIGKILL is restarted and rejoins within 10 s (Flower refused it for
+A SuperNode killed with SIGKILL is restarted and rejoins at its first restart (Flower refused it for
 about 60 s while it still counted the killed one as online: flower/stale_node.py); only
 the node's own key can mark it offline.
 """
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.federation
 
 OLD_GIVE_UP = 6
 """Exits in a row after which the supervisor used to give up and the daemon exit."""
-REJOIN_S = 10.0
+REJOIN_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_an_unregistered_client_waits_says_why_and_joins_once_registered(coordin
         client.stop()
 
 
-def test_a_supernode_killed_with_sigkill_rejoins_within_10_s(coordinator):
+def test_a_supernode_killed_with_sigkill_rejoins_at_its_first_restart(coordinator):
     state: Path = coordinator.client_state(1)
     _, public_key = ensure_supernode_key(state)
     coordinator.register(1, public_key)
@@ -109,11 +109,11 @@ def test_a_supernode_killed_with_sigkill_rejoins_within_10_s(coordinator):
         # The first restart is let in: one start since the kill, no refusal.
         assert client.log().count("supernode started") == 2, client.log()
         assert not _refusals(client), client.log()
-        # 10 s (it took 4-6 s here when the machine was not shared); on a machine so busy
-        # that a fresh daemon's first join was slow, twice that join (a rejoin starts a
-        # SuperNode and an executor again: 12.1 s against a 6.6 s first join was seen at a
-        # load of 4 workers on 2 cores). The defect this guards against took about 60 s.
-        limit = max(REJOIN_S, 2 * first_join)
+        # What matters is that the first restart is let in (checked above): Flower once
+        # refused it for about 60 s. How fast follows load (4-6 s quiet; 10.4 s and 12.1 s in
+        # busy CI runs), so the bound only has to stay well under that minute;
+        # benchmarks, not this test, time it.
+        limit = max(REJOIN_S, 4 * first_join)
         assert took < limit, (
             f"rejoined {took:.1f} s after SIGKILL (first join {first_join:.1f} s after start): "
             f"{client.log()[-3000:]}"
