@@ -18,7 +18,13 @@ validation samples) and the GPU benchmark's (``cifar_cnn`` on 2,000, as in
 ``benchmarks/gpu_round.py --samples 40000``); the candidates are one initial model plus
 small random perturbations, as averages of nearby models are.
 
-    python benchmarks/ggc_batching.py [--repeats 200] [--devices cpu,cuda] [--name NAME]
+Then the whole search as a client runs it (``ClientNode`` handling a greedy
+``Collaborate`` over ``--peers`` published peer models), with ``dpfl.batched_rewards`` off
+and on: the median milliseconds per search, their ratio, and whether both chose the same
+peers.
+
+    python benchmarks/ggc_batching.py [--repeats 200] [--search-repeats 20] [--peers 8]
+        [--devices cpu,cuda] [--name NAME]
 """
 
 from __future__ import annotations
@@ -32,10 +38,15 @@ import torch
 from _common import exit_on_sigterm, format_table, median, write_results
 from torch.func import functional_call, vmap
 
+from collabfl.client.node import ClientNode, ClientSplits
+from collabfl.client.peers import MemoryModelStore, PeerFetcher
+from collabfl.kernel.batched_eval import stacked_views
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE
-from collabfl.kernel.training import TensorData, evaluate
+from collabfl.kernel.training import TensorData, TrainingConfig, evaluate
+from collabfl.strategies.protocol import Instruction
+from collabfl.strategies.verbs import Collaborate
 
 
 class Setting(NamedTuple):
@@ -51,20 +62,6 @@ SETTINGS = {
 }
 BATCH_SIZES = (2, 6)
 """Models per batched call: one GGC step's pair, and two steps looked ahead."""
-
-
-def named_views(flat: FlatModel, vectors: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The K stacked vectors as functional_call's parameter dict, each entry (K, *shape):
-    the same layout FlatModel gives its module (parameters, then float buffers)."""
-    tensors = list(flat.module.named_parameters()) + [
-        (name, b) for name, b in flat.module.named_buffers() if b.is_floating_point()
-    ]
-    views, offset = {}, 0
-    for name, tensor in tensors:
-        n = tensor.numel()
-        views[name] = vectors[:, offset : offset + n].reshape(-1, *tensor.shape)
-        offset += n
-    return views
 
 
 def timed(fn: Callable[[], Any], device: torch.device, repeats: int) -> tuple[float, Any]:
@@ -113,7 +110,7 @@ def measure(model_name: str, device: torch.device, k: int, repeats: int) -> dict
 
     @torch.inference_mode()
     def batched() -> list[float]:
-        return [float(v) for v in batched_losses(named_views(flat, candidates)).cpu()]
+        return [float(v) for v in batched_losses(stacked_views(flat, candidates)).cpu()]
 
     seq_s, seq_losses = timed(sequential, device, repeats)
     bat_s, bat_losses = timed(batched, device, repeats)
@@ -129,10 +126,61 @@ def measure(model_name: str, device: torch.device, k: int, repeats: int) -> dict
     }
 
 
+def measure_search(
+    model_name: str, device: torch.device, peers: int, repeats: int
+) -> dict[str, Any]:
+    """One client's greedy search over ``peers`` resident peer models (GGC over Ω, all in one
+    batch), its rewards read one at a time against six at a time."""
+    setting = SETTINGS[model_name]
+    generator = torch.Generator().manual_seed(0)
+    n = setting.val_samples
+    val = TensorData(
+        torch.randn(n, *setting.shape, generator=generator).to(device),
+        torch.randint(0, 10, (n,), generator=generator).to(device),
+    )
+    workspace = FlatModel(build_model(model_name, 10, seed=0), device)
+    own = workspace.get()
+    store = MemoryModelStore()
+    for peer in range(1, peers + 1):
+        noise = torch.randn(own.numel(), generator=generator).to(device)
+        store.publish(peer, 0, own + 0.01 * own.abs().mean() * noise)
+    node = ClientNode(
+        0, ClientSplits(val, val, val), workspace, own, TrainingConfig(eval_batch_size=n), 0,
+        store, PeerFetcher(store, workspace.numel),
+    )  # fmt: skip
+    candidates = tuple(range(1, peers + 1))
+
+    def search(mode: str) -> Callable[[], tuple[tuple[int, ...], int]]:
+        task = Collaborate(
+            "greedy", candidates, (1.0,) * peers, None, assign=False, batched_rewards=mode
+        )  # type: ignore[arg-type]
+
+        def run() -> tuple[tuple[int, ...], int]:
+            metrics = node.handle(Instruction(0, task)).metrics
+            return metrics.chosen, metrics.reward_evaluations
+
+        return run
+
+    off_s, (off_chosen, off_evaluations) = timed(search("off"), device, repeats)
+    on_s, (on_chosen, on_evaluations) = timed(search("on"), device, repeats)
+    return {
+        "model": model_name,
+        "device": str(device),
+        "peers": peers,
+        "one_at_a_time_ms": 1e3 * off_s,
+        "lookahead_ms": 1e3 * on_s,
+        "lookahead_over_one_at_a_time": on_s / off_s,
+        "evaluations": [off_evaluations, on_evaluations],
+        "same_choice": off_chosen == on_chosen,
+    }
+
+
 def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--search-repeats", type=int, default=20, help="whole searches timed")
+    parser.add_argument("--peers", type=int, default=8, help="peer models a search weighs")
     parser.add_argument("--devices", default="cpu,cuda", help="those absent are skipped")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--name", default="ggc_batching", help="results/<name>.json")
@@ -170,12 +218,45 @@ def main() -> None:
             ],
         )
     )
+    searches = [
+        measure_search(model, device, args.peers, args.search_repeats)
+        for device in devices
+        for model in SETTINGS
+    ]
+    print(f"\nOne client's greedy search over {args.peers} peers: ms per search")
+    print(
+        format_table(
+            [
+                "model",
+                "device",
+                "one at a time",
+                "look-ahead",
+                "ratio",
+                "evaluations",
+                "same choice",
+            ],
+            [
+                [
+                    r["model"],
+                    r["device"],
+                    f"{r['one_at_a_time_ms']:.1f}",
+                    f"{r['lookahead_ms']:.1f}",
+                    f"{r['lookahead_over_one_at_a_time']:.2f}",
+                    "{} / {}".format(*r["evaluations"]),
+                    "yes" if r["same_choice"] else "no",
+                ]
+                for r in searches
+            ],
+        )
+    )
     path = write_results(
         args.name,
-        {"rows": rows},
+        {"rows": rows, "searches": searches},
         {
             "repeats": args.repeats,
             "threads": args.threads,
+            "search_repeats": args.search_repeats,
+            "peers": args.peers,
             "models": {name: setting._asdict() for name, setting in SETTINGS.items()},
         },
     )

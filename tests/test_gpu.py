@@ -163,3 +163,29 @@ def test_resnet18_federation_round_in_process_with_bf16_on_cuda():
                         overrides={"training.amp": "bf16", "training.channels_last": True,
                                    "dpfl.init_epochs": 0.5})  # fmt: skip
         assert result.status == "finished", method
+
+
+@pytest.mark.parametrize("name", ["cifar_cnn", "resnet18"])
+def test_lookahead_rewards_on_cuda_match_one_at_a_time(name):
+    """GGC's six-at-a-time rewards (``dpfl.batched_rewards``, on by default on CUDA): the
+    vmap losses on the GPU are the sequential ones to rounding (cuDNN convolutions run in
+    TF32 by default, by different kernels for stacked weights)."""
+    from collabfl.kernel.batched_eval import CandidateModels
+    from collabfl.strategies.greedy import LOOKAHEAD_ROWS
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    flat = FlatModel(build_model(name, 10, seed=0), device)
+    data = TensorData(
+        torch.randn(256, 3, 32, 32, device=device), torch.randint(0, 10, (256,), device=device)
+    )
+    candidates = CandidateModels(flat, data, LOOKAHEAD_ROWS, batch_size=128)
+    base = flat.get()
+    for i, row in enumerate(candidates.rows):
+        row.copy_(base + 0.05 * i * base.abs().mean() * torch.randn_like(base))
+    batched = candidates.losses(LOOKAHEAD_ROWS)
+    sequential = []
+    for row in candidates.rows:
+        flat.load(row)
+        sequential.append(evaluate(flat, data, batch_size=128, accuracy=False)[0])
+    assert candidates.batched and batched == pytest.approx(sequential, rel=2e-3)  # cuDNN: TF32

@@ -116,6 +116,7 @@ class DPFL(Method):
     budget_counts_owner: bool | None = None
     peers_on: Literal["device", "host"] | None = None
     reward_samples: int | None = None
+    batched_rewards: Literal["auto", "on", "off"] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,25 @@ from collabfl.client.discriminator import ClientDiscriminators
 from collabfl.client.gradient import GradientOracle
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.randomness import batch_generator
+from collabfl.kernel.batched_eval import CandidateModels
 from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.training import Samples, TensorData, TrainingConfig, evaluate, train
-from collabfl.strategies.greedy import bggc
+from collabfl.strategies.greedy import LOOKAHEAD_ROWS, bggc
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph import Attack, poison
 from collabfl.strategies.protocol import FlatVector, Instruction, Reply, StepFailed
 from collabfl.strategies.streaming import streaming_average
-from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Gradient, Task, Train
+from collabfl.strategies.verbs import (
+    BatchedRewards,
+    Collaborate,
+    Discriminate,
+    Evaluate,
+    Gradient,
+    Task,
+    Train,
+)
 
 
 @dataclass(frozen=True)
@@ -244,6 +253,7 @@ class ClientNode:
                 rng,
                 task.tie,
                 scratch=self.workspace.vector,
+                lookahead=self._lookahead(task.batched_rewards, rewarded),
             )
             aggregate, chosen = selection.aggregate, selection.chosen
             evaluations = selection.reward_evaluations
@@ -321,6 +331,21 @@ class ClientNode:
             compute=self.training.compute,
         )
         return loss
+
+    def _lookahead(self, mode: BatchedRewards, data: Samples) -> CandidateModels | None:
+        """Rows for GGC's six-at-a-time rewards on the workspace's device, when ``mode``
+        asks for them (``auto``: on a CUDA device only, where they pay)."""
+        if mode == "off" or (mode == "auto" and self.workspace.vector.device.type != "cuda"):
+            return None
+        return CandidateModels(
+            self.workspace,
+            data,
+            LOOKAHEAD_ROWS,
+            self.training.eval_batch_size,
+            self.objective,
+            self.training.compute,
+            fallback=lambda vector: self._val_loss(vector, data),
+        )
 
     def _reward_split(self, samples: int | None) -> Samples:
         """The validation samples GGC's rewards are measured on: all of them, or ``samples``

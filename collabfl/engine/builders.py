@@ -87,6 +87,7 @@ def dpfl(spec: MethodSpec, federation: FederationContext, *, graph: GraphRule) -
         tie=options.ggc_tie,
         peers_on=options.peers_on,
         reward_samples=options.reward_samples,
+        batched_rewards=options.batched_rewards,
         graph=graph,
         score_local=scores_local(spec.config, "dpfl" if graph == "ggc" else "dpfl_random"),
         name=spec.label,

@@ -202,6 +202,9 @@ class DPFLConfig(_Section):
     reward_samples: int | None = Field(
         None, ge=1, le=10**9, description="GGC's rewards on this many validation samples (all)"
     )
+    batched_rewards: Literal["auto", "on", "off"] = Field(
+        "auto", description="GGC reads rewards six models at a time: auto = on CUDA devices"
+    )
 
 
 class FedProxConfig(_Section):

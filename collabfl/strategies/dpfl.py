@@ -22,7 +22,7 @@ from collabfl.strategies.rounds import (
     first_round,
     merge_metrics,
 )
-from collabfl.strategies.verbs import Collaborate, Evaluate, PeersOn, Search, Train
+from collabfl.strategies.verbs import BatchedRewards, Collaborate, Evaluate, PeersOn, Search, Train
 
 GraphRule = Literal["ggc", "random"]
 
@@ -42,7 +42,8 @@ class DPFL:
     evaluate, no graph); the official code averages every second round (P = 2). ``tie``:
     GGC's rule when neither gain is positive (strategies.greedy.TieRule). ``peers_on`` and
     ``reward_samples``: where clients hold peer models, and how many validation samples
-    GGC's rewards use (strategies.verbs.Collaborate).
+    GGC's rewards use; ``batched_rewards``: whether they read them six at a time
+    (strategies.verbs.Collaborate).
     """
 
     epochs: float
@@ -53,6 +54,7 @@ class DPFL:
     tie: TieRule = "add"
     peers_on: PeersOn = "device"
     reward_samples: int | None = None
+    batched_rewards: BatchedRewards = "auto"
     graph: GraphRule = "ggc"
     score_local: bool = False
     name: str = "dpfl"
@@ -130,6 +132,7 @@ class DPFL:
                         tie=self.tie,
                         peers_on=self.peers_on,
                         reward_samples=self.reward_samples,
+                        batched_rewards=self.batched_rewards,
                     ),
                 ),
                 Instruction(t, Evaluate()),

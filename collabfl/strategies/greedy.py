@@ -7,6 +7,11 @@ never more than ``batch_size`` peer models are resident and, with its sums, neve
 ``batch_size`` + 1 models. With the same seed both make the
 same decisions (the paper's Theorem 1), which the tests check.
 
+With a ``LookAhead`` (GPU clients, ``dpfl.batched_rewards``), ``bggc`` decides two resident
+peers at a time from six rewards read in one batched call: the current step's two and the
+next step's two for either outcome of the current draw. The draws, their order and the
+averages are the same; the losses agree with one-at-a-time evaluation to float rounding.
+
 The functions are generic over the vector type: anything with ``+``, ``-``, ``*`` by a float
 and ``/`` by a float, and slices (``inplace.Vector``: torch tensors, NumPy arrays).
 """
@@ -16,18 +21,36 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal
+from typing import Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 
 from collabfl.kernel.devices import require_same_device
-from collabfl.strategies.inplace import V, add_scaled, average_into, divide
+from collabfl.strategies.inplace import V, Vector, add_scaled, average_into, divide
 from collabfl.strategies.streaming import BatchLoader, add_models, batches
 
 TieRule = Literal["add", "larger"]
 """What GGC does when neither gain is positive: ``add`` (the paper and its code: an
 indifferent peer costs nothing to keep), or ``larger``: add only when the raw add gain is
 the larger of the two (an opt-in variant that keeps peers that hurt less than they help out)."""
+
+
+V_co = TypeVar("V_co", bound=Vector, covariant=True)
+
+
+class LookAhead(Protocol[V_co]):
+    """Model-sized rows a search writes candidate averages into, and the losses of the first
+    ``count`` of them in one call (kernel/batched_eval.py's ``CandidateModels``)."""
+
+    @property
+    def rows(self) -> Sequence[V_co]: ...
+
+    def losses(self, count: int) -> list[float]: ...
+
+
+LOOKAHEAD_ROWS = 6
+"""Two steps' candidates: R(X ∪ j), R(Y ∖ j), then R(X ∪ j ∪ k), R(Y ∖ k) if j is added,
+R(X ∪ k), R(Y ∖ j ∖ k) if it is not."""
 
 
 def add_probability(gain_add: float, gain_remove: float, tie: TieRule = "add") -> float:
@@ -110,6 +133,7 @@ def bggc(
     rng: np.random.Generator,
     tie: TieRule = "add",
     scratch: V | None = None,
+    lookahead: LookAhead[V] | None = None,
 ) -> Selection[V]:
     """Batched greedy collaborator search in model space (BGGC; GGC when one batch fits all).
 
@@ -122,8 +146,12 @@ def bggc(
     one batch they are loaded once and kept for both passes; otherwise a first pass
     accumulates the running sum of the full set Y and a second pass decides, in the seeded
     visiting order, on batches of one fewer peer: the slot freed holds X's running sum.
-    Besides ``scratch``, the search never holds more than ``batch_size`` + 1 models.
+    Besides ``scratch`` (and ``lookahead``'s rows), the search never holds more than
+    ``batch_size`` + 1 models. ``lookahead``: decide consecutive resident peers in pairs from
+    one batched call of six losses (see the module docstring).
     """
+    if lookahead is not None and len(lookahead.rows) < LOOKAHEAD_ROWS:
+        raise ValueError(f"a look-ahead needs {LOOKAHEAD_ROWS} rows, got {len(lookahead.rows)}")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
     if budget == 0 or not candidates:
@@ -141,12 +169,13 @@ def bggc(
                 tie,
                 scratch,
                 fold_each=batch_size is None,
+                lookahead=lookahead,
             )
             state.visit(order, models, weights, rng, budget)
             return state.selection(batches_loaded=1)
 
     sum_y = _sum_of_all(own_model, own_weight, candidates, weights, load, size)
-    state = _SearchState(own_model, own_weight, *sum_y, loss, tie, scratch)
+    state = _SearchState(own_model, own_weight, *sum_y, loss, tie, scratch, lookahead=lookahead)
     del sum_y  # the state alone holds Y's sum, and drops it before X's average is made
     batches_loaded = math.ceil(len(candidates) / size)
     for batch in batches(order, max(size - 1, 1)):
@@ -194,6 +223,7 @@ class _SearchState(Generic[V]):
         tie: TieRule,
         scratch: V,
         fold_each: bool = False,
+        lookahead: LookAhead[V] | None = None,
     ) -> None:
         self.own_model, self.own_weight = own_model, own_weight
         self.loss = loss
@@ -202,6 +232,7 @@ class _SearchState(Generic[V]):
         self.fold_each = fold_each
         """Fold each chosen peer into X's sum at once: no memory bound to keep (no batch
         size), and no growing additions per evaluation either."""
+        self.lookahead = lookahead
         self.base_x: V | None = None
         """X's running sum without ``resident_x`` (None: own model × own weight, not made)."""
         self.resident_x: list[tuple[V, float]] = []
@@ -209,26 +240,26 @@ class _SearchState(Generic[V]):
         self.total_x = own_weight
         self.sum_y: V | None = sum_y
         self.total_y = total_y
-        self.reward_x = -self._loss_x(None, self.total_x)
-        self.reward_y = -self._loss_y(None, total_y)
+        self._average_x(scratch, (), self.total_x)
+        self.reward_x = -loss(scratch)
+        self._average_y(scratch, (), total_y)
+        self.reward_y = -loss(scratch)
         self.evaluations = 2
         self.chosen: list[int] = []
 
-    def _loss_x(self, extra: tuple[V, float] | None, total: float) -> float:
-        """The loss of X's average, with ``extra`` (a peer and its weight) added."""
-        plus = [*self.resident_x, *([extra] if extra is not None else [])]
+    def _average_x(self, out: V, extra: Sequence[tuple[V, float]], total: float) -> None:
+        """X's average with ``extra`` peers (models and weights) added, into ``out``."""
+        plus = [*self.resident_x, *extra]
         if self.base_x is None:
             base, scale = self.own_model, self.own_weight
-            average_into(self.scratch, base, total, base_scale=scale, plus=plus)
+            average_into(out, base, total, base_scale=scale, plus=plus)
         else:
-            average_into(self.scratch, self.base_x, total, plus=plus)
-        return self.loss(self.scratch)
+            average_into(out, self.base_x, total, plus=plus)
 
-    def _loss_y(self, removed: tuple[V, float] | None, total: float) -> float:
-        """The loss of Y's average, with ``removed`` (a peer and its weight) taken out."""
+    def _average_y(self, out: V, removed: Sequence[tuple[V, float]], total: float) -> None:
+        """Y's average with ``removed`` peers taken out, into ``out``."""
         assert self.sum_y is not None  # dropped only once the search is over
-        average_into(self.scratch, self.sum_y, total, minus=removed)
-        return self.loss(self.scratch)
+        average_into(out, self.sum_y, total, minus=removed)
 
     def visit(
         self,
@@ -238,31 +269,90 @@ class _SearchState(Generic[V]):
         rng: np.random.Generator,
         budget: int | None,
     ) -> bool:
-        """Decide on each peer of ``batch`` in order; True once the budget is reached."""
-        for j in batch:
-            if j not in models:  # the peer vanished or sent a bad model: skip it this round
-                continue
-            w_j, p_j = models[j], weights[j]
+        """Decide on each peer of ``batch`` in order; True once the budget is reached. A peer
+        missing from ``models`` vanished or sent a bad model: it is skipped this round."""
+        present = [j for j in batch if j in models]
+        for j in present:
             assert self.sum_y is not None  # dropped only once the search is over
-            require_same_device(self.sum_y, w_j, f"weighing peer {j}'s model")
-            total_x_add, total_y_remove = self.total_x + p_j, self.total_y - p_j
-            reward_x_add = -self._loss_x((w_j, p_j), total_x_add)
-            reward_y_remove = -self._loss_y((w_j, p_j), total_y_remove)
-            self.evaluations += 2
-            gain_add, gain_remove = reward_x_add - self.reward_x, reward_y_remove - self.reward_y
-            p = add_probability(gain_add, gain_remove, self.tie)
-            if rng.random() < p:
-                self.resident_x.append((w_j, p_j))
-                self.total_x, self.reward_x = total_x_add, reward_x_add
-                self.chosen.append(j)
-                if self.fold_each:
-                    self.fold()
+            require_same_device(self.sum_y, models[j], f"weighing peer {j}'s model")
+        step = 0
+        while step < len(present):
+            j = present[step]
+            if self.lookahead is not None and step + 1 < len(present):
+                k = present[step + 1]
+                done = self._decide_pair(
+                    (j, models[j], weights[j]), (k, models[k], weights[k]), rng, budget
+                )
+                step += 2
             else:
-                add_scaled(self.sum_y, w_j, p_j, subtract=True)
-                self.total_y, self.reward_y = total_y_remove, reward_y_remove
-            if _budget_reached(len(self.chosen), budget):
+                done = self._decide(
+                    j, models[j], weights[j], self._rewards(models[j], weights[j]), rng, budget
+                )
+                step += 1
+            if done:
                 return True
         return False
+
+    def _rewards(self, w_j: V, p_j: float) -> tuple[float, float]:
+        """R(X ∪ j) and R(Y ∖ j), one evaluation each."""
+        self._average_x(self.scratch, [(w_j, p_j)], self.total_x + p_j)
+        reward_x_add = -self.loss(self.scratch)
+        self._average_y(self.scratch, [(w_j, p_j)], self.total_y - p_j)
+        reward_y_remove = -self.loss(self.scratch)
+        self.evaluations += 2
+        return reward_x_add, reward_y_remove
+
+    def _decide_pair(
+        self,
+        first: tuple[int, V, float],
+        second: tuple[int, V, float],
+        rng: np.random.Generator,
+        budget: int | None,
+    ) -> bool:
+        """Decide on two peers from six rewards read at once (``LOOKAHEAD_ROWS``)."""
+        assert self.lookahead is not None
+        j, w_j, p_j = first
+        k, w_k, p_k = second
+        rows, total_x, total_y = self.lookahead.rows, self.total_x, self.total_y
+        self._average_x(rows[0], [(w_j, p_j)], total_x + p_j)
+        self._average_y(rows[1], [(w_j, p_j)], total_y - p_j)
+        self._average_x(rows[2], [(w_j, p_j), (w_k, p_k)], total_x + p_j + p_k)
+        self._average_y(rows[3], [(w_k, p_k)], total_y - p_k)
+        self._average_x(rows[4], [(w_k, p_k)], total_x + p_k)
+        self._average_y(rows[5], [(w_j, p_j), (w_k, p_k)], total_y - p_j - p_k)
+        loss = self.lookahead.losses(LOOKAHEAD_ROWS)
+        self.evaluations += LOOKAHEAD_ROWS
+        chosen_before = len(self.chosen)
+        if self._decide(j, w_j, p_j, (-loss[0], -loss[1]), rng, budget):
+            return True
+        added = len(self.chosen) > chosen_before
+        after = (-loss[2], -loss[3]) if added else (-loss[4], -loss[5])
+        return self._decide(k, w_k, p_k, after, rng, budget)
+
+    def _decide(
+        self,
+        j: int,
+        w_j: V,
+        p_j: float,
+        rewards: tuple[float, float],
+        rng: np.random.Generator,
+        budget: int | None,
+    ) -> bool:
+        """GGC's draw for peer ``j`` given R(X ∪ j) and R(Y ∖ j); True once the budget is
+        reached."""
+        reward_x_add, reward_y_remove = rewards
+        gain_add, gain_remove = reward_x_add - self.reward_x, reward_y_remove - self.reward_y
+        if rng.random() < add_probability(gain_add, gain_remove, self.tie):
+            self.resident_x.append((w_j, p_j))
+            self.total_x, self.reward_x = self.total_x + p_j, reward_x_add
+            self.chosen.append(j)
+            if self.fold_each:
+                self.fold()
+        else:
+            assert self.sum_y is not None  # dropped only once the search is over
+            add_scaled(self.sum_y, w_j, p_j, subtract=True)
+            self.total_y, self.reward_y = self.total_y - p_j, reward_y_remove
+        return _budget_reached(len(self.chosen), budget)
 
     def fold(self) -> None:
         """Add the resident chosen peers into X's running sum, before their batch is dropped."""

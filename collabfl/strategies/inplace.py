@@ -63,15 +63,15 @@ def average_into(
     *,
     base_scale: float | None = None,
     plus: Sequence[tuple[V, float]] = (),
-    minus: tuple[V, float] | None = None,
+    minus: Sequence[tuple[V, float]] = (),
 ) -> None:
-    """``out = (base [* base_scale] + Σ w * p [- w * p]) / total``, the sums in ``plus``'s
-    order; ``out`` may live on another device than the operands (a GPU workspace fed from
-    host memory) and receives each slice by copy."""
+    """``out = (base [* base_scale] + Σ w * p - Σ w * p) / total``, the sums in ``plus``'s
+    order, then ``minus``'s; ``out`` may live on another device than the operands (a GPU
+    workspace fed from host memory) and receives each slice by copy."""
     for part in _slices(len(base)):
         value = base[part] if base_scale is None else base[part] * base_scale
         for vector, scale in plus:
             value = value + vector[part] * scale
-        if minus is not None:
-            value = value - minus[0][part] * minus[1]
+        for vector, scale in minus:
+            value = value - vector[part] * scale
         out[part] = value / total

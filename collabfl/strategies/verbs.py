@@ -21,6 +21,9 @@ AlignMode = Literal["normalized", "cosine"]
 """How TRAIN's alignment term reads its target: as given, or scaled to unit norm."""
 Search = Literal["greedy", "random", "none"]
 PeersOn = Literal["device", "host"]
+BatchedRewards = Literal["auto", "on", "off"]
+"""Whether GGC reads look-ahead rewards six models at a time (strategies/greedy.py's
+``LookAhead``): ``auto`` on a CUDA device only, where it pays (benchmarks/ggc_batching.py)."""
 """Where a client keeps the peer models it holds and the search's running sums: on its
 compute device, or in host memory (only the average being evaluated goes to the device)."""
 """COLLABORATE's choice of collaborators: GGC/BGGC, a uniform draw, or the given list."""
@@ -115,7 +118,8 @@ class Collaborate:
     may wait for a peer to publish this round's model and send it (flower/pool.py); a peer
     that has not by then is skipped for the round. ``peers_on``: where the peer models and
     the search's sums are held (``PeersOn``); ``reward_samples``: GGC's rewards on that many
-    validation samples, drawn once per client (None: all of them).
+    validation samples, drawn once per client (None: all of them); ``batched_rewards``:
+    whether the client reads them six at a time (``BatchedRewards``).
     """
 
     verb: ClassVar[Verb] = Verb.COLLABORATE
@@ -133,11 +137,13 @@ class Collaborate:
     peer_wait_s: float | None = None
     peers_on: PeersOn = "device"
     reward_samples: int | None = None
+    batched_rewards: BatchedRewards = "auto"
 
     def __post_init__(self) -> None:
         _one_of("search", self.search, Search)
         _one_of("tie", self.tie, TieRule)
         _one_of("peers_on", self.peers_on, PeersOn)
+        _one_of("batched_rewards", self.batched_rewards, BatchedRewards)
         _require(
             self.reward_samples is None or self.reward_samples >= 1,
             f"reward_samples must be >= 1 or None (all), got {self.reward_samples}",
@@ -174,6 +180,7 @@ class Collaborate:
         tie: TieRule = "add",
         peers_on: PeersOn = "device",
         reward_samples: int | None = None,
+        batched_rewards: BatchedRewards = "auto",
     ) -> Collaborate:
         """The search over ``candidates`` with each weighted by its sample count (DPFL's and
         the equilibrium's averages)."""
@@ -188,6 +195,7 @@ class Collaborate:
             tie=tie,
             peers_on=peers_on,
             reward_samples=reward_samples,
+            batched_rewards=batched_rewards,
         )
 
 
