@@ -189,3 +189,20 @@ def test_lookahead_rewards_on_cuda_match_one_at_a_time(name):
         flat.load(row)
         sequential.append(evaluate(flat, data, batch_size=128, accuracy=False)[0])
     assert candidates.batched and batched == pytest.approx(sequential, rel=2e-3)  # cuDNN: TF32
+
+
+def test_an_fp16_scaler_carries_its_scale_into_the_next_call():
+    """The node keeps one GradScaler per slot (tests/test_fp16_scaler.py); ``train`` must
+    step with the one it is given, so the scale it reached is where the next call starts."""
+    device = torch.device("cuda")
+    flat = FlatModel(build_model("resnet18", 10, seed=0), device)
+    data = TensorData(
+        torch.randn(64, 3, 32, 32, device=device), torch.randint(0, 10, (64,), device=device)
+    )
+    config = TrainingConfig(amp="fp16", batch_size=16, lr=0.05)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**24)  # overflows at first: it must fall
+    train(flat, data, 1.0, config, torch.Generator().manual_seed(0), scaler=scaler)
+    reached = scaler.get_scale()
+    assert reached < 2.0**24
+    train(flat, data, 1.0, config, torch.Generator().manual_seed(1), scaler=scaler)
+    assert scaler.get_scale() <= 2 * reached  # it went on from there, not from 2^24

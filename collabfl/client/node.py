@@ -112,6 +112,7 @@ class ClientNode:
         self.slots: dict[str, torch.Tensor] = {}
         self.best: dict[str, BestModel] = {}
         self._reward_subset: Samples | None = None
+        self._scalers: dict[str, torch.amp.GradScaler] = {}
         self.discriminators = ClientDiscriminators(
             client_id, seed, data.train, data.val, workspace, initial_model
         )
@@ -201,6 +202,7 @@ class ClientNode:
             align_to=align_to,
             steps=task.steps or None,
             objective=self.objective,
+            scaler=self._scaler(slot),
         )
         self.slots[slot] = self.workspace.get()
         if task.publish:
@@ -213,6 +215,17 @@ class ClientNode:
             _, local_val_acc, _, local_test_acc = self._score(round_index, slot, "local", False)
             metrics = replace(metrics, local_val_acc=local_val_acc, local_test_acc=local_test_acc)
         return Reply(metrics, upload)
+
+    def _scaler(self, slot: str) -> torch.amp.GradScaler | None:
+        """fp16's loss scaler of ``slot``, kept from round to round: a fresh one starts at
+        2^16 and skips the steps that overflow until it has come down, every round."""
+        if self.training.amp != "fp16":
+            return None
+        if slot not in self._scalers:
+            scaler = self.training.compute.scaler(self.device)
+            assert scaler is not None  # fp16 always has one
+            self._scalers[slot] = scaler
+        return self._scalers[slot]
 
     def _poisoned(self, vector: torch.Tensor, attack: Attack, round_index: int) -> torch.Tensor:
         """A model-poisoning client's upload (simulated attacks of the pFedGraph paper)."""

@@ -67,8 +67,12 @@ def train(
     align_to: torch.Tensor | None = None,
     steps: int | None = None,
     objective: Objective = DEFAULT_OBJECTIVE,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> float:
     """Run local SGD in place on ``model``; return the mean training loss.
+
+    ``scaler``: fp16's loss scaler carried over from the caller's earlier calls (None: a
+    fresh one, at 2^16, which skips steps that overflow until its scale has come down).
 
     ``steps`` (when given) replaces ``epochs`` by an exact number of SGD steps, the way
     pFedGraph's official code counts local work.
@@ -104,7 +108,8 @@ def train(
     compute, device = config.compute, weights.device
     compute.check(device)
     update = _update_rule(model, config, objective)
-    scaler = compute.scaler(device)
+    if scaler is None:
+        scaler = compute.scaler(device)
     scaled = _ScaledStep(model, update, scaler) if scaler is not None else None
     model.set_training(True)
     total_loss = torch.zeros((), device=device)
