@@ -27,7 +27,7 @@ from flwr.proto.control_pb2 import StopRunRequest
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app as cli_app
-from collabfl.coordinator.daemon import flower_home
+from collabfl.coordinator.daemon import flower_home, local_superlink_control
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.flower.processes import SUPERNODE_CONNECTED, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
@@ -214,6 +214,33 @@ def test_only_a_registered_supernode_key_joins(coordinator, tmp_path):
     finally:
         for process in processes:
             stop_group(process, grace_s=5.0)
+
+
+def test_a_clients_new_key_unregisters_its_old_one(coordinator, tmp_path):
+    """Re-registering a member's SuperNode (a rotated or stolen key) takes the old key out
+    of the SuperLink, not only out of coordinator.db: before, it stayed registered and could
+    join the Fleet until the coordinator restarted."""
+    nodes = []
+    for name in ("old", "new"):
+        (tmp_path / name).mkdir()
+        _, public_key = ensure_supernode_key(tmp_path / name)
+        register = [
+            "admin", "register-supernode", "--client-id", "6", "--key", str(public_key),
+            "--state-dir", str(coordinator.state_dir),
+        ]  # fmt: skip
+        result = CliRunner().invoke(cli_app, register)
+        assert result.exit_code == 0, result.output
+        nodes.append(int(result.output.split("Flower node ", 1)[1].split()[0].rstrip(".")))
+    old, new = nodes
+    assert f"its old key, Flower node {old}, unregistered" in " ".join(result.output.split())
+    with CoordinatorState(coordinator.state_dir / "coordinator.db") as state:
+        assert {n: c for n, c in state.supernode_bindings().items() if c == 6} == {new: 6}
+    control = local_superlink_control(coordinator.state_dir)
+    try:
+        status = {int(n["node-id"]): n["status"] for n in control.nodes()}
+    finally:
+        control.close()
+    assert status[old] == "unregistered" and status[new] == "registered", status
 
 
 def _wait_for_impostor_event(coordinator: Coordinator, text: str, limit_s: float = 60.0):

@@ -354,26 +354,34 @@ def register_supernode(
     ],
 ) -> None:
     """Let a member's SuperNode join: register its key with the SuperLink and bind the Flower
-    node id it gets to the client id. Runs on the coordinator machine, whose loopback alone
+    node id it gets to the client id; a key registered for the client before is unregistered
+    (a rotated key must not join). Runs on the coordinator machine, whose loopback alone
     reaches the SuperLink's Control API; runs launched afterwards use the binding."""
     from collabfl.coordinator.daemon import local_superlink_control
+    from collabfl.coordinator.state import CoordinatorState
     from collabfl.coordinator.superlink_control import ControlError
 
     try:
         control = local_superlink_control(state_dir)
     except ValueError as error:
         _fail(error, EXIT_REFUSED)
-    try:
-        node_id = control.register(key.read_text())
-    except ControlError as error:
-        _fail(error, EXIT_REFUSED)
-    finally:
-        control.close()
-    from collabfl.coordinator.state import CoordinatorState
-
+    public_key = key.read_text()
     with CoordinatorState(state_dir / "coordinator.db") as state:
-        state.bind_supernode(client_id, node_id, key.read_text().strip())
-    console.print(f"client {client_id}: SuperNode key registered as Flower node {node_id}")
+        old = [n for n, c in state.supernode_bindings().items() if c == client_id]
+        try:
+            node_id = control.register(public_key)
+            for node in old:
+                control.unregister(node)
+        except ControlError as error:
+            _fail(error, EXIT_REFUSED)
+        finally:
+            control.close()
+        state.bind_supernode(client_id, node_id, public_key.strip())
+    replaced = f" (its old key, Flower node {old[0]}, unregistered)" if old else ""
+    console.print(
+        f"client {client_id}: SuperNode key registered as Flower node {node_id}{replaced}",
+        highlight=False,
+    )
 
 
 @admin_app.command()
