@@ -32,6 +32,7 @@ from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
 from collabfl.coordinator.service import serve
 from collabfl.kernel.identity import Role
+from collabfl.kernel.supervisor import stop_group
 from collabfl.kernel.token_source import ENV_VAR
 
 BIN = Path(sys.executable).parent
@@ -147,14 +148,16 @@ def _argv_holding(token: str) -> list[str]:
 
 @pytest.fixture
 def retrying(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Starts a command that retries a coordinator it cannot reach; ends it after the test."""
+    """Starts a command that retries a coordinator it cannot reach; ends it, and what it
+    started (a shell's join), after the test."""
     started: list[subprocess.Popen[bytes]] = []
     log = tmp_path / "join.log"
 
     def start(argv: list[str], stdin: bytes | None = None, env: dict[str, str] | None = None):
         environment = {**os.environ, **(env or {})}
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log.open("wb"),
-                                   stderr=subprocess.STDOUT, env=environment)  # fmt: skip
+                                   stderr=subprocess.STDOUT, env=environment,
+                                   start_new_session=True)  # fmt: skip
         started.append(process)
         assert process.stdin is not None
         process.stdin.write(stdin or b"")
@@ -166,8 +169,7 @@ def retrying(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]
 
     yield start
     for process in started:
-        process.kill()
-        process.wait(timeout=30)
+        stop_group(process, grace_s=5.0)
 
 
 def _closed_port() -> str:
