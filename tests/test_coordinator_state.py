@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collabfl.coordinator.database import MIGRATIONS
 from collabfl.coordinator.state import (
-    SCHEMA_VERSION,
     CoordinatorState,
     InvalidRecord,
     Member,
@@ -80,18 +80,18 @@ def test_database_uses_wal_and_records_its_schema_version(state: CoordinatorStat
     conn = sqlite3.connect(state.path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     finally:
         conn.close()
 
 
-def test_other_schema_version_is_refused(db: Path) -> None:
+def test_a_file_from_a_newer_collabfl_is_refused(db: Path) -> None:
     CoordinatorState(db).close()
     conn = sqlite3.connect(db)
     with conn:
-        conn.execute("UPDATE schema_version SET version = 99")
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     conn.close()
-    with pytest.raises(SchemaMismatch, match="schema version 99"):
+    with pytest.raises(SchemaMismatch, match="newer collabfl"):
         CoordinatorState(db)
 
 
@@ -319,27 +319,3 @@ def test_bad_coalitions_are_refused_and_nothing_is_written(
     assert state.coalitions("r") == {0: [[0], [1, 2]]}
     with pytest.raises(UnknownRound):
         state.round("r", 1)
-
-
-def test_version_1_database_is_migrated_in_place(db: Path) -> None:
-    """A file written before coalitions existed keeps its rounds and takes coalitions after."""
-    with CoordinatorState(db) as state:
-        state.create_run("r", "dpfl", {})
-        state.record_round("r", 0, EDGES, METRICS, 3)
-    conn = sqlite3.connect(db)
-    with conn:  # back to the version 1 layout
-        conn.execute("DROP TABLE coalitions")
-        conn.execute("ALTER TABLE rounds DROP COLUMN has_coalitions")
-        conn.execute("UPDATE schema_version SET version = 1")
-    conn.close()
-
-    with CoordinatorState(db) as state:
-        assert state.round("r", 0).edges == sorted(EDGES)
-        assert state.round("r", 0).coalitions is None
-        state.record_round("r", 1, [], METRICS, 3, coalitions=[[0, 1], [2]])
-        assert state.coalitions("r") == {1: [[0, 1], [2]]}
-    with CoordinatorState(db) as state:  # and the migrated file opens as the current version
-        assert state.coalitions("r") == {1: [[0, 1], [2]]}
-    conn = sqlite3.connect(db)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
-    conn.close()

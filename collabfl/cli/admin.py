@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collabfl.coordinator.member_status import MemberStatus
     from collabfl.coordinator.operator_credential import OperatorCredential
     from collabfl.coordinator.service_client import CoordinatorClient
-    from collabfl.coordinator.state import Run
+    from collabfl.coordinator.records import Run
     from collabfl.kernel.tls import ClientTLS
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"

@@ -458,7 +458,7 @@ def make_enroller(
     name = public_names(args)[0]
     return Enroller(
         files,
-        EnrolmentStore(args.state_dir / "coordinator.db"),
+        EnrolmentStore(state.database),  # one connection for the file's stores
         state,
         registry,
         (args.state_dir / PUBLIC_KEY_FILE).read_bytes(),

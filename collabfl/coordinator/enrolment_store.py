@@ -1,4 +1,5 @@
-"""Join tokens and enrolled identities, kept in the coordinator's SQLite file.
+"""Join tokens and enrolled identities, kept in the coordinator's SQLite file (its tables
+and migrations: coordinator/database.py).
 
 A join token is stored only as the SHA-256 of its secret: a copy of the database admits no
 one. A token names one identity (a member's client id or an operator's name), expires, and
@@ -14,45 +15,13 @@ from __future__ import annotations
 import hmac
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS join_tokens (
-    token_id TEXT PRIMARY KEY,
-    secret_sha256 TEXT NOT NULL,
-    role TEXT NOT NULL CHECK (role IN ('member', 'operator')),
-    subject TEXT NOT NULL,  -- a member's client id, or an operator's name
-    hosts_json TEXT NOT NULL,  -- the names its certificate will carry
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    used_at REAL
-);
-CREATE TABLE IF NOT EXISTS enrolments (
-    role TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    host TEXT NOT NULL,
-    cert_serial TEXT NOT NULL,  -- hex
-    cert_not_after REAL NOT NULL,
-    enrolled_at REAL NOT NULL,
-    revoked_at REAL,
-    PRIMARY KEY (role, subject)
-);
-CREATE TABLE IF NOT EXISTS revoked_serials (
-    cert_serial TEXT PRIMARY KEY,
-    role TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    revoked_at REAL NOT NULL
-);
-"""
-"""Created when missing, as coordinator/state.py's SuperNode table: no version change."""
-
-_SAMPLES_COLUMN = "samples INTEGER"
-"""The declared training samples (NULL: none); added to older tables when opened."""
+from collabfl.coordinator.database import Database
 
 
 @dataclass(frozen=True)
@@ -95,25 +64,20 @@ class TokenRefused(PermissionError):
 class EnrolmentStore:
     """Tokens, enrolments and revoked serials in the SQLite file at ``db_path``."""
 
-    def __init__(self, db_path: Path | str) -> None:
-        self.path = Path(db_path)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-        self._conn.row_factory = sqlite3.Row
-        with self._conn:
-            self._conn.executescript(_SCHEMA)
-            for table in ("join_tokens", "enrolments"):
-                columns = {row["name"] for row in self._conn.execute(f"PRAGMA table_info({table})")}
-                if "samples" not in columns:
-                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {_SAMPLES_COLUMN}")
+    def __init__(self, database: Database | Path | str) -> None:
+        self._owns_database = not isinstance(database, Database)
+        self.database = database if isinstance(database, Database) else Database(database)
+        self.path = self.database.path
 
     def close(self) -> None:
-        self._conn.close()
+        """Close the file, if this store opened it (a shared ``Database`` is its opener's)."""
+        if self._owns_database:
+            self.database.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._conn:
-            yield self._conn
+        with self.database.transaction() as conn:
+            yield conn
 
     def add_token(self, token: JoinToken, secret_sha256: str) -> None:
         with self._transaction() as conn:

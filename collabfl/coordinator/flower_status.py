@@ -14,7 +14,7 @@ from pathlib import Path
 
 from collabfl.coordinator.flower_runs import FlowerCliError, submitted_run_id
 from collabfl.coordinator.launch import flower_run_file
-from collabfl.coordinator.state import Run
+from collabfl.coordinator.records import Run
 
 
 def flower_run_id(state_dir: Path, run: Run) -> int | None:

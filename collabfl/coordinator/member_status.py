@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from collabfl.coordinator.enrolment_store import Enrolment
-from collabfl.coordinator.state import Member
+from collabfl.coordinator.records import Member
 
 ONLINE, OFFLINE, UNKNOWN = "online", "offline", "unknown"
 

@@ -103,7 +103,9 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     ) -> None:
         self._state = state
         self._enroller = enroller
-        self._enrolments = enroller.store if enroller is not None else EnrolmentStore(state.path)
+        self._enrolments = (
+            enroller.store if enroller is not None else EnrolmentStore(state.database)
+        )
         self._supernodes = supernodes
         """The SuperLink's node list (None: this service cannot read it, e.g. in tests)."""
         self._signer = signer

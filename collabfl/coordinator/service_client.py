@@ -36,7 +36,7 @@ from collabfl.coordinator.service_codec import (
     run_results_from_pb,
     run_status_to_pb,
 )
-from collabfl.coordinator.state import Coalitions, Edge, Event, Member, RoundGraph, RoundRecord, Run
+from collabfl.coordinator.records import Coalitions, Edge, Event, Member, RoundGraph, RoundRecord, Run
 from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc

@@ -1,9 +1,8 @@
-"""The coordinator's durable SQLite file: members, runs, rounds, graphs, coalitions, events.
+"""The coordinator's durable records: members, runs, rounds, graphs, coalitions, events.
 
 A restarted coordinator reopens the same file and carries on, so every change is committed
-before the call returns. WAL mode lets readers (the admin CLI through the service) proceed
-while a round is being written; one connection behind a lock serialises the writers, which
-is plenty for one record per round.
+before the call returns. The record types are coordinator/records.py's; the file, its one
+connection and its migrations are coordinator/database.py's.
 """
 
 from __future__ import annotations
@@ -16,128 +15,41 @@ import numbers
 import re
 import secrets
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabfl.coordinator.database import CorruptDatabase, Database, SchemaMismatch
+from collabfl.coordinator.records import (
+    ACTIVE_STATUSES,
+    END_STATUSES,
+    EVENT_LEVELS,
+    MAX_RUN_MESSAGE,
+    RUN_STATUSES,
+    Coalitions,
+    Edge,
+    Event,
+    Member,
+    RoundGraph,
+    RoundRecord,
+    RoundWindow,
+    Run,
+)
 from collabfl.kernel.tickets import MAX_RUN_ENDS, RunEnd
 
-SCHEMA_VERSION = 2
-"""1: before coalitions (migrated in place when opened)."""
-
-RUN_STATUSES = ("running", "stopping", "stopped", "finished", "failed")
-ACTIVE_STATUSES = ("running", "stopping")
-END_STATUSES = ("stopped", "finished", "failed")
-EVENT_LEVELS = ("info", "warning", "error")
-MAX_RUN_MESSAGE = 500
-"""A run's status line is one line of text, not a log."""
+__all__ = [
+    "ACTIVE_STATUSES", "END_STATUSES", "EVENT_LEVELS", "KEEP_ENDED_RUNS", "MAX_RUN_MESSAGE",
+    "RUN_STATUSES", "Coalitions", "CoordinatorState", "CorruptDatabase", "Edge", "Event",
+    "InvalidRecord", "Member", "NotFound", "RoundGraph", "RoundRecord", "RoundWindow", "Run",
+    "RunConflict", "RunNotActive", "SchemaMismatch", "StaleLaunch", "UnknownMember",
+    "UnknownRound", "UnknownRun",
+]  # fmt: skip
+"""The store, its errors, and (for callers of old) the record types of records.py."""
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """Run ids end up in file names, grants and URLs, so they stay plain."""
-
-Edge = tuple[int, int, float]
-"""(i, j, w): client i uses client j's model with weight w."""
-
-Coalitions = list[list[int]]
-"""Disjoint coalitions: sorted member lists, ordered by first member."""
-
-RoundWindow = tuple[int, int]
-"""(keep_last, keep_every): the rounds of a run its records keep (``record_round``)."""
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS members (
-    client_id INTEGER PRIMARY KEY,
-    flower_node_id TEXT NOT NULL,  -- a uint64, which SQLite's signed INTEGER cannot hold
-    peer_address TEXT NOT NULL,
-    num_samples INTEGER NOT NULL,
-    registered_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    method TEXT NOT NULL,
-    config_json TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN {RUN_STATUSES}),
-    last_completed_round INTEGER,
-    message TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS rounds (
-    run_id TEXT NOT NULL REFERENCES runs (run_id),
-    round INTEGER NOT NULL,
-    num_clients INTEGER NOT NULL,
-    recorded_at REAL NOT NULL,
-    has_coalitions INTEGER NOT NULL DEFAULT 0,  -- 1: coalitions were recorded (maybe none)
-    PRIMARY KEY (run_id, round)
-);
-CREATE TABLE IF NOT EXISTS edges (
-    run_id TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    i INTEGER NOT NULL,
-    j INTEGER NOT NULL,
-    weight REAL NOT NULL,
-    PRIMARY KEY (run_id, round, i, j),
-    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    client_id INTEGER NOT NULL,
-    metrics_json TEXT NOT NULL,
-    PRIMARY KEY (run_id, round, client_id),
-    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS coalitions (
-    run_id TEXT NOT NULL,
-    round INTEGER NOT NULL,
-    client_id INTEGER NOT NULL,  -- a client is in at most one coalition per round
-    coalition INTEGER NOT NULL,  -- index in the round's list, ordered by first member
-    PRIMARY KEY (run_id, round, client_id),
-    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS events (
-    event_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT REFERENCES runs (run_id),  -- NULL: federation-wide
-    round INTEGER,
-    level TEXT NOT NULL CHECK (level IN {EVENT_LEVELS}),
-    kind TEXT NOT NULL,
-    client_id INTEGER,
-    message TEXT NOT NULL,
-    time REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, event_id);
-CREATE TABLE IF NOT EXISTS launches (
-    run_id TEXT PRIMARY KEY REFERENCES runs (run_id),
-    token_sha256 TEXT NOT NULL,  -- of the latest launch's token; older tokens are stale
-    launched_at REAL NOT NULL
-);
-"""
-
-_SUPERNODE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS supernode_keys (  -- registered SuperNode keys (TLS federations)
-    client_id INTEGER PRIMARY KEY,
-    flower_node_id TEXT NOT NULL UNIQUE,  -- a uint64, the id Flower gave the key
-    public_key TEXT NOT NULL,  -- OpenSSH form, as registered
-    registered_at REAL NOT NULL
-);
-"""
-"""Created when missing: older databases gain it on open, no version change needed."""
-
-_RUN_ENDS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS run_ends (  -- a run's latest end: its older tickets die with it
-    run_id TEXT PRIMARY KEY REFERENCES runs (run_id),
-    status TEXT NOT NULL,
-    ended_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS run_ends_by_time ON run_ends (ended_at);
-"""
-"""Created when missing, like the SuperNode keys; kept when a stopped run resumes."""
 
 
 class NotFound(KeyError):
@@ -175,81 +87,6 @@ class StaleLaunch(ValueError):
     """A write carrying no launch token, or not the token of the run's latest launch."""
 
 
-class SchemaMismatch(RuntimeError):
-    """The database was written by a collabfl with another schema version."""
-
-
-class CorruptDatabase(RuntimeError):
-    """The SQLite file is damaged or not a database; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Member:
-    """One federation participant: its client index and how to reach its daemon."""
-
-    client_id: int
-    flower_node_id: int
-    peer_address: str
-    num_samples: int
-    registered_at: float = 0.0
-    updated_at: float = 0.0
-
-
-@dataclass(frozen=True)
-class Run:
-    """A run's identity, config and progress; ``status`` is one of RUN_STATUSES."""
-
-    run_id: str
-    method: str
-    config: dict[str, Any]
-    status: str
-    last_completed_round: int | None
-    created_at: float
-    updated_at: float
-    message: str = ""
-
-    @property
-    def active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
-
-
-@dataclass(frozen=True)
-class RoundGraph:
-    """One round's collaboration graph over clients 0 .. num_clients-1."""
-
-    round: int
-    num_clients: int
-    edges: list[Edge]
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """Everything recorded for one round: its graph and each client's metrics."""
-
-    run_id: str
-    round: int
-    num_clients: int
-    edges: list[Edge]
-    metrics: dict[int, dict[str, Any]]
-    recorded_at: float
-    coalitions: Coalitions | None = None
-    """None for a method without coalitions (which differs from an empty list)."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """A fault or notice worth keeping: a skipped peer, a vanished client, a refused fetch."""
-
-    event_id: int
-    run_id: str
-    level: str
-    kind: str
-    message: str
-    time: float
-    round: int | None = None
-    client_id: int | None = None
-
-
 KEEP_ENDED_RUNS = 100
 """Ended runs whose rounds and events the database keeps, the latest ended first."""
 
@@ -261,69 +98,22 @@ class CoordinatorState:
     events; older ones keep only their run row (config, status, last round, message): their
     records are in their run folders."""
 
-    def __init__(self, db_path: Path | str, keep_ended_runs: int = KEEP_ENDED_RUNS) -> None:
+    def __init__(
+        self, database: Database | Path | str, keep_ended_runs: int = KEEP_ENDED_RUNS
+    ) -> None:
         if keep_ended_runs < 0:
             raise ValueError(f"keep_ended_runs must be >= 0, got {keep_ended_runs}")
         self.keep_ended_runs = keep_ended_runs
-        self.path = Path(db_path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        try:
-            self._check_integrity()
-            self._conn.execute("PRAGMA foreign_keys = ON")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            with self._conn:
-                self._conn.executescript(_SCHEMA + _SUPERNODE_SCHEMA + _RUN_ENDS_SCHEMA)
-                self._check_schema_version()
-        except sqlite3.DatabaseError as error:
-            self._conn.close()
-            raise self._corrupt(str(error)) from None
-        except BaseException:
-            self._conn.close()
-            raise
-
-    def _check_integrity(self) -> None:
-        """Refuse a damaged file at open, rather than failing every later request."""
-        problems = [row[0] for row in self._conn.execute("PRAGMA quick_check")]
-        if problems != ["ok"]:
-            raise self._corrupt("; ".join(problems[:3]))
-
-    def _corrupt(self, reason: str) -> CorruptDatabase:
-        return CorruptDatabase(
-            f"coordinator database {self.path} is damaged ({reason}); restore it from a "
-            "backup, or move it away to start with an empty one"
-        )
-
-    def _check_schema_version(self) -> None:
-        row = self._conn.execute("SELECT version FROM schema_version").fetchone()
-        if row is None:
-            self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-        elif row["version"] == 1:
-            self._migrate_from_1()
-        elif row["version"] != SCHEMA_VERSION:
-            raise SchemaMismatch(
-                f"{self.path} has schema version {row['version']}; this collabfl reads "
-                f"version {SCHEMA_VERSION}"
-            )
-
-    def _migrate_from_1(self) -> None:
-        """Add the coalition flag to rounds (the coalitions table is created by _SCHEMA).
-
-        The column is checked first, so a migration cut short before the version update
-        completes on the next open instead of failing on a duplicate column.
-        """
-        columns = {row["name"] for row in self._conn.execute("PRAGMA table_info(rounds)")}
-        if "has_coalitions" not in columns:
-            self._conn.execute(
-                "ALTER TABLE rounds ADD COLUMN has_coalitions INTEGER NOT NULL DEFAULT 0"
-            )
-        self._conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        self._owns_database = not isinstance(database, Database)
+        self.database = database if isinstance(database, Database) else Database(database)
+        self.path = self.database.path
+        self._lock = self.database.lock
+        self._conn = self.database.connection
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        """Close the file, if this store opened it (a shared ``Database`` is its opener's)."""
+        if self._owns_database:
+            self.database.close()
 
     def __enter__(self) -> CoordinatorState:
         return self
@@ -334,8 +124,8 @@ class CoordinatorState:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic, committed unit of work; concurrent callers wait for the lock."""
-        with self._lock, self._conn:
-            yield self._conn
+        with self.database.transaction() as conn:
+            yield conn
 
     # Members
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from collabfl.coordinator.state import Member
+from collabfl.coordinator.records import Member
 from collabfl.engine.quorum import PauseSink, Quorum, await_quorum
 from collabfl.engine.step_failures import StepLedger
 from collabfl.flower.codec import (

@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from collabfl.kernel.graph_edges import Edge
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply
-from collabfl.strategies.rounds import Edge, Method, Resume, RoundOutcome
+from collabfl.strategies.rounds import Method, Resume, RoundOutcome
 
 MethodFactory = Callable[[Sequence[int]], Method]
 """Builds the method a coalition runs, given its members."""

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from collabfl.kernel.graph_edges import Edge
 from collabfl.strategies.greedy import TieRule
 from collabfl.strategies.protocol import ClientPool, Instruction, Reply, run_programs
 from collabfl.strategies.rounds import (
-    Edge,
     Resume,
     RoundOutcome,
     chosen_peers,

@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from collabfl.kernel.graph_edges import Edge
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.ipfl import (
     ClientProfile,
@@ -34,7 +35,7 @@ from collabfl.strategies.ipfl import (
 )
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import ClientPool, FlatVector, Instruction, as_array, as_vector
-from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
+from collabfl.strategies.rounds import Resume, RoundOutcome, first_round, merge_metrics
 from collabfl.strategies.verbs import Evaluate, Train
 
 Distance = Literal["cosine", "l2"]

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from collabfl.kernel.graph_edges import Edge
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.pfedgraph import (
     collaboration_graph,
@@ -39,7 +40,7 @@ from collabfl.strategies.protocol import (
     as_vector,
 )
 from collabfl.strategies.robust import Aggregation, clipped_update, graph_aggregates
-from collabfl.strategies.rounds import Edge, Resume, RoundOutcome, first_round, merge_metrics
+from collabfl.strategies.rounds import Resume, RoundOutcome, first_round, merge_metrics
 from collabfl.strategies.verbs import AlignMode, Evaluate, Train
 
 Matrix = npt.NDArray[np.float64]

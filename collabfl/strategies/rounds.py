@@ -6,11 +6,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from collabfl.kernel.graph_edges import Edge
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import ClientPool, FlatVector, Reply
-
-Edge = tuple[int, int, float]
-"""(i, j, w): client i uses client j's model with weight w."""
 
 
 @dataclass(frozen=True)
