@@ -28,6 +28,8 @@ from typer.testing import CliRunner
 
 from collabfl.cli.main import app as cli_app
 from collabfl.coordinator.daemon import flower_home, local_superlink_control
+from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
+from collabfl.coordinator.operator_credential import OperatorCredential
 from collabfl.coordinator.state import CoordinatorState
 from collabfl.flower.processes import SUPERNODE_CONNECTED, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
@@ -44,8 +46,19 @@ class Coordinator:
         ca = TestCA()
         self.ca = ca.write_ca(tmp_path)
         cert, key = ca.coordinator().write(tmp_path, "coordinator")
+        operator = ca.operator()
+        operator_cert, operator_key = operator.write(tmp_path, "operator")
         self.state_dir = tmp_path / "coordinator"
         self.gateway, service = free_ports(2)
+        self.operator = OperatorCredential(
+            f"127.0.0.1:{service}", self.ca.read_bytes(), operator.cert, operator.key
+        )
+        """What a coordinator holding its CA key keeps in STATE/pki for `admin` there."""
+        self.admin = [
+            "--coordinator", f"127.0.0.1:{service}", "--ca", str(self.ca),
+            "--cert", str(operator_cert), "--key", str(operator_key),
+        ]  # fmt: skip
+        """``collabfl admin``'s flags for this coordinator's operator."""
         command = [
             sys.executable, "-m", "collabfl.coordinator.daemon",
             "--state-dir", str(self.state_dir), "--host", "127.0.0.1",
@@ -185,8 +198,8 @@ def test_only_a_registered_supernode_key_joins(coordinator, tmp_path):
         folder.mkdir()
     _, public_key = ensure_supernode_key(member)
     register = [
-        "admin", "register-supernode", "--client-id", "4", "--key", str(public_key),
-        "--state-dir", str(coordinator.state_dir),
+        "admin", *coordinator.admin, "register-supernode", "--client-id", "4",
+        "--key", str(public_key),
     ]  # fmt: skip
     result = CliRunner().invoke(cli_app, register)
     assert result.exit_code == 0, result.output
@@ -219,14 +232,21 @@ def test_only_a_registered_supernode_key_joins(coordinator, tmp_path):
 def test_a_clients_new_key_unregisters_its_old_one(coordinator, tmp_path):
     """Re-registering a member's SuperNode (a rotated or stolen key) takes the old key out
     of the SuperLink, not only out of coordinator.db: before, it stayed registered and could
-    join the Fleet until the coordinator restarted."""
+    join the Fleet until the coordinator restarted. The command goes through the service
+    (an event says so), on the coordinator's machine or from anywhere."""
     nodes = []
-    for name in ("old", "new"):
+    local_operator = coordinator.state_dir / "pki" / OPERATOR_FILE
+    coordinator.operator.save(local_operator)  # as a coordinator that can issue keeps one
+    for name, connection in (
+        ("old", ["--state-dir", str(coordinator.state_dir)]),  # on its machine
+        ("new", []),  # anywhere, with the operator's own credential
+    ):
         (tmp_path / name).mkdir()
         _, public_key = ensure_supernode_key(tmp_path / name)
+        flags = coordinator.admin if not connection else []
         register = [
-            "admin", "register-supernode", "--client-id", "6", "--key", str(public_key),
-            "--state-dir", str(coordinator.state_dir),
+            "admin", *flags, "register-supernode", "--client-id", "6", "--key",
+            str(public_key), *connection,
         ]  # fmt: skip
         result = CliRunner().invoke(cli_app, register)
         assert result.exit_code == 0, result.output
@@ -241,6 +261,10 @@ def test_a_clients_new_key_unregisters_its_old_one(coordinator, tmp_path):
     finally:
         control.close()
     assert status[old] == "unregistered" and status[new] == "registered", status
+    local_operator.unlink()
+    with CoordinatorState(coordinator.state_dir / "coordinator.db") as state:
+        said = [e.message for e in state.events() if e.kind == "supernode_registered"]
+    assert any(f"its old key (Flower node {old}) is unregistered" in m for m in said), said
 
 
 def _wait_for_impostor_event(coordinator: Coordinator, text: str, limit_s: float = 60.0):
@@ -265,8 +289,8 @@ def test_a_stolen_member_key_is_refused_and_recorded_naming_the_member(coordinat
     for path in (private_key, public_key):
         shutil.copy2(path, thief / path.name)
     register = [
-        "admin", "register-supernode", "--client-id", "5", "--key", str(public_key),
-        "--state-dir", str(coordinator.state_dir),
+        "admin", *coordinator.admin, "register-supernode", "--client-id", "5",
+        "--key", str(public_key),
     ]  # fmt: skip
     result = CliRunner().invoke(cli_app, register)
     assert result.exit_code == 0, result.output

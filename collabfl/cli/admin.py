@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 
     from collabfl.coordinator.member_status import MemberStatus
     from collabfl.coordinator.operator_credential import OperatorCredential
-    from collabfl.coordinator.service_client import CoordinatorClient
     from collabfl.coordinator.records import Run
+    from collabfl.coordinator.service_client import CoordinatorClient
     from collabfl.kernel.tls import ClientTLS
 
 DEFAULT_COORDINATOR = "127.0.0.1:9300"
@@ -341,47 +341,53 @@ def _print_members(
 
 @admin_app.command("register-supernode")
 def register_supernode(
+    ctx: typer.Context,
     client_id: Annotated[int, typer.Option("--client-id", min=0, help="the member's client id")],
     key: Annotated[
         Path,
         typer.Option(exists=True, dir_okay=False, help="the member's supernode_key.pub"),
     ],
     state_dir: Annotated[
-        Path,
+        Path | None,
         typer.Option(
-            exists=True, file_okay=False, help="the coordinator's --state-dir (this machine)"
+            exists=True,
+            file_okay=False,
+            help="the coordinator's --state-dir, on its machine: use the operator credential "
+            "it keeps (default: your own)",
         ),
-    ],
+    ] = None,
 ) -> None:
-    """Let a member's SuperNode join: register its key with the SuperLink and bind the Flower
-    node id it gets to the client id; a key registered for the client before is unregistered
-    (a rotated key must not join). Runs on the coordinator machine, whose loopback alone
-    reaches the SuperLink's Control API; runs launched afterwards use the binding."""
-    from collabfl.coordinator.daemon import local_superlink_control
-    from collabfl.coordinator.state import CoordinatorState
-    from collabfl.coordinator.superlink_control import ControlError
-
-    try:
-        control = local_superlink_control(state_dir)
-    except ValueError as error:
-        _fail(error, EXIT_REFUSED)
-    public_key = key.read_text()
-    with CoordinatorState(state_dir / "coordinator.db") as state:
-        old = [n for n, c in state.supernode_bindings().items() if c == client_id]
-        try:
-            node_id = control.register(public_key)
-            for node in old:
-                control.unregister(node)
-        except ControlError as error:
-            _fail(error, EXIT_REFUSED)
-        finally:
-            control.close()
-        state.bind_supernode(client_id, node_id, public_key.strip())
-    replaced = f" (its old key, Flower node {old[0]}, unregistered)" if old else ""
+    """Let a member's SuperNode join: the coordinator registers its key with the SuperLink and
+    binds the Flower node id it gets to the client id; a key registered for the member
+    before is unregistered (a rotated key must not join). Runs launched afterwards use it."""
+    if state_dir is not None:
+        ctx.obj = _local_operator(state_dir, ctx.obj.timeout_s)
+    with _client(ctx) as client:
+        node_id, old = client.register_supernode(client_id, key.read_text())
+    replaced = f" (its old key, Flower node {old}, unregistered)" if old is not None else ""
     console.print(
         f"client {client_id}: SuperNode key registered as Flower node {node_id}{replaced}",
         highlight=False,
     )
+
+
+def _local_operator(state_dir: Path, timeout_s: float) -> _Connection:
+    """The connection of the operator credential a coordinator keeps in its state dir."""
+    from collabfl.coordinator.operator_credential import FILE_NAME, OperatorCredential
+    from collabfl.kernel.tls import ClientTLS
+
+    path = state_dir / "pki" / FILE_NAME
+    if not path.exists():
+        _fail(
+            f"{path}: no operator credential; has the coordinator daemon started with this "
+            "--state-dir?",
+            EXIT_REFUSED,
+        )
+    try:
+        saved = OperatorCredential.load(path)
+    except ValueError as error:
+        _fail(error, EXIT_REFUSED)
+    return _Connection(saved.coordinator, timeout_s, ClientTLS(saved.ca, saved.cert, saved.key))
 
 
 @admin_app.command()

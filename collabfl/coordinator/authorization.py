@@ -62,6 +62,7 @@ POLICY: Mapping[str, frozenset[Role]] = {
     "Invite": OPERATOR,
     "Revoke": OPERATOR,
     "ListEnrolments": OPERATOR,
+    "RegisterSupernode": OPERATOR,
 }
 
 

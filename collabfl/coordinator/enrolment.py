@@ -275,7 +275,7 @@ class Enroller:
                              MEMBER_CERT_DAYS)  # fmt: skip
         node_id = None
         if role is Role.MEMBER:
-            node_id = self._register_supernode(int(token.subject), request.supernode_public_key)
+            node_id, _ = self.register_supernode(int(token.subject), request.supernode_public_key)
         self.store.record_enrolment(
             Enrolment(
                 role.value,
@@ -299,8 +299,10 @@ class Enroller:
             node_id,
         )
 
-    def _register_supernode(self, client_id: int, public_key: str) -> int:
-        """Register the member's SuperNode key; a re-enrolled member's old key goes."""
+    def register_supernode(self, client_id: int, public_key: str) -> tuple[int, int | None]:
+        """Register the member's SuperNode key (at enrolment, or by an operator's hand); a
+        key registered for the member before goes. The node id Flower gave the key, and the
+        old key's node id (None: it had none)."""
         supernode_key_pem(public_key)  # ValueError for a key Flower cannot read
         old = self._node_of(client_id)
         try:
@@ -310,7 +312,7 @@ class Enroller:
         except RuntimeError as error:  # a ControlError: the SuperLink is not up, or refused
             raise EnrolmentUnavailable(f"the SuperLink did not register the key: {error}") from None
         self.state.bind_supernode(client_id, node_id, public_key.strip())
-        return node_id
+        return node_id, old
 
     def revoke(self, role: Role, subject: str) -> Enrolment:
         """Take the identity out: deny its certificate everywhere, unregister its SuperNode."""

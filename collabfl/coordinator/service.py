@@ -29,7 +29,12 @@ from collabfl.coordinator.admission import (
 )
 from collabfl.coordinator.coordinator_pki import CannotIssue
 from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.enrolment import DEFAULT_TOKEN_TTL_S, Enroller, enrolling_role
+from collabfl.coordinator.enrolment import (
+    DEFAULT_TOKEN_TTL_S,
+    Enroller,
+    EnrolmentUnavailable,
+    enrolling_role,
+)
 from collabfl.coordinator.enrolment_store import EnrolmentStore
 from collabfl.coordinator.member_status import SupernodeList, member_statuses
 from collabfl.coordinator.run_files import read_chunk, run_folder, run_results
@@ -378,6 +383,30 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def ListEnrolments(self, request: pb.ListEnrolmentsRequest, context: Any) -> pb.EnrolmentList:
         enrolments = self._enrolment().store.enrolments()
         return pb.EnrolmentList(enrolments=[enrolment_to_pb(e) for e in enrolments])
+
+    @admitted
+    def RegisterSupernode(
+        self, request: pb.RegisterSupernodeRequest, context: Any
+    ) -> pb.SupernodeRegistration:
+        """An operator's hand registration of a member's SuperNode key; its old key goes."""
+        if request.client_id < 0:
+            raise ValueError(f"client id must be >= 0, got {request.client_id}")
+        try:
+            node_id, old = self._enrolment().register_supernode(
+                request.client_id, request.public_key
+            )
+        except EnrolmentUnavailable as error:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        replaced = "" if old is None else f"; its old key (Flower node {old}) is unregistered"
+        self._state.record_event(
+            "",
+            "supernode_registered",
+            f"an operator registered client {request.client_id}'s SuperNode key as Flower "
+            f"node {node_id}{replaced}",
+            "info",
+            client_id=request.client_id,
+        )
+        return pb.SupernodeRegistration(flower_node_id=node_id, replaced_node_id=old)
 
     @admitted
     def GetRunResults(self, request: pb.RunRef, context: Any) -> pb.RunResults:

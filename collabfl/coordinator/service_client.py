@@ -17,6 +17,15 @@ import grpc
 
 from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.member_status import MemberStatus
+from collabfl.coordinator.records import (
+    Coalitions,
+    Edge,
+    Event,
+    Member,
+    RoundGraph,
+    RoundRecord,
+    Run,
+)
 from collabfl.coordinator.run_files import RunResults
 from collabfl.coordinator.service_codec import (
     CHANNEL_OPTIONS,
@@ -36,7 +45,6 @@ from collabfl.coordinator.service_codec import (
     run_results_from_pb,
     run_status_to_pb,
 )
-from collabfl.coordinator.records import Coalitions, Edge, Event, Member, RoundGraph, RoundRecord, Run
 from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
@@ -334,6 +342,15 @@ class CoordinatorClient:
         request = pb.RevokeRequest(role=role, subject=subject)
         timeout_s = max(self.timeout_s, REVOKE_S)
         return enrolment_from_pb(self._call(self._stub.Revoke, request, timeout_s))
+
+    def register_supernode(self, client_id: int, public_key: str) -> tuple[int, int | None]:
+        """Register a member's SuperNode key by hand; the node id Flower gave it, and the
+        member's previous key's node (unregistered), if it had one. At least ``REVOKE_S``
+        to answer: registering and unregistering are SuperLink calls."""
+        request = pb.RegisterSupernodeRequest(client_id=client_id, public_key=public_key)
+        reply = self._call(self._stub.RegisterSupernode, request, max(self.timeout_s, REVOKE_S))
+        old = reply.replaced_node_id if reply.HasField("replaced_node_id") else None
+        return reply.flower_node_id, old
 
     def list_enrolments(self) -> list[Enrolment]:
         reply = self._call(self._stub.ListEnrolments, pb.ListEnrolmentsRequest())

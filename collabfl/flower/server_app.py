@@ -36,8 +36,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.launch import Launch
-from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.records import Member
+from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.engine.config import ConfigError, model_name, validate_config
 from collabfl.engine.driver import RunStopped, drive
 from collabfl.engine.methods import MethodSpec, build_method, parse_method_spec

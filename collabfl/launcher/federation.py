@@ -332,11 +332,16 @@ class LocalFederation:
 
     def register_supernode(self, k: int, state_dir: Path) -> None:
         """With TLS only registered SuperNode keys join: make client k's key where its daemon
-        keeps it and register it on the coordinator's host, as its operator would."""
+        keeps it and have the coordinator register it, as its operator would (through the
+        service, with the operator's certificate)."""
         _, public_key = ensure_supernode_key(state_dir)
+        assert self.credentials is not None  # only a TLS federation registers keys
+        operator = self.credentials.operator
         command = [
-            flower_binary("collabfl"), "admin", "register-supernode", "--client-id", str(k),
-            "--key", str(public_key), "--state-dir", str(self.coordinator_dir),
+            flower_binary("collabfl"), "admin", "--coordinator", self.service,
+            "--ca", str(self.credentials.ca), "--cert", str(operator.cert),
+            "--key", str(operator.key),
+            "register-supernode", "--client-id", str(k), "--key", str(public_key),
         ]  # fmt: skip
         done = subprocess.run(
             self.hosts.command("coordinator", command),

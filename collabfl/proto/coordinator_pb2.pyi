@@ -71,6 +71,22 @@ class RevokeRequest(_message.Message):
     subject: str
     def __init__(self, role: _Optional[str] = ..., subject: _Optional[str] = ...) -> None: ...
 
+class RegisterSupernodeRequest(_message.Message):
+    __slots__ = ("client_id", "public_key")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    public_key: str
+    def __init__(self, client_id: _Optional[int] = ..., public_key: _Optional[str] = ...) -> None: ...
+
+class SupernodeRegistration(_message.Message):
+    __slots__ = ("flower_node_id", "replaced_node_id")
+    FLOWER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    flower_node_id: int
+    replaced_node_id: int
+    def __init__(self, flower_node_id: _Optional[int] = ..., replaced_node_id: _Optional[int] = ...) -> None: ...
+
 class Enrolment(_message.Message):
     __slots__ = ("role", "subject", "host", "cert_serial", "cert_not_after", "enrolled_at", "revoked_at", "samples")
     ROLE_FIELD_NUMBER: _ClassVar[int]

@@ -144,6 +144,11 @@ class CoordinatorStub:
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.SerializeToString,
                 response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.FromString,
                 _registered_method=True)
+        self.RegisterSupernode = channel.unary_unary(
+                '/collabfl.coordinator.Coordinator/RegisterSupernode',
+                request_serializer=collabfl_dot_proto_dot_coordinator__pb2.RegisterSupernodeRequest.SerializeToString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.SupernodeRegistration.FromString,
+                _registered_method=True)
         self.GetRunResults = channel.unary_unary(
                 '/collabfl.coordinator.Coordinator/GetRunResults',
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.RunRef.SerializeToString,
@@ -314,6 +319,14 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterSupernode(self, request, context):
+        """Register a member's SuperNode key with the SuperLink by hand (`admin register-supernode`)
+        and bind the node id Flower gives it; a key registered for the member before goes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetRunResults(self, request, context):
         """What a run wrote in its folder on the coordinator machine (coordinator/run_files.py):
         its results table and the files there, for an operator elsewhere. ReadRunFile reads
@@ -441,6 +454,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ListEnrolments,
                     request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.FromString,
                     response_serializer=collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.SerializeToString,
+            ),
+            'RegisterSupernode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterSupernode,
+                    request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RegisterSupernodeRequest.FromString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.SupernodeRegistration.SerializeToString,
             ),
             'GetRunResults': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRunResults,
@@ -1047,6 +1065,33 @@ class Coordinator:
             '/collabfl.coordinator.Coordinator/ListEnrolments',
             collabfl_dot_proto_dot_coordinator__pb2.ListEnrolmentsRequest.SerializeToString,
             collabfl_dot_proto_dot_coordinator__pb2.EnrolmentList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterSupernode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/collabfl.coordinator.Coordinator/RegisterSupernode',
+            collabfl_dot_proto_dot_coordinator__pb2.RegisterSupernodeRequest.SerializeToString,
+            collabfl_dot_proto_dot_coordinator__pb2.SupernodeRegistration.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,10 +63,12 @@ class TlsCoordinator:
         raise TimeoutError("the coordinator never got healthy")
 
     def register(self, client_id: int, public_key: Path) -> None:
-        """``collabfl admin register-supernode`` on the coordinator's machine."""
+        """``collabfl admin register-supernode``, as the federation's operator."""
+        operator = self.tls.operator
         command = [
-            flower_binary("collabfl"), "admin", "register-supernode", "--client-id",
-            str(client_id), "--key", str(public_key), "--state-dir", str(self.state_dir),
+            flower_binary("collabfl"), "admin", "--coordinator", f"{HOST}:{self.service}",
+            "--ca", str(self.tls.ca), "--cert", str(operator.cert), "--key", str(operator.key),
+            "register-supernode", "--client-id", str(client_id), "--key", str(public_key),
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
