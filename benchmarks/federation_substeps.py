@@ -43,6 +43,7 @@ import torch
 from _common import exit_on_sigterm, format_table, write_results
 from coordinator_cpu import tree_cpu_seconds
 
+from collabfl.apps.substeps import is_substep
 from collabfl.client.node import ClientSplits
 from collabfl.engine.config import ExperimentConfig, load_config
 from collabfl.engine.experiment import prepare_data, resolve_device, run_method
@@ -51,7 +52,6 @@ from collabfl.engine.methods import MethodSpec, parse_method_spec, run_request
 from collabfl.engine.recording import safe_name
 from collabfl.engine.report.run_dir import MESSAGES_FILE, read_run
 from collabfl.engine.run_options import RunOptions
-from collabfl.flower.substeps import is_substep
 from collabfl.launcher.federation import LocalFederation, write_client_files
 from collabfl.strategies.protocol import Instruction, Reply
 

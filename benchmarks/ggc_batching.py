@@ -44,7 +44,8 @@ from collabfl.kernel.batched_eval import stacked_views
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE
-from collabfl.kernel.training import TensorData, TrainingConfig, evaluate
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig, evaluate
 from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.verbs import Collaborate
 

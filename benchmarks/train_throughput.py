@@ -30,7 +30,8 @@ from _common import Stopwatch, exit_on_sigterm, format_table, median, write_resu
 from collabfl.kernel.compute import amp_problem
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig, train
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig, train
 
 SAMPLES = 2048
 """Images in the synthetic split (several epochs' worth of steps at small batch sizes)."""

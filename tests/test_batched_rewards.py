@@ -22,7 +22,8 @@ from collabfl.engine.methods import build_method, parse_method_spec
 from collabfl.kernel.batched_eval import CandidateModels
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig, evaluate
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig, evaluate
 from collabfl.strategies.greedy import LOOKAHEAD_ROWS, bggc
 from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.verbs import Collaborate

@@ -13,9 +13,9 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from collabfl.flower.client_app import RunNotAuthorized, app
+from collabfl.apps.client_app import RunNotAuthorized, app
+from collabfl.apps.run_setup import SETUP_MESSAGE, decode_description, encode_settings
 from collabfl.flower.codec import encode_instruction, message_type
-from collabfl.flower.run_setup import SETUP_MESSAGE, decode_description, encode_settings
 from collabfl.kernel.grants import GrantSigner, generate_private_key, save_public_key
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.strategies.protocol import Instruction

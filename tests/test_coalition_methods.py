@@ -28,7 +28,8 @@ from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.engine.inprocess import InProcessFederation, build_federation
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.distances import (
     DistanceEstimate,
     DistanceSettings,

@@ -15,6 +15,8 @@ import pytest
 import torch
 from test_daemons import _client_args, _data_file
 
+from collabfl.apps.run_setup import RunSettings
+from collabfl.apps.session import NodeState, open_node
 from collabfl.client import daemon
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
@@ -22,13 +24,12 @@ from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
 from collabfl.engine.config import ConfigError, validate_config
 from collabfl.engine.experiment import resolve_device as config_device
-from collabfl.flower.run_setup import RunSettings
-from collabfl.flower.session import NodeState, open_node
 from collabfl.kernel import devices
 from collabfl.kernel.devices import check_spec, device_report, resolve_device
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.greedy import bggc
 from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.streaming import add_models, streaming_average

@@ -2,7 +2,7 @@
 peer gRPC servers, SQLite), compared with the in-process runtime on the same seed and config.
 
 The distance estimation's discriminators and SPO's target models and gradients travel through
-the coordinator's sub-step relay (one Flower seat message per client, flower/substeps.py),
+the coordinator's sub-step relay (one Flower seat message per client, apps/substeps.py),
 and the greedy OCS search fetches peers' warm-up models over gRPC; every
 method must reach the same coalitions and the same per-client results as in-process, and the
 coordinator must have stored the coalitions.

@@ -17,7 +17,7 @@ import time
 import pytest
 from federation_faults import POLL_S, fault_config, rounds_of, start_run, wait_for, wait_holding
 
-from collabfl.flower.pool import LOST_WITH_NODE
+from collabfl.apps.pool import LOST_WITH_NODE
 from collabfl.launcher.federation import LocalFederation, write_client_files
 
 pytestmark = pytest.mark.federation

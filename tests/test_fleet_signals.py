@@ -1,4 +1,4 @@
-"""The ServerApp's transport signals (flower/fleet_signals.py) over a real coordinator
+"""The ServerApp's transport signals (apps/fleet_signals.py) over a real coordinator
 service: a push reaches the gateway's doorbell, a reply wakes the wait, and a coordinator
 that cannot be reached costs a poll interval, never the run."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 from support.coordinator import served, valid_request
 
+from collabfl.apps.fleet_signals import REPLY_WAIT_S, CoordinatorSignals
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import CoordinatorState
-from collabfl.flower.fleet_signals import REPLY_WAIT_S, CoordinatorSignals
 
 
 def test_signals_travel_through_the_coordinator_service(tmp_path: Path):

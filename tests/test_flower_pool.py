@@ -14,15 +14,15 @@ from flwr.server.superlink.linkstate.utils import create_message_error_unavailab
 from flwr.supercore.inflatable.inflatable_utils import ObjectPullError
 from flwr.supercore.task_identity import TaskIdentity
 
+from collabfl.apps import exchange as exchange_module
+from collabfl.apps import pool as pool_module
+from collabfl.apps.fleet_signals import Polling
+from collabfl.apps.pool import NOTICES, FlowerClientPool
+from collabfl.apps.substeps import SessionEnd
+from collabfl.apps.timing import MessageTiming
 from collabfl.coordinator.state import Member
-from collabfl.flower import exchange as exchange_module
-from collabfl.flower import pool as pool_module
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
-from collabfl.flower.fleet_signals import Polling
-from collabfl.flower.pool import NOTICES, FlowerClientPool
 from collabfl.flower.reply_pull import NODE_GONE, lost_content, pull_replies
-from collabfl.flower.substeps import SessionEnd
-from collabfl.flower.timing import MessageTiming
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Collaborate, Discriminate, Evaluate, Train
 

@@ -12,7 +12,8 @@ from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.verbs import Train
 

@@ -35,9 +35,11 @@ from collabfl.cli.main import app
 from collabfl.engine.recording import safe_name
 from collabfl.engine.registry import REGISTRY
 from collabfl.engine.report.run_dir import read_run
+from collabfl.kernel.compute import Compute
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig, evaluate, train
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig, evaluate, train
 from tests.support.runtime_equality import settings
 
 pytestmark = pytest.mark.skipif(
@@ -128,7 +130,7 @@ def test_resnet18_trains_on_cuda_with_amp_and_channels_last(amp, channels_last):
     model = FlatModel(build_model("resnet18", 10, seed=0), "cuda")
     config = TrainingConfig(batch_size=16, lr=0.02, amp=amp, channels_last=channels_last)
     losses = [train(model, data, 1.0, config, torch.Generator().manual_seed(s)) for s in range(6)]
-    loss, accuracy = evaluate(model, data, 32, compute=config.compute)
+    loss, accuracy = evaluate(model, data, 32, compute=Compute.of(config))
     assert all(math.isfinite(value) for value in [*losses, loss]), (losses, loss)
     assert torch.isfinite(model.get()).all() and 0 <= accuracy <= 1
     assert losses[-1] < losses[0], (amp, channels_last, losses)

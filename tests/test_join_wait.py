@@ -19,12 +19,12 @@ from rich.console import Console
 from support.coordinator import served
 from typer.testing import CliRunner
 
+from collabfl.apps.server_app import missing_clients, wait_for_nodes
 from collabfl.cli import admin
 from collabfl.cli.admin import admin_app
 from collabfl.coordinator.service import CoordinatorService
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
 from collabfl.coordinator.state import CoordinatorState
-from collabfl.flower.server_app import missing_clients, wait_for_nodes
 
 
 class ArrivingGrid:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
 
-from collabfl.flower import server_app
+from collabfl.apps import server_app
+from collabfl.apps.exchange import Answer
+from collabfl.apps.fleet_signals import POLLING
+from collabfl.apps.pool import FlowerClientPool
+from collabfl.apps.run_setup import Description, encode_description
 from collabfl.flower.binding import NodeBinder, format_bindings, parse_bindings
-from collabfl.flower.exchange import Answer
-from collabfl.flower.fleet_signals import POLLING
-from collabfl.flower.pool import FlowerClientPool
-from collabfl.flower.run_setup import Description, encode_description
 from tests.test_session import _settings
 
 

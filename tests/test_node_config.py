@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 from flwr.common.config import parse_config_args
 
+from collabfl.apps.client_app import NodeSettings
 from collabfl.client import daemon
-from collabfl.flower.client_app import NodeSettings
 from tests.support.client_data import write_client_data
 
 AWKWARD = 'lab \\backup "new"'

@@ -18,17 +18,17 @@ from flwr.app import Message
 from flwr.common.config import parse_config_args
 from safetensors.torch import load_file
 
-from collabfl.client import daemon
-from collabfl.client.peers import MemoryModelStore
-from collabfl.flower.client_app import NodeSettings, app
-from collabfl.flower.codec import encode_instruction, message_type
-from collabfl.flower.run_setup import (
+from collabfl.apps.client_app import NodeSettings, app
+from collabfl.apps.run_setup import (
     SETUP_MESSAGE,
     RunSettings,
     decode_description,
     encode_settings,
 )
-from collabfl.flower.session import NodeState, open_node
+from collabfl.apps.session import NodeState, open_node
+from collabfl.client import daemon
+from collabfl.client.peers import MemoryModelStore
+from collabfl.flower.codec import encode_instruction, message_type
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.user_code import UserCodeError
 from collabfl.strategies.protocol import Instruction

@@ -17,13 +17,13 @@ import pytest
 import torch
 from flwr.common.config import parse_config_args
 
+from collabfl.apps.client_app import NodeSettings, _peer_source
 from collabfl.client import daemon
 from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.peers import InvalidPeerModel, PeerFetcher, PeerUnavailable
 from collabfl.client.stream_limits import StreamLimits
-from collabfl.flower.client_app import NodeSettings, _peer_source
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.proto import peer_pb2, peer_pb2_grpc

@@ -12,7 +12,8 @@ from collabfl.engine.run_options import RunOptions
 
 
 def quorum_of(method: str, expected: int, *overrides: str) -> Quorum:
-    return run_quorum(parse_method_spec(method, load_config(None, list(overrides))), expected)
+    spec = parse_method_spec(method, load_config(None, list(overrides)))
+    return run_quorum(spec.name, spec.config.federation, expected)
 
 
 def test_methods_that_learn_from_peers_need_two_clients_unless_told_otherwise() -> None:

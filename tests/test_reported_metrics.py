@@ -24,6 +24,8 @@ import pytest
 import torch
 from flwr.app import Message
 
+from collabfl.apps.pool import FlowerClientPool
+from collabfl.apps.reply_checks import refusal
 from collabfl.coordinator.state import Member
 from collabfl.engine.config import ConfigError, load_config, validate_config
 from collabfl.engine.methods import build_method, parse_method_spec
@@ -34,8 +36,6 @@ from collabfl.flower.codec import (
     encode_replies,
     encode_reply,
 )
-from collabfl.flower.pool import FlowerClientPool
-from collabfl.flower.reply_checks import refusal
 from collabfl.kernel.flat import FlatModel
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply
@@ -138,7 +138,7 @@ class SyntheticClients:
     """Five clients whose TRAIN uploads the target plus their own small noise, and whose
     EVALUATE reports how close the model sent is to the target (1: on it); client 0 uploads
     the honest model scaled to just under the 1e4 magnitude limit of the coordinator's
-    checks (a finite, in-bounds lie that passes flower/reply_checks.py)."""
+    checks (a finite, in-bounds lie that passes apps/reply_checks.py)."""
 
     sample_counts = dict.fromkeys(range(5), 100)
 

@@ -17,14 +17,14 @@ import pytest
 import torch
 from federation_faults import make_federation, wait_for
 
+from collabfl.apps import server_app
+from collabfl.apps.fleet_signals import POLLING
+from collabfl.apps.pool import FlowerClientPool
 from collabfl.coordinator.state import Member
 from collabfl.engine.config import ConfigError, validate_config
 from collabfl.engine.methods import parse_method_spec, run_request
 from collabfl.engine.run_options import RunOptions
-from collabfl.flower import server_app
 from collabfl.flower.binding import NodeBinder
-from collabfl.flower.fleet_signals import POLLING
-from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.reported_sizes import DeclaredSizes, capped_counts, share_cap
 from collabfl.flower.run_consistency import FirstCounts
 from collabfl.strategies.metrics import ClientMetrics
@@ -48,8 +48,8 @@ def _admit(
 ):
     """Run the ServerApp's admission on set-up replies claiming ``reported`` samples
     (``counts``: the run's first counts so far, as a rejoin meets them)."""
-    from collabfl.flower.exchange import Answer
-    from collabfl.flower.run_setup import Description, encode_description
+    from collabfl.apps.exchange import Answer
+    from collabfl.apps.run_setup import Description, encode_description
 
     def exchange(grid, messages, timeout_s, signals):
         answers = {}

@@ -13,7 +13,8 @@ from collabfl.engine.config import validate_config
 from collabfl.engine.methods import build_method, parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.verbs import Collaborate
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from collabfl.apps.pool import FlowerClientPool
 from collabfl.coordinator.state import Member
-from collabfl.flower.pool import FlowerClientPool
 from collabfl.flower.reported_sizes import DeclaredSizes
 from collabfl.flower.run_consistency import FirstCounts
 from collabfl.strategies.metrics import ClientMetrics

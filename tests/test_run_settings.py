@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from collabfl.flower.run_setup import RunSettings
+from collabfl.apps.run_setup import RunSettings
 from collabfl.kernel.training import TrainingConfig
 
 GOOD = RunSettings("r1", 7, "mnist1d_cnn", "cpu", 2, TrainingConfig(batch_size=8))

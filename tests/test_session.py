@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from collabfl.apps.run_setup import RunSettings
+from collabfl.apps.session import NodeCache, NodeState, open_node
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import load_client_file, save_client_file
 from collabfl.client.peers import MemoryModelStore
-from collabfl.flower.run_setup import RunSettings
-from collabfl.flower.session import NodeCache, NodeState, open_node
 from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.protocol import Instruction
 from collabfl.strategies.verbs import Evaluate, Train

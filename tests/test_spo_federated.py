@@ -15,7 +15,8 @@ from collabfl.engine.inprocess import InProcessFederation, build_federation
 from collabfl.engine.methods import build_method, parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
-from collabfl.kernel.training import TensorData, TrainingConfig
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.equilibrium_method import CollaborationEquilibrium
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply

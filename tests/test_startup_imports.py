@@ -26,7 +26,7 @@ def test_importing_the_client_app_does_not_import_the_superlink_state():
     """The ClientApp reaches the reply pull through the sub-step seat; the SuperLink's state
     code it would drag in cost every executor 0.7 s of start-up."""
     probe = (
-        "import sys, collabfl.flower.client_app; "
+        "import sys, collabfl.apps.client_app; "
         "print('flwr.server.superlink.linkstate' in sys.modules)"
     )
     done = subprocess.run(

@@ -1,6 +1,6 @@
 """The sub-step relay: its seats (no sockets), then the service over real gRPC, with and
 without TLS, including what a member or a stale ServerApp may not do, and a client's seat
-loop (``flower.substeps.serve_seat``) against it."""
+loop (``apps.substeps.serve_seat``) against it."""
 
 from __future__ import annotations
 
@@ -23,6 +23,16 @@ from flwr.supercore.task_identity import TaskIdentity
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
 
+from collabfl.apps import exchange, substeps
+from collabfl.apps.fleet_signals import Polling
+from collabfl.apps.substeps import (
+    RelayedSteps,
+    Served,
+    decode_seat,
+    decode_served,
+    encode_served,
+    serve_seat,
+)
 from collabfl.coordinator import substep_client
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorError
@@ -36,23 +46,13 @@ from collabfl.coordinator.substep_relay import (
     UnknownSession,
     Work,
 )
-from collabfl.flower import exchange, substeps
 from collabfl.flower.codec import (
     content_bytes,
     content_from_bytes,
     decode_reply,
     encode_instruction,
 )
-from collabfl.flower.fleet_signals import Polling
 from collabfl.flower.reply_pull import lost_content, node_gone, pull_replies
-from collabfl.flower.substeps import (
-    RelayedSteps,
-    Served,
-    decode_seat,
-    decode_served,
-    encode_served,
-    serve_seat,
-)
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import Instruction, Reply

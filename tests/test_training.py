@@ -11,14 +11,8 @@ from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.model_names import ZOO
 from collabfl.kernel.models import MODELS, build_model
 from collabfl.kernel.objective import Objective
-from collabfl.kernel.training import (
-    TensorData,
-    TrainingConfig,
-    alignment_gradient,
-    evaluate,
-    steps_for,
-    train,
-)
+from collabfl.kernel.samples import TensorData
+from collabfl.kernel.training import TrainingConfig, alignment_gradient, evaluate, steps_for, train
 
 
 def _data(n: int = 96, seed: int = 0) -> TensorData:

@@ -19,8 +19,9 @@ from collabfl.kernel.compute import Compute
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.loader import batch_inputs
 from collabfl.kernel.models import build_model
+from collabfl.kernel.samples import TensorData
 from collabfl.kernel.streamed import StreamedData
-from collabfl.kernel.training import TensorData, TrainingConfig, batch_plan, evaluate, train
+from collabfl.kernel.training import TrainingConfig, batch_plan, evaluate, train
 
 pytestmark = pytest.mark.slow
 
@@ -110,9 +111,9 @@ def _module_and_data() -> tuple[FlatModel, TensorData]:
 def test_bf16_on_the_cpu_trains_and_evaluates():
     model, data = _module_and_data()
     config = TrainingConfig(amp="bf16", batch_size=16)
-    before, _ = evaluate(model, data, 16, compute=config.compute)
+    before, _ = evaluate(model, data, 16, compute=Compute.of(config))
     losses = [train(model, data, 1.0, config, torch.Generator().manual_seed(s)) for s in range(4)]
-    after, accuracy = evaluate(model, data, 16, compute=config.compute)
+    after, accuracy = evaluate(model, data, 16, compute=Compute.of(config))
     assert all(math.isfinite(loss) for loss in losses)
     assert after < before and 0 <= accuracy <= 1
 

@@ -13,6 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collabfl.apps.run_setup import Description
+from collabfl.apps.server_app import federation_data, requested_data, rewritten
+from collabfl.apps.session import describe
 from collabfl.client.data.arrays import ArrayDataset
 from collabfl.client.data.client_file import save_client_file
 from collabfl.client.data.clients import ClientData
@@ -21,9 +24,6 @@ from collabfl.engine.methods import parse_method_spec
 from collabfl.engine.recording import MethodRecorder
 from collabfl.engine.report.run_dir import read_run
 from collabfl.engine.report.setting import setting_title
-from collabfl.flower.run_setup import Description
-from collabfl.flower.server_app import federation_data, requested_data, rewritten
-from collabfl.flower.session import describe
 
 DIRICHLET = "Dirichlet α=0.1"
 

@@ -11,20 +11,20 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, RecordDict
 
-from collabfl.engine.recording import ROW_KEYS
-from collabfl.flower.codec import (
-    decode_instruction,
-    decode_reply,
-    encode_instruction,
-    encode_reply,
-)
-from collabfl.flower.run_setup import (
+from collabfl.apps.run_setup import (
     Description,
     RunSettings,
     decode_description,
     decode_settings,
     encode_description,
     encode_settings,
+)
+from collabfl.engine.recording import ROW_KEYS
+from collabfl.flower.codec import (
+    decode_instruction,
+    decode_reply,
+    encode_instruction,
+    encode_reply,
 )
 from collabfl.kernel.training import TrainingConfig
 from collabfl.strategies.metrics import ClientMetrics

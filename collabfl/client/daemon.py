@@ -426,10 +426,6 @@ def start_flower(
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["join"]:
-        from collabfl.client.join import main as join
-
-        return join(argv[1:])
     p = parser()
     try:
         args = p.parse_args(with_saved(argv))

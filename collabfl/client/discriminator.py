@@ -24,7 +24,7 @@ from torch.nn import functional
 from collabfl.client.randomness import batch_generator
 from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
-from collabfl.kernel.training import Samples
+from collabfl.kernel.samples import Samples
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import FlatVector, Reply
 from collabfl.strategies.verbs import Discriminate, Features

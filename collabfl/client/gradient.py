@@ -14,7 +14,7 @@ import torch
 from collabfl.client.randomness import batch_generator
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
-from collabfl.kernel.training import Samples
+from collabfl.kernel.samples import Samples
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.protocol import FlatVector, Reply
 from collabfl.strategies.verbs import Gradient, Split

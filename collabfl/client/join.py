@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
     except (JoinFailed, ValueError, FileNotFoundError) as error:
         print(f"collabfl-client join: {error}", file=sys.stderr)
         return exit_status.FAILURE if isinstance(error, NotYet) else exit_status.USAGE
-    from collabfl.client import daemon
+    from collabfl.client import daemon  # the daemon's imports, only once enrolled
 
     if args.no_start:
         flags = daemon.parser()

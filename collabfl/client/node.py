@@ -24,10 +24,12 @@ from collabfl.client.gradient import GradientOracle
 from collabfl.client.peers import ModelPublisher, PeerFetcher
 from collabfl.client.randomness import batch_generator
 from collabfl.kernel.batched_eval import CandidateModels
+from collabfl.kernel.compute import Compute
 from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
-from collabfl.kernel.training import Samples, TensorData, TrainingConfig, evaluate, train
+from collabfl.kernel.samples import Samples, TensorData
+from collabfl.kernel.training import TrainingConfig, evaluate, train
 from collabfl.strategies.greedy import LOOKAHEAD_ROWS, bggc
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph import Attack, poison
@@ -222,7 +224,7 @@ class ClientNode:
         if self.training.amp != "fp16":
             return None
         if slot not in self._scalers:
-            scaler = self.training.compute.scaler(self.device)
+            scaler = Compute.of(self.training).scaler(self.device)
             assert scaler is not None  # fp16 always has one
             self._scalers[slot] = scaler
         return self._scalers[slot]
@@ -316,7 +318,7 @@ class ClientNode:
         """Validation and test loss/accuracy of ``slot``'s model, which then competes as
         ``candidate`` for the slot's best-validation record (ties keep the earlier model)."""
         self.workspace.load(self.slot(slot))
-        batch, compute = self.training.eval_batch_size, self.training.compute
+        batch, compute = self.training.eval_batch_size, Compute.of(self.training)
         val_loss, val_acc = evaluate(
             self.workspace, self.data.val, batch, self.objective, compute=compute
         )
@@ -341,7 +343,7 @@ class ClientNode:
             batch,
             self.objective,
             accuracy=False,
-            compute=self.training.compute,
+            compute=Compute.of(self.training),
         )
         return loss
 
@@ -356,7 +358,7 @@ class ClientNode:
             LOOKAHEAD_ROWS,
             self.training.eval_batch_size,
             self.objective,
-            self.training.compute,
+            Compute.of(self.training),
             fallback=lambda vector: self._val_loss(vector, data),
         )
 

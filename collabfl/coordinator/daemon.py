@@ -534,8 +534,8 @@ packages = ["."]
 publisher = "collabfl"
 
 [tool.flwr.app.components]
-serverapp = "collabfl.flower.server_app:app"
-clientapp = "collabfl.flower.client_app:app"
+serverapp = "collabfl.apps.server_app:app"
+clientapp = "collabfl.apps.client_app:app"
 
 [tool.flwr.app.config]
 {launch_app_config()}

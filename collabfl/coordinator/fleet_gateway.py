@@ -226,7 +226,7 @@ class ReplyContent:
     it before its content and asked for each missing object again, every 5 ms: a SuperLink
     request each time. A reply still waiting when ``limit`` others are is dropped and rung
     (its puller asks, as before); one whose objects never all arrive costs the ServerApp
-    its one-second fallback wait (flower/fleet_signals.py). The event loop's thread alone
+    its one-second fallback wait (apps/fleet_signals.py). The event loop's thread alone
     calls it.
     """
 

@@ -134,5 +134,6 @@ def read_run_request(method: str, request: Mapping[str, Any]) -> tuple[MethodSpe
         options = RunOptions.from_request(request)
     except ValueError as error:
         raise ConfigError(f"invalid run option: {error}") from None
-    run_quorum(spec, options.expected_clients)  # a quorum it can never reach: refused now
+    # A quorum it can never reach: refused now.
+    run_quorum(spec.name, spec.config.federation, options.expected_clients)
     return spec, options

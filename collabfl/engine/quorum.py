@@ -11,13 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from collabfl.engine.config import ConfigError
+from collabfl.engine.config import ConfigError, FederationConfig
 from collabfl.engine.registry import REGISTRY
-
-if TYPE_CHECKING:
-    from collabfl.engine.methods import MethodSpec
 
 POLL_S = 1.0
 """How often a paused run asks the SuperLink who is online (one local call)."""
@@ -37,13 +33,12 @@ class Quorum:
     wait_s: float
 
 
-def run_quorum(spec: MethodSpec, expected_clients: int) -> Quorum:
-    """The quorum of ``spec``'s run with ``expected_clients`` asked for: the config's
+def run_quorum(method: str, federation: FederationConfig, expected_clients: int) -> Quorum:
+    """The quorum of a run of ``method`` with ``expected_clients`` asked for: the config's
     ``federation.quorum``, else the method's (at most the clients asked for)."""
-    federation = spec.config.federation
     size = federation.quorum
     if size is None:
-        size = min(REGISTRY.entry(spec.name).quorum, expected_clients)
+        size = min(REGISTRY.entry(method).quorum, expected_clients)
     elif size > expected_clients:
         raise ConfigError(
             f"federation.quorum is {size} but the run asks for {expected_clients} clients "

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collabfl.engine.methods import MethodSpec
     from collabfl.kernel.flat import FlatModel
     from collabfl.strategies.rounds import Method
 
@@ -37,8 +36,11 @@ class FederationContext:
     """What clients reported about themselves when they joined (iPFL cost and eagerness)."""
 
 
-Builder = Callable[["MethodSpec", FederationContext], "Method"]
-"""(resolved spec, federation) → a configured Method; raise ConfigError for a bad combination."""
+Builder = Callable[..., "Method"]
+"""(resolved spec, federation) → a configured Method; raise ConfigError for a bad combination.
+
+The spec is engine/methods.py's ``MethodSpec``, a level above: config.py reads this registry
+to check method names, so the registry names no type of config's or of the methods'."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Flower's executors install the FAB a task names and import the ClientApp it declares, so
 whoever can submit a run to the SuperLink (its Control API asks for no credential) would run
 code on every participant. A participant here never installs or imports FAB content: a task
-is served by ``collabfl.flower.client_app:app`` from the installed collabfl, and only once
+is served by ``collabfl.apps.client_app:app`` from the installed collabfl, and only once
 its run carries a run ticket the coordinator signed (kernel/tickets.py) and its FAB declares
 collabfl's app (``COLLABFL_APP``). Both checks read only data: the run config, and the FAB's
 ``pyproject.toml`` parsed from its zip. Anything else is refused before any of it is
@@ -28,11 +28,11 @@ from collabfl.kernel.tickets import InvalidTicket, TicketVerifier, load_run_ends
 
 log = logging.getLogger(__name__)
 
-CLIENT_APP = "collabfl.flower.client_app:app"
+CLIENT_APP = "collabfl.apps.client_app:app"
 COLLABFL_APP = {
     "name": "collabfl-federation",
     "publisher": "collabfl",
-    "serverapp": "collabfl.flower.server_app:app",
+    "serverapp": "collabfl.apps.server_app:app",
     "clientapp": CLIENT_APP,
 }
 """What the coordinator's FAB declares (coordinator/daemon.py ``write_app``)."""

@@ -92,7 +92,7 @@ class RuntimeClient(Protocol):
 def pull_replies(grid: Grid, message_ids: list[str]) -> list[Pulled]:
     """The replies to ``message_ids`` that have arrived (each is handed out once)."""
     # Imported here: it loads the SuperLink's state code (0.7 s), and every ClientApp
-    # imports this module through the sub-step seat (flower/substeps.py) without pulling.
+    # imports this module through the sub-step seat (apps/substeps.py) without pulling.
     from flwr.superlink.grid.http_grid import HttpGrid
 
     if isinstance(grid, HttpGrid):

@@ -80,7 +80,7 @@ from collabfl.flower.superexec_auth import claim_signer
 
 log = logging.getLogger("collabfl.warm_executor")
 
-PRELOADED = "collabfl.flower.client_app"
+PRELOADED = "collabfl.apps.client_app"
 """Our ClientApp's module, imported before the first task: torch and the node code then
 load while the federation is still forming, instead of delaying a run's first message by
 seconds (more so when every client of a machine imports at once)."""

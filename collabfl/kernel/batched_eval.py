@@ -20,8 +20,8 @@ from collabfl.kernel.compute import PLAIN, Compute
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.loader import batch_inputs
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
+from collabfl.kernel.samples import Samples
 from collabfl.kernel.streamed import Index
-from collabfl.kernel.training import Samples
 
 __all__ = ["CandidateModels", "stacked_views"]
 

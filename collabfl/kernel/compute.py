@@ -19,7 +19,7 @@ from functools import cache
 
 import torch
 
-from collabfl.kernel.training_config import Amp
+from collabfl.kernel.training_config import Amp, TrainingConfig
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -48,6 +48,12 @@ class Compute:
     amp: Amp = "off"
     channels_last: bool = False
     loader_workers: int = 0
+
+    @classmethod
+    def of(cls, config: TrainingConfig) -> Compute:
+        """The loops' settings a training config names (``amp``, ``channels_last``,
+        ``loader_workers``)."""
+        return cls(config.amp, config.channels_last, config.loader_workers)
 
     def check(self, device: torch.device) -> None:
         """ValueError, one line, when ``device`` cannot run these settings."""

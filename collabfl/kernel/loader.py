@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from collabfl.kernel.samples import Samples
 from collabfl.kernel.streamed import Index, StreamedData
-
-if TYPE_CHECKING:
-    from collabfl.kernel.training import Samples
 
 Batch = tuple[Index, Index]
 """A batch's positions twice: on the CPU (a streamed split's rows) and on the labels'

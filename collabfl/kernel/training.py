@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from itertools import tee
 
 import torch
@@ -22,31 +21,9 @@ from collabfl.kernel.compute import PLAIN, Compute
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.loader import Batch, batch_inputs
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective, make_optimizer
-from collabfl.kernel.streamed import Index, StreamedData
+from collabfl.kernel.samples import Samples
+from collabfl.kernel.streamed import Index
 from collabfl.kernel.training_config import TrainingConfig
-
-
-@dataclass(frozen=True)
-class TensorData:
-    """One split of a client's data, already on the compute device."""
-
-    x: torch.Tensor
-    y: torch.Tensor
-
-    def __len__(self) -> int:
-        return int(self.y.shape[0])
-
-    def inputs(self, index: Index) -> torch.Tensor:
-        """The inputs at ``index`` (a streamed split reads them from its Dataset instead)."""
-        return self.x[index]
-
-    def subset(self, index: torch.Tensor) -> TensorData:
-        """The samples at ``index``."""
-        return TensorData(self.x[index], self.y[index])
-
-
-Samples = TensorData | StreamedData
-"""A split as training and evaluation read it: labels held, inputs by index."""
 
 
 def steps_for(epochs: float, num_samples: int, batch_size: int) -> int:
@@ -105,7 +82,7 @@ def train(
     direction = (
         align_to[:n_params].to(weights.device) if align_lam > 0 and align_to is not None else None
     )
-    compute, device = config.compute, weights.device
+    compute, device = Compute.of(config), weights.device
     compute.check(device)
     update = _update_rule(model, config, objective)
     if scaler is None:

@@ -7,14 +7,11 @@ seconds torch takes to import.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from collabfl.kernel.user_code import check_import_path
-
-if TYPE_CHECKING:
-    from collabfl.kernel.compute import Compute
 
 Amp = Literal["off", "bf16", "fp16"]
 
@@ -56,10 +53,3 @@ class TrainingConfig(BaseModel):
     loader_workers: int = Field(
         0, ge=0, le=256, description="DataLoader workers reading a streamed split's batches"
     )
-
-    @property
-    def compute(self) -> Compute:
-        """The loops' device settings (kernel/compute.py, imported here: it needs torch)."""
-        from collabfl.kernel.compute import Compute
-
-        return Compute(self.amp, self.channels_last, self.loader_workers)

@@ -1,7 +1,7 @@
 """Robust replacements for FedAvg's weighted mean, for methods the coordinator aggregates.
 
 The mean lets one upload move the average without bound: a client that scales its model to
-just under the coordinator's magnitude limit (flower/reply_checks.py) drags the global model
+just under the coordinator's magnitude limit (apps/reply_checks.py) drags the global model
 to its scale. The coordinate-wise median and the trimmed mean bound what a minority of
 uploads can do; both ignore sample counts, so a false count gains nothing there either.
 Norm clipping bounds each update (upload minus the model the round sent) before any rule.

@@ -115,7 +115,7 @@ class Collaborate:
     ``step`` tells repeated searches within a round apart; ``tie``: the greedy search's rule
     when neither gain is positive (strategies.greedy.TieRule). A real federation attaches one
     peer address and one fetch grant per candidate, and ``peer_wait_s``: how long a fetch
-    may wait for a peer to publish this round's model and send it (flower/pool.py); a peer
+    may wait for a peer to publish this round's model and send it (apps/pool.py); a peer
     that has not by then is skipped for the round. ``peers_on``: where the peer models and
     the search's sums are held (``PeersOn``); ``reward_samples``: GGC's rewards on that many
     validation samples, drawn once per client (None: all of them); ``batched_rewards``:

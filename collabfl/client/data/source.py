@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from collabfl.client.node import ClientSplits
+from collabfl.kernel.samples import Samples
 from collabfl.kernel.streamed import StreamedData
-from collabfl.kernel.training import Samples
 from collabfl.kernel.user_code import load_object
 
 from .user_splits import Split, carve, samples, stacked

@@ -18,8 +18,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from collabfl.kernel.loader import worker_context
+from collabfl.kernel.samples import Samples, TensorData
 from collabfl.kernel.streamed import StreamedData
-from collabfl.kernel.training import Samples, TensorData
 
 Split = Dataset[Any] | tuple[Any, Any] | StreamedData
 """One split of one client: a Dataset of (input, label) items, or arrays (x, y); or, from

@@ -1,7 +1,7 @@
 """A real federation's set-up exchange: the run's settings out, each client's description back.
 
 Before its first instruction a client gets the run's settings (``RunSettings``, which it also
-keeps in its state directory, flower/session.py) in a ``query.setup`` message and answers
+keeps in its state directory, apps/session.py) in a ``query.setup`` message and answers
 with who it is (``Description``, in the wire encoding of strategies.wire).
 """
 
@@ -58,7 +58,7 @@ class RunSettings:
 
     def import_paths(self) -> list[str]:
         """The user code the run names (model, loss, optimiser): a participant imports only
-        what its operator allowed (flower/client_app.py)."""
+        what its operator allowed (apps/client_app.py)."""
         named = (self.model, self.training.loss, self.training.optimizer)
         return [name for name in named if is_import_path(name)]
 

@@ -34,6 +34,17 @@ import torch
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
+from collabfl.apps.exchange import exchange
+from collabfl.apps.fleet_signals import CoordinatorSignals, FleetSignals
+from collabfl.apps.pool import NOTICES, FlowerClientPool
+from collabfl.apps.run_setup import (
+    SETUP_MESSAGE,
+    Description,
+    RunSettings,
+    decode_description,
+    encode_settings,
+)
+from collabfl.apps.substeps import RelayedSteps
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.records import Member
@@ -48,9 +59,6 @@ from collabfl.engine.report.comparison import write_comparison
 from collabfl.engine.report.setting import dataset_text, partition_text
 from collabfl.engine.run_options import RunOptions
 from collabfl.flower.binding import NodeBinder, parse_bindings
-from collabfl.flower.exchange import exchange
-from collabfl.flower.fleet_signals import CoordinatorSignals, FleetSignals
-from collabfl.flower.pool import NOTICES, FlowerClientPool
 from collabfl.flower.reported_sizes import (
     DeclaredSizes,
     declared_sizes,
@@ -58,14 +66,6 @@ from collabfl.flower.reported_sizes import (
     undeclared_message,
 )
 from collabfl.flower.run_consistency import FirstCounts
-from collabfl.flower.run_setup import (
-    SETUP_MESSAGE,
-    Description,
-    RunSettings,
-    decode_description,
-    encode_settings,
-)
-from collabfl.flower.substeps import RelayedSteps
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.strategies.rounds import RoundOutcome
@@ -136,7 +136,7 @@ def run_federated(
     the run ended ("finished", "stopped" or "failed") and why (a failed run's sentence).
     ``relay`` carries sub-round steps; ``signals`` say when to pull replies;
     ``enrolled_sizes``: the members' training samples declared at enrolment."""
-    quorum = run_quorum(spec, options.expected_clients)
+    quorum = run_quorum(spec.name, spec.config.federation, options.expected_clients)
     if spec.config.threads:
         # As the in-process runtime does: the ServerApp's own tensor work (SPO trains its
         # hypernetwork here) on the run's threads. Torch's default, a thread per core,

@@ -24,6 +24,9 @@ from typing import TypeVar
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from collabfl.apps.exchange import Answer, collect, push
+from collabfl.apps.fleet_signals import POLLING, FleetSignals
+from collabfl.apps.timing import WORK_FIELDS, MessageTiming, seat_timing
 from collabfl.coordinator.substep_client import SeatPoller, SessionFeeder
 from collabfl.coordinator.substep_relay import MAX_SEATS, StepResult
 from collabfl.flower.codec import (
@@ -35,10 +38,7 @@ from collabfl.flower.codec import (
     encode_instruction,
     encode_reply,
 )
-from collabfl.flower.exchange import Answer, collect, push
-from collabfl.flower.fleet_signals import POLLING, FleetSignals
 from collabfl.flower.reply_pull import content_lost, node_gone
-from collabfl.flower.timing import WORK_FIELDS, MessageTiming, seat_timing
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Gradient
 from collabfl.strategies.wire import decode, encode

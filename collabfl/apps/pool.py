@@ -18,6 +18,11 @@ from dataclasses import replace
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
+from collabfl.apps.exchange import exchange
+from collabfl.apps.fleet_signals import POLLING, FleetSignals
+from collabfl.apps.reply_checks import refusal
+from collabfl.apps.substeps import RelayedSteps, is_substep
+from collabfl.apps.timing import MessageTiming, message_timing
 from collabfl.coordinator.records import Member
 from collabfl.engine.quorum import PauseSink, Quorum, await_quorum
 from collabfl.engine.step_failures import StepLedger
@@ -29,14 +34,9 @@ from collabfl.flower.codec import (
     encode_program,
     message_type,
 )
-from collabfl.flower.exchange import exchange
-from collabfl.flower.fleet_signals import POLLING, FleetSignals
-from collabfl.flower.reply_checks import refusal
 from collabfl.flower.reply_pull import content_lost, node_gone
 from collabfl.flower.reported_sizes import MaxShare, capped_counts
 from collabfl.flower.run_consistency import FirstCounts
-from collabfl.flower.substeps import RelayedSteps, is_substep
-from collabfl.flower.timing import MessageTiming, message_timing
 from collabfl.strategies.protocol import Instruction, Program, Reply
 from collabfl.strategies.verbs import Collaborate
 
@@ -96,12 +96,12 @@ class FlowerClientPool:
         self.on_event = on_event
         self.timeout_s = timeout_s
         self.signals = signals
-        """When to pull replies (flower/fleet_signals.py)."""
+        """When to pull replies (apps/fleet_signals.py)."""
         self.refused = refused
         self.on_timing = on_timing
         """Where each answered message's timing goes (the run's messages.jsonl)."""
         self.relay = relay
-        """Carries sub-round steps (flower/substeps.py); None: they go as messages too."""
+        """Carries sub-round steps (apps/substeps.py); None: they go as messages too."""
         self.max_share = max_share
         """The most one member weighs in anything computed from sizes (reported_sizes.py)."""
         self.first_counts = first_counts or FirstCounts()

@@ -2,9 +2,9 @@
 
 Flower's own ``Grid.send_and_receive`` sleeps 3 s between polls for replies. Here a push
 is signalled, so that SuperNodes get their messages at once, and replies are pulled when a
-signal says one arrived (flower/fleet_signals.py), their content without Flower's 1 s
+signal says one arrived (apps/fleet_signals.py), their content without Flower's 1 s
 back-off (flower/reply_pull.py). Pushing and collecting are separate steps for messages
-whose replies come much later (a sub-step relay seat, flower/substeps.py).
+whose replies come much later (a sub-step relay seat, apps/substeps.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from collabfl.flower.fleet_signals import FleetSignals
+from collabfl.apps.fleet_signals import FleetSignals
 from collabfl.flower.reply_pull import pull_replies
 
 

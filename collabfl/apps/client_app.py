@@ -2,7 +2,7 @@
 
 Flower starts this in a fresh process per message, or the client daemon's warm executor
 runs it for every message in one process (flower/warm_executor.py), where the opened node
-stays in memory between messages (flower/session.py's NodeCache). Either way, everything
+stays in memory between messages (apps/session.py's NodeCache). Either way, everything
 durable lives elsewhere: the node's state directory, saved after every message, and the
 client daemon's peer server, which
 serves what this app publishes into ``<state-dir>/published/<run id>``. Peer models are
@@ -47,6 +47,9 @@ from pathlib import Path
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from collabfl.apps.run_setup import SETUP_QUERY, decode_settings, encode_description
+from collabfl.apps.session import NodeCache, NodeState, describe
+from collabfl.apps.substeps import SEAT_MESSAGE, decode_seat, encode_served, serve_seat
 from collabfl.client.data.opening import DataRef, data_ref
 from collabfl.client.model_store import PublishedModels
 from collabfl.client.node import ClientNode
@@ -63,9 +66,6 @@ from collabfl.flower.codec import (
     encode_replies,
     encode_reply,
 )
-from collabfl.flower.run_setup import SETUP_QUERY, decode_settings, encode_description
-from collabfl.flower.session import NodeCache, NodeState, describe
-from collabfl.flower.substeps import SEAT_MESSAGE, decode_seat, encode_served, serve_seat
 from collabfl.kernel.tickets import InvalidTicket
 from collabfl.kernel.tls import ClientTLS
 from collabfl.kernel.user_code import check_allowed, parse_allowed
@@ -268,7 +268,7 @@ def opened_node(
 @app.query(SEAT_MESSAGE.removeprefix(MESSAGE_PREFIX))
 @ticketed
 def take_seat(message: Message, context: Context) -> Message:
-    """Serve a relay session's sub-round steps until it closes (flower/substeps.py)."""
+    """Serve a relay session's sub-round steps until it closes (apps/substeps.py)."""
     settings = NodeSettings.from_context(context)
     seat = decode_seat(message.content)
     address = settings.coordinator_service or seat.address

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from collabfl.flower.exchange import Answer
+from collabfl.apps.exchange import Answer
 from collabfl.strategies.protocol import Reply
 
 WORK_FIELDS = ("train_s", "collaborate_s", "evaluate_s", "discriminate_s", "gradient_s")
@@ -22,7 +22,7 @@ class MessageTiming:
     message to the client and the work started (``to_client_s``: delivery, the ClientApp's
     start, state loading and saving) and getting the reply back (``to_coordinator_s``).
 
-    A relay seat (``kind`` "seat", flower/substeps.py) is one message that lasts a whole
+    A relay seat (``kind`` "seat", apps/substeps.py) is one message that lasts a whole
     session: ``steps`` counts the sub-round steps it served and ``work_s`` their seconds, so
     its ``to_client_s`` also holds the relay's share of the session (each step's trip
     through the coordinator service and the waits for slower clients).

@@ -23,12 +23,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from collabfl.apps.run_setup import Description, RunSettings
 from collabfl.client.data.opening import DataRef, describe_data, open_data
 from collabfl.client.data.source import check_model
 from collabfl.client.model_store import PUBLISHED_DIR
 from collabfl.client.node import BestModel, ClientNode
 from collabfl.client.peers import FetchStats, ModelPublisher, PeerFetcher, PeerModelSource
-from collabfl.flower.run_setup import Description, RunSettings
 from collabfl.kernel.atomic import replacing, write_bytes
 from collabfl.kernel.devices import place, resolve_device
 from collabfl.kernel.flat import FlatModel
