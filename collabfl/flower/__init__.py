@@ -1,7 +1,5 @@
-"""The Flower runtime: a real federation's adapters, both ends in one room.
-
-The codec (instructions and replies as Flower Message content), the ClientApp that runs
-them at a participant, the node session that keeps a client's state between messages, the
-ServerApp that drives a method, the ``ClientPool`` adapter it drives through, and the
-helpers that start Flower's own processes.
+"""The Flower runtime the daemons run collabfl's apps in (collabfl/apps/): the commands that
+start Flower's processes, the warm executor, the ServerApp launcher, SuperExec auth, the
+gate a submitted app passes, and the wire codec. It imports only the kernel and the
+method code, never the rooms above.
 """
