@@ -672,7 +672,7 @@ class RunLauncher:
         _, options = read_run_request(run.method, run.config)
         out_dir = options.run_dir(self.runs_dir, run.run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
-        options = replace(options, out_dir=str(out_dir))
+        options = options.model_copy(update={"out_dir": str(out_dir)})
         token = self.state.new_launch(run.run_id)  # from here on, older ServerApps are stale
         launch = replace(
             self.service,

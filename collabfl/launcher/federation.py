@@ -552,7 +552,9 @@ def run_on_federation(
 ) -> dict[str, Any]:
     """Create one run through the coordinator service and wait for it to end."""
     run_id = f"{safe_name(spec.label)}-{int(time.time())}"
-    options = RunOptions(len(federation.client_files), out_dir=str(out_dir.resolve()))
+    options = RunOptions(
+        expected_clients=len(federation.client_files), out_dir=str(out_dir.resolve())
+    )
     config = run_request(spec, options)
     deadline = time.monotonic() + timeout_s
     with federation.client() as client:
