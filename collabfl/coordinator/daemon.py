@@ -596,7 +596,7 @@ class RunLauncher:
         state_dir: Path,
         runs_dir: Path,
         app_dir: Path,
-        env: dict,
+        env: dict[str, str],
         service: Launch,
         tickets: TicketSigner,
         ticket_ttl_s: float,

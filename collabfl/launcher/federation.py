@@ -575,7 +575,8 @@ def run_on_federation(
     if run.status != "finished":
         raise RuntimeError(f"run {run_id} ended as {run.status}: {run.message}")
     summary_path = out_dir / safe_name(spec.label) / "summary.json"
-    return json.loads(summary_path.read_text())
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
+    return summary
 
 
 def federation_up(
