@@ -349,7 +349,7 @@ def measure(
             client.create_run(
                 "bench",
                 spec.label,
-                run_request(spec, RunOptions(clients, out_dir=str(root / "out"))),
+                run_request(spec, RunOptions(expected_clients=clients, out_dir=str(root / "out"))),
             )
 
             def reached(target: int) -> float:

@@ -162,7 +162,9 @@ def run_federation(
             memory = MemoryWatch(federation, clients)
             memory.start()
             with federation.client() as client:
-                request = run_request(spec, RunOptions(clients, out_dir=str(root / "out")))
+                request = run_request(
+                    spec, RunOptions(expected_clients=clients, out_dir=str(root / "out"))
+                )
                 client.create_run("bench", spec.label, request)
                 watch.mark("run_created")
                 first_round = None

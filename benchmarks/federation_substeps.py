@@ -147,7 +147,7 @@ def federated(
     from the round's start, with the client-steps the seats served."""
     clients = config.data.num_clients
     files = write_client_files(config, root / "data")
-    options = RunOptions(clients, out_dir=str(root / "out"))  # not beside the data
+    options = RunOptions(expected_clients=clients, out_dir=str(root / "out"))  # not beside the data
     with LocalFederation(root / "work", files) as federation, federation.client() as client:
         sampler = CpuSampler(federation)
         client.create_run("bench", spec.label, run_request(spec, options))

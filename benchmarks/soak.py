@@ -358,7 +358,9 @@ def main() -> None:
     run_id = f"soak-{int(time.time())}"
     with federation:
         options = RunOptions(
-            args.clients, out_dir=str(work / "run"), message_timeout_s=args.message_timeout
+            expected_clients=args.clients,
+            out_dir=str(work / "run"),
+            message_timeout_s=args.message_timeout,
         )
         with federation.client() as client:
             client.create_run(run_id, spec.label, run_request(spec, options), out_claimed=True)

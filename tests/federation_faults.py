@@ -52,7 +52,9 @@ def start_run(
     spec = parse_method_spec("dpfl", config)
     with federation.client() as client:
         options = RunOptions(
-            len(federation.client_files), out_dir=str(out), message_timeout_s=timeout
+            expected_clients=len(federation.client_files),
+            out_dir=str(out),
+            message_timeout_s=timeout,
         )
         request = run_request(spec, options)
         client.create_run(run_id, spec.label, request)

@@ -28,7 +28,7 @@ def test_a_short_federation_says_so_and_records_what_happened(tmp_path) -> None:
     asked = fault_config(tmp_path, clients=50, rounds=1)  # the operator's TOML said 50
     spec = parse_method_spec("dpfl", asked)
     out = tmp_path / "out"
-    options = RunOptions(ASKED, join_timeout_s=JOIN_TIMEOUT_S, out_dir=str(out))
+    options = RunOptions(expected_clients=ASKED, join_timeout_s=JOIN_TIMEOUT_S, out_dir=str(out))
     with federation:
         with federation.client() as client:
             client.create_run("short", spec.label, run_request(spec, options))

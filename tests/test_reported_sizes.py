@@ -133,7 +133,7 @@ def test_a_real_federation_replaces_an_undeclared_size_and_caps_shares(tmp_path)
     raw = base.model_dump(mode="json")
     raw["federation"] = {"declared_sizes": {"0": 50}, "max_share": 0.5}
     spec = parse_method_spec("fedavg", validate_config(raw))
-    options = RunOptions(2, out_dir=str(tmp_path / "out"), message_timeout_s=120)
+    options = RunOptions(expected_clients=2, out_dir=str(tmp_path / "out"), message_timeout_s=120)
     with federation:
         with federation.client() as client:
             client.create_run("sizes", spec.label, run_request(spec, options))

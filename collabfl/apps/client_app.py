@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
@@ -173,7 +174,7 @@ def ticketed(handler: Handler) -> Handler:
 class NoPeers:
     """The peer source of messages that fetch nothing."""
 
-    def fetch(self, owner: int, round_index: int):
+    def fetch(self, owner: int, round_index: int) -> NoReturn:
         raise PeerUnavailable("this instruction carries no peer grants")
 
 

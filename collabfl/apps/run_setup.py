@@ -17,7 +17,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from collabfl.client.data.client_file import is_plain_name
 from collabfl.flower.codec import MESSAGE_PREFIX
-from collabfl.kernel.training import TrainingConfig
+from collabfl.kernel.training_config import TrainingConfig
 from collabfl.kernel.user_code import is_import_path
 from collabfl.kernel.validation import problems
 from collabfl.strategies.wire import decode, encode

@@ -181,7 +181,7 @@ def run_federated(
         coordinator.record_event(run_id, "fewer_clients", shortfall, "warning")
         say(f"{len(members)} of {options.expected_clients} clients joined")
 
-    def issue(fetcher: int, owners, round_index: int):
+    def issue(fetcher: int, owners: Iterable[int], round_index: int) -> dict[int, bytes]:
         return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
 
     def on_event(round_index: int, kind: str, client_id: int, message: str) -> None:

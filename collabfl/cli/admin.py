@@ -27,6 +27,7 @@ from statistics import fmean
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -43,6 +44,7 @@ from collabfl.engine.report.table import human_bytes
 from collabfl.engine.run_options import RunOptions
 from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import write_text
+from collabfl.kernel.validation import problems
 
 if TYPE_CHECKING:
     import numpy as np
@@ -420,7 +422,7 @@ def start(
     ] = "",
     message_timeout: Annotated[
         float, typer.Option(help="seconds a client may take")
-    ] = RunOptions.message_timeout_s,
+    ] = RunOptions().message_timeout_s,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="replace the earlier run held by --out")
     ] = False,
@@ -443,9 +445,11 @@ def start(
         _fail(error, EXIT_REFUSED)
     run_id = run_id or f"{safe_name(spec.label)}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        options = RunOptions(clients, out_dir=out, message_timeout_s=message_timeout)
-    except ValueError as error:
-        _fail(error, EXIT_REFUSED)
+        options = RunOptions(
+            expected_clients=clients, out_dir=out, message_timeout_s=message_timeout
+        )
+    except ValidationError as error:
+        _fail("; ".join(problems(error)), EXIT_REFUSED)
     request = run_request(spec, options)
     if clients != settings.data.num_clients:
         console.print(

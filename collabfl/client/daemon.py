@@ -239,7 +239,8 @@ def own_serial(args: argparse.Namespace) -> tuple[int, str]:
 
 def ended_runs_file(args: argparse.Namespace) -> Path:
     """Where the revocation poller keeps the coordinator's ended runs for the ClientApp."""
-    return args.state_dir / "ended-runs.json"
+    state_dir: Path = args.state_dir
+    return state_dir / "ended-runs.json"
 
 
 def supernode_command(args: argparse.Namespace) -> list[str]:

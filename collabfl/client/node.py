@@ -29,7 +29,8 @@ from collabfl.kernel.devices import place
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
 from collabfl.kernel.samples import Samples, TensorData
-from collabfl.kernel.training import TrainingConfig, evaluate, train
+from collabfl.kernel.training import evaluate, train
+from collabfl.kernel.training_config import TrainingConfig
 from collabfl.strategies.greedy import LOOKAHEAD_ROWS, bggc
 from collabfl.strategies.metrics import ClientMetrics
 from collabfl.strategies.pfedgraph import Attack, poison

@@ -109,9 +109,9 @@ class GrpcPeerSource:
             owner=owner, round=round_index, grant=grant, run=self.run, launch=self.launch
         )
         # Raw bytes, decoded in ``_receive``: a chunk's data is then a view, not a copy.
-        fetch_model: grpc.UnaryStreamMultiCallable = self._channel(address).unary_stream(
-            FETCH_METHOD, request_serializer=peer_pb2.FetchRequest.SerializeToString
-        )
+        fetch_model: grpc.UnaryStreamMultiCallable[peer_pb2.FetchRequest, bytes] = self._channel(
+            address
+        ).unary_stream(FETCH_METHOD, request_serializer=peer_pb2.FetchRequest.SerializeToString)
         deadline = time.monotonic() + self.timeout_s
         pause = BUSY_PAUSE_S
         while True:

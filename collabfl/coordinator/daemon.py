@@ -596,7 +596,7 @@ class RunLauncher:
         state_dir: Path,
         runs_dir: Path,
         app_dir: Path,
-        env: dict,
+        env: dict[str, str],
         service: Launch,
         tickets: TicketSigner,
         ticket_ttl_s: float,
@@ -672,7 +672,7 @@ class RunLauncher:
         _, options = read_run_request(run.method, run.config)
         out_dir = options.run_dir(self.runs_dir, run.run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
-        options = replace(options, out_dir=str(out_dir))
+        options = options.model_copy(update={"out_dir": str(out_dir)})
         token = self.state.new_launch(run.run_id)  # from here on, older ServerApps are stale
         launch = replace(
             self.service,

@@ -554,7 +554,7 @@ class FleetGateway:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the Fleet gateway did not start (is the port in use?)")
             time.sleep(0.05)
-        return self.server.servers[0].sockets[0].getsockname()[1]
+        return int(self.server.servers[0].sockets[0].getsockname()[1])
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -589,4 +589,4 @@ def free_loopback_port() -> int:
     """A port free on 127.0.0.1 now, for the SuperLink behind the gateway."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])

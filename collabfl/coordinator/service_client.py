@@ -316,7 +316,8 @@ class CoordinatorClient:
         """Say this run's ServerApp pushed messages (the gateway's held pulls ask again now);
         returns how many replies SuperNodes have pushed so far."""
         request = pb.FleetSignal(run_id=run_id, launch_token=self.launch_token)
-        return self._call(self._stub.MessagesPushed, request).replies
+        activity: pb.FleetActivity = self._call(self._stub.MessagesPushed, request)
+        return activity.replies
 
     def await_replies(self, run_id: str, seen: int, timeout_s: float) -> int:
         """How many replies SuperNodes have pushed, once more than ``seen`` or after
@@ -324,7 +325,8 @@ class CoordinatorClient:
         request = pb.FleetSignal(
             run_id=run_id, launch_token=self.launch_token, seen=seen, timeout_s=timeout_s
         )
-        return self._call(self._stub.AwaitReplies, request).replies
+        activity: pb.FleetActivity = self._call(self._stub.AwaitReplies, request)
+        return activity.replies
 
     def invite(
         self, role: str, subject: str, hosts: list[str], ttl_s: float, samples: int | None = None
@@ -334,7 +336,8 @@ class CoordinatorClient:
         request = pb.InviteRequest(
             role=role, subject=subject, hosts=hosts, ttl_s=ttl_s, samples=samples or 0
         )
-        return self._call(self._stub.Invite, request)
+        invitation: pb.Invitation = self._call(self._stub.Invite, request)
+        return invitation
 
     def revoke(self, role: str, subject: str) -> Enrolment:
         """Revoke the identity; at least ``REVOKE_S`` to answer: the coordinator unregisters

@@ -397,7 +397,9 @@ class CoordinatorState:
 
     @staticmethod
     def _run_row(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row:
-        row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        row: sqlite3.Row | None = conn.execute(
+            "SELECT * FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
         if row is None:
             raise UnknownRun(f"no run {run_id!r}")
         return row

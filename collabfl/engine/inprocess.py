@@ -16,7 +16,7 @@ from collabfl.client.peers import MemoryModelStore, PeerFetcher
 from collabfl.engine.step_failures import StepLedger
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.objective import DEFAULT_OBJECTIVE, Objective
-from collabfl.kernel.training import TrainingConfig
+from collabfl.kernel.training_config import TrainingConfig
 from collabfl.strategies.protocol import Instruction, Reply, StepFailed
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,9 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def round_update(label: str, rounds: int, outcome: RoundOutcome, rows: list[dict]) -> RoundUpdate:
+def round_update(
+    label: str, rounds: int, outcome: RoundOutcome, rows: list[dict[str, Any]]
+) -> RoundUpdate:
     """The update for a recorded round: the mean val/test accuracy of the clients in it."""
     return RoundUpdate(
         label, outcome.round, rounds, _mean(rows, "val_acc"), _mean(rows, "test_acc")

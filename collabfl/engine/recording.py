@@ -55,7 +55,9 @@ class MethodRecorder:
             config["data"] = data
         self.writer.write_config(config)
 
-    def record(self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
+    def record(
+        self, outcome: RoundOutcome, coordinator_bytes: dict[int, int]
+    ) -> list[dict[str, Any]]:
         """Append one round; returns the rows written (other sinks may want them)."""
         rows = round_rows(outcome, coordinator_bytes)
         now = time.perf_counter()
@@ -110,7 +112,7 @@ def retention_of(config: RetentionConfig) -> Retention:
     )
 
 
-def round_rows(outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict]:
+def round_rows(outcome: RoundOutcome, coordinator_bytes: dict[int, int]) -> list[dict[str, Any]]:
     """metrics.jsonl rows for one round: one per client that finished it."""
     rows = []
     for client, metrics in sorted(outcome.metrics.items()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +60,7 @@ def objective_from_names(
     return Objective(loss_fn, factory)
 
 
-def _callable(path: str, role: str, allowed: Collection[str] | None) -> Callable:
+def _callable(path: str, role: str, allowed: Collection[str] | None) -> Callable[..., Any]:
     target = load_object(path, allowed)
     if not callable(target):
         raise UserCodeError(f"{role} {path!r} is not callable")

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import AnyStr, Protocol
 
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.log_rotation import LOG_KEEP, LOG_MAX_BYTES, rotate_copy
@@ -301,7 +301,7 @@ def with_parent_death_signal(command: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *command]
 
 
-def stop_group(process: subprocess.Popen, grace_s: float) -> None:
+def stop_group(process: subprocess.Popen[AnyStr], grace_s: float) -> None:
     """Terminate a process started with ``start_new_session=True`` and its group."""
     if process.poll() is not None:
         _kill_group(process.pid, signal.SIGKILL)  # leftovers of an exited leader

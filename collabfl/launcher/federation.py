@@ -552,7 +552,9 @@ def run_on_federation(
 ) -> dict[str, Any]:
     """Create one run through the coordinator service and wait for it to end."""
     run_id = f"{safe_name(spec.label)}-{int(time.time())}"
-    options = RunOptions(len(federation.client_files), out_dir=str(out_dir.resolve()))
+    options = RunOptions(
+        expected_clients=len(federation.client_files), out_dir=str(out_dir.resolve())
+    )
     config = run_request(spec, options)
     deadline = time.monotonic() + timeout_s
     with federation.client() as client:
@@ -573,7 +575,8 @@ def run_on_federation(
     if run.status != "finished":
         raise RuntimeError(f"run {run_id} ended as {run.status}: {run.message}")
     summary_path = out_dir / safe_name(spec.label) / "summary.json"
-    return json.loads(summary_path.read_text())
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
+    return summary
 
 
 def federation_up(

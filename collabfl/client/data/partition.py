@@ -254,7 +254,7 @@ def _draw_test(
 def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
     """Integers proportional to ``weights`` summing to ``total`` (largest remainders)."""
     quotas = total * weights / weights.sum()
-    counts = np.floor(quotas).astype(np.int64)
+    counts: np.ndarray = np.floor(quotas).astype(np.int64)
     leftover = total - int(counts.sum())
     counts[np.argsort(counts - quotas, kind="stable")[:leftover]] += 1
     return counts

@@ -261,7 +261,9 @@ def method_style(index: int, count: int) -> tuple[str, str]:
     return (TAB20[2 * slot] if slot < 10 else TAB20[2 * (slot - 10) + 1]), marker
 
 
-def clipped_error(value: float, spread: float, low: float = 0.0, high: float = 100.0) -> list:
+def clipped_error(
+    value: float, spread: float, low: float = 0.0, high: float = 100.0
+) -> list[list[float]]:
     """An error bar of ± ``spread`` around ``value`` that stops at ``low`` and ``high`` (a
     percentage cannot leave 0-100, a variance cannot go below 0), as errorbar takes it."""
     return [[max(0.0, min(spread, value - low))], [max(0.0, min(spread, high - value))]]

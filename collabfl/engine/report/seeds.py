@@ -6,6 +6,8 @@ planned seeds that is (``seeds_finished``), so a seed cut short is never average
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from collabfl.engine.report.summary import RUN_STATUSES
@@ -32,13 +34,15 @@ def _sample_std(values: list[float]) -> float | None:
     return float(np.std(values, ddof=1)) if len(values) > 1 else None
 
 
-def aggregate_method(label: str, runs: dict[int, dict], planned: list[int]) -> dict:
+def aggregate_method(
+    label: str, runs: dict[int, dict[str, Any]], planned: list[int]
+) -> dict[str, Any]:
     """One method's aggregate over the finished runs among ``runs`` (seed → its summary)."""
     finished = {s: r for s, r in sorted(runs.items()) if r.get("status") == "finished"}
     summaries = list(finished.values())
     failed = any(r.get("status") == "failed" for r in runs.values())
     status = "failed" if failed else RUN_STATUSES[2]
-    aggregate: dict = {
+    aggregate: dict[str, Any] = {
         "method": label,
         "status": "finished" if len(finished) == len(planned) else status,
         "seeds": list(finished),
@@ -58,8 +62,8 @@ def aggregate_method(label: str, runs: dict[int, dict], planned: list[int]) -> d
 
 
 def aggregate_seeds(
-    labels: list[str], by_seed: dict[int, list[dict]], planned: list[int]
-) -> list[dict]:
+    labels: list[str], by_seed: dict[int, list[dict[str, Any]]], planned: list[int]
+) -> list[dict[str, Any]]:
     """Per method (in ``labels`` order), its aggregate over the seeds in ``by_seed`` (seed →
     the summaries of the methods that seed ran)."""
     return [
