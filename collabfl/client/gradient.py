@@ -60,7 +60,7 @@ class GradientOracle:
         for start in range(0, len(rows), chunk):
             index = rows[start : start + chunk]
             loss = self.objective.summed_loss(module(data.inputs(index)), data.y[index])
-            torch.autograd.backward(loss / len(rows))
+            (loss / len(rows)).backward()
             total += loss.detach()
         gradient = torch.zeros_like(self.workspace.vector)
         gradient[: self.workspace.num_parameters] = self.workspace.grad

@@ -98,7 +98,7 @@ def train(
         with compute.autocast(device):
             loss = objective.loss(model.module(compute.layout(x)), data.y[index])
         if scaled is None:
-            torch.autograd.backward(loss)
+            loss.backward()
         else:
             scaled.backward(loss)
         with torch.no_grad():
@@ -146,7 +146,7 @@ class _ScaledStep(torch.optim.Optimizer):
     def backward(self, loss: torch.Tensor) -> None:
         """Gradients of the scaled loss, unscaled at once: the proximal and alignment terms
         are added to the true gradient."""
-        torch.autograd.backward(self.scaler.scale(loss))
+        self.scaler.scale(loss).backward()
         self.scaler.unscale_(self)
 
     def advance(self) -> None:
