@@ -82,14 +82,19 @@ def timed(fn: Callable[[], Any], device: torch.device, repeats: int) -> tuple[fl
     return median(samples), result
 
 
-def measure(model_name: str, device: torch.device, k: int, repeats: int) -> dict[str, Any]:
-    setting = SETTINGS[model_name]
-    generator = torch.Generator().manual_seed(0)
+def validation(setting: Setting, device: torch.device, generator: torch.Generator) -> TensorData:
+    """A client's validation samples for ``setting``, random, on ``device``."""
     n = setting.val_samples
-    val = TensorData(
+    return TensorData(
         torch.randn(n, *setting.shape, generator=generator).to(device),
         torch.randint(0, 10, (n,), generator=generator).to(device),
     )
+
+
+def measure(model_name: str, device: torch.device, k: int, repeats: int) -> dict[str, Any]:
+    generator = torch.Generator().manual_seed(0)
+    val = validation(SETTINGS[model_name], device, generator)
+    n = len(val)
     flat = FlatModel(build_model(model_name, 10, seed=0), device)
     base = flat.get()
     noise = torch.randn(k, base.numel(), generator=generator).to(device)
@@ -132,13 +137,9 @@ def measure_search(
 ) -> dict[str, Any]:
     """One client's greedy search over ``peers`` resident peer models (GGC over Ω, all in one
     batch), its rewards read one at a time against six at a time."""
-    setting = SETTINGS[model_name]
     generator = torch.Generator().manual_seed(0)
-    n = setting.val_samples
-    val = TensorData(
-        torch.randn(n, *setting.shape, generator=generator).to(device),
-        torch.randint(0, 10, (n,), generator=generator).to(device),
-    )
+    val = validation(SETTINGS[model_name], device, generator)
+    n = len(val)
     workspace = FlatModel(build_model(model_name, 10, seed=0), device)
     own = workspace.get()
     store = MemoryModelStore()
