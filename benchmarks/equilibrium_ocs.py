@@ -28,10 +28,11 @@ from coalition_methods import cell, final_accuracies, ipr_rsd
 from rich.console import Console
 
 from collabfl.client.node import ClientSplits
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import load_config, model_name
 from collabfl.engine.experiment import prepare_data, run_comparison
 from collabfl.engine.inprocess import build_federation
-from collabfl.engine.methods import build_method, parse_method_spec
+from collabfl.engine.methods import parse_method_spec
 from collabfl.engine.recording import safe_name
 from collabfl.engine.report.run_dir import read_run
 from collabfl.kernel.flat import FlatModel

@@ -39,11 +39,12 @@ import numpy as np
 from _common import exit_on_sigterm, format_table, write_results
 
 from collabfl.client.node import ClientSplits
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import ExperimentConfig, load_config, model_name
 from collabfl.engine.driver import drive
 from collabfl.engine.experiment import prepare_data, resolve_device
 from collabfl.engine.inprocess import InProcessFederation, build_federation
-from collabfl.engine.methods import build_method, parse_method_spec
+from collabfl.engine.methods import parse_method_spec
 from collabfl.engine.recording import MethodRecorder
 from collabfl.engine.report.run_dir import read_run
 from collabfl.flower.reported_sizes import DeclaredSizes, MaxShare, capped_counts, share_cap

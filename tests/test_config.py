@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import (
     ConfigError,
     ExperimentConfig,
@@ -15,7 +16,7 @@ from collabfl.engine.config import (
     parse_override,
     resolve_budget,
 )
-from collabfl.engine.methods import build_method, parse_method_spec
+from collabfl.engine.methods import parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.strategies.dpfl import DPFL

@@ -9,9 +9,10 @@ import torch
 
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.node import ClientSplits
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import validate_config
 from collabfl.engine.inprocess import build_federation
-from collabfl.engine.methods import build_method, parse_method_spec
+from collabfl.engine.methods import parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.training import TrainingConfig

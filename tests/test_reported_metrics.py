@@ -27,8 +27,9 @@ from flwr.app import Message
 from collabfl.apps.pool import FlowerClientPool
 from collabfl.apps.reply_checks import refusal
 from collabfl.coordinator.state import Member
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import ConfigError, load_config, validate_config
-from collabfl.engine.methods import build_method, parse_method_spec
+from collabfl.engine.methods import parse_method_spec
 from collabfl.flower.codec import (
     PROGRAM_MESSAGE,
     decode_instruction,

@@ -9,8 +9,9 @@ import torch
 from collabfl.client import node as node_module
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import validate_config
-from collabfl.engine.methods import build_method, parse_method_spec
+from collabfl.engine.methods import parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.samples import TensorData

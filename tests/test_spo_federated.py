@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from test_coalition_methods import CountingPool, _client, _fedavg, _federation, _local
 
 from collabfl.client.node import ClientSplits
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import ConfigError, ExperimentConfig
 from collabfl.engine.inprocess import InProcessFederation, build_federation
-from collabfl.engine.methods import build_method, parse_method_spec
+from collabfl.engine.methods import parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.samples import TensorData

@@ -49,9 +49,10 @@ from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.records import Member
 from collabfl.coordinator.service_client import CoordinatorClient
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import ConfigError, model_name, validate_config
 from collabfl.engine.driver import RunStopped, drive
-from collabfl.engine.methods import MethodSpec, build_method, parse_method_spec
+from collabfl.engine.methods import MethodSpec, parse_method_spec
 from collabfl.engine.quorum import QuorumLost, run_quorum
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.report.coalition_moves import join_clients

@@ -1,4 +1,5 @@
-"""The built-in methods' builders (engine/builtin_methods.py registers them by name).
+"""The built-in methods' builders (engine/builtin_methods.py names them), and
+``build_method``: a spec → its configured Method, through the registry.
 
 A builder turns a resolved spec and the federation it will run on (sample counts, the
 shared initial model, what clients reported) into a configured ``strategies`` Method.
@@ -7,13 +8,15 @@ shared initial model, what clients reported) into a configured ``strategies`` Me
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from collabfl.engine.builtin_methods import BuiltBy
 from collabfl.engine.config import ConfigError, FedCollabConfig, budget_peers, scores_local
-from collabfl.engine.methods import MethodSpec, build_method
-from collabfl.engine.registry import FederationContext
+from collabfl.engine.methods import MethodSpec
+from collabfl.engine.registry import REGISTRY, FederationContext
+from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import head_parameters
 from collabfl.strategies.attacks import Attackers
 from collabfl.strategies.distances import DistanceSettings
@@ -31,6 +34,24 @@ from collabfl.strategies.robust import Aggregation
 from collabfl.strategies.rounds import Method
 from collabfl.strategies.spo import SpoSettings
 from collabfl.strategies.spo_federated import SpoSearch
+
+
+def build_method(
+    spec: MethodSpec,
+    sample_counts: Mapping[int, int],
+    workspace: FlatModel,
+    reported: Mapping[int, Mapping[str, float]] | None = None,
+) -> Method:
+    """The strategy object for a spec, resolved for the clients (their sample counts and,
+    for iPFL, what they reported) and the model in ``workspace`` (the shared initial model).
+    A built-in method is built by the function of this module its registry entry names.
+    """
+    federation = FederationContext(sample_counts, workspace, reported or {})
+    build = REGISTRY.entry(spec.name).build
+    if isinstance(build, BuiltBy):
+        built: Method = globals()[build.function](spec, federation, **build.options)
+        return built
+    return build(spec, federation)
 
 
 def _attackers(spec: MethodSpec, num_clients: int) -> Attackers:

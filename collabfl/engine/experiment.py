@@ -28,6 +28,7 @@ from collabfl.client.data import (
     true_groups,
 )
 from collabfl.client.node import ClientSplits
+from collabfl.engine.builders import build_method
 from collabfl.engine.config import (
     ConfigError,
     ExperimentConfig,
@@ -38,7 +39,7 @@ from collabfl.engine.config import (
 from collabfl.engine.driver import AfterRound, drive
 from collabfl.engine.inprocess import build_federation
 from collabfl.engine.interrupts import init_worker, worker_task
-from collabfl.engine.methods import MethodSpec, build_method
+from collabfl.engine.methods import MethodSpec
 from collabfl.engine.progress import ProgressBoard, RoundUpdate, round_update
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.registry import REGISTRY

@@ -1,10 +1,11 @@
-"""Method specs ("dpfl:budget=0.1") → configured Method objects through the registry."""
+"""Method specs ("dpfl:budget=0.1"), parsed and checked against the registry; engine/builders.py
+builds the Method a spec names (``build_method``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -15,12 +16,8 @@ from collabfl.engine.config import (
     validate_config,
 )
 from collabfl.engine.quorum import run_quorum
-from collabfl.engine.registry import REGISTRY, FederationContext
+from collabfl.engine.registry import REGISTRY
 from collabfl.engine.run_options import RunOptions
-
-if TYPE_CHECKING:  # a spec is parsed and checked without torch; only a build needs it
-    from collabfl.kernel.flat import FlatModel
-    from collabfl.strategies.rounds import Method
 
 
 @dataclass(frozen=True)
@@ -97,19 +94,6 @@ def _section_keys(section: str | None) -> list[str]:
         return []
     model = ExperimentConfig.model_fields[section].annotation
     return list(getattr(model, "model_fields", {}))
-
-
-def build_method(
-    spec: MethodSpec,
-    sample_counts: Mapping[int, int],
-    workspace: FlatModel,
-    reported: Mapping[int, Mapping[str, float]] | None = None,
-) -> Method:
-    """The strategy object for a spec, resolved for the clients (their sample counts and,
-    for iPFL, what they reported) and the model in ``workspace`` (the shared initial model).
-    """
-    federation = FederationContext(sample_counts, workspace, reported or {})
-    return REGISTRY.entry(spec.name).build(spec, federation)
 
 
 def run_request(spec: MethodSpec, options: RunOptions) -> dict[str, Any]:

@@ -3,25 +3,25 @@
 An entry is a name, the config section that a spec's bare ``name:key=value`` options go to,
 a builder (the resolved spec and the federation → a ``strategies`` Method) and whether a
 coalition method may run it inside a coalition. Config validation, spec parsing, the command
-line and both runtimes read the registry, so adding a method is one ``register`` call.
+line and both runtimes read the registry, so adding a method is one entry.
 
-The built-in methods register in ``engine/builtin_methods.py``. The registry imports
-that module the first time it is read, so ``config.py`` can validate method names without
-importing every strategy and without an import order to respect.
+The built-in methods are the rows of ``engine/builtin_methods.py`` (data: a builder of
+``engine/builders.py`` by name), registered when this module is imported, so ``config.py``
+can validate method names without importing any strategy; ``build_method`` in
+``engine/builders.py`` builds them. A method registered at run time gives its builder itself.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from collabfl.engine.builtin_methods import BUILTINS, BuiltBy, Builtin
+
 if TYPE_CHECKING:
     from collabfl.kernel.flat import FlatModel
     from collabfl.strategies.rounds import Method
-
-BUILTINS = "collabfl.engine.builtin_methods"
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class MethodEntry:
     """One registered method."""
 
     name: str
-    build: Builder
+    build: Builder | BuiltBy
+    """The builder, or for a built-in method the builder of engine/builders.py it names."""
     section: str | None = None
     """The ExperimentConfig section of the method's knobs (``dpfl:budget=5`` sets
     ``dpfl.budget``), or None when bare options make no sense for it."""
@@ -67,14 +68,23 @@ class MethodEntry:
 class MethodRegistry:
     """Method entries by name, in registration order (the order choices are listed in)."""
 
-    def __init__(self, builtins: str | None = None) -> None:
+    def __init__(self, builtins: tuple[Builtin, ...] = ()) -> None:
         self._entries: dict[str, MethodEntry] = {}
-        self._builtins = builtins
+        for row in builtins:
+            self.register(
+                row.name,
+                row.build,
+                section=row.section,
+                coalition_base=row.coalition_base,
+                summary=row.summary,
+                quorum=row.quorum,
+                cost=row.cost,
+            )
 
     def register(
         self,
         name: str,
-        build: Builder,
+        build: Builder | BuiltBy,
         *,
         section: str | None = None,
         coalition_base: bool = False,
@@ -83,7 +93,7 @@ class MethodRegistry:
         cost: float = 1.0,
     ) -> None:
         """Add a method; a name can be registered once (unregister it first to replace it)."""
-        entries = self._loaded()
+        entries = self._entries
         if name in entries:
             raise ValueError(f"method {name!r} is already registered")
         if not name or not name.replace("_", "").isalnum():
@@ -95,15 +105,15 @@ class MethodRegistry:
         entries[name] = MethodEntry(name, build, section, coalition_base, summary, quorum, cost)
 
     def unregister(self, name: str) -> None:
-        del self._loaded()[name]
+        del self._entries[name]
 
     def entry(self, name: str) -> MethodEntry:
         """The entry of a registered method (check ``name in registry`` for user input)."""
-        return self._loaded()[name]
+        return self._entries[name]
 
     def names(self, *, coalition_base: bool = False) -> tuple[str, ...]:
         """Registered names; with ``coalition_base``, only those a coalition may run."""
-        entries = self._loaded().values()
+        entries = self._entries.values()
         return tuple(e.name for e in entries if e.coalition_base or not coalition_base)
 
     def choices(self, *, coalition_base: bool = False) -> str:
@@ -111,15 +121,8 @@ class MethodRegistry:
         return ", ".join(self.names(coalition_base=coalition_base))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._loaded()
-
-    def _loaded(self) -> dict[str, MethodEntry]:
-        """The entries, after the built-in methods' module has registered its own."""
-        if self._builtins is not None:
-            module, self._builtins = self._builtins, None
-            importlib.import_module(module)
-        return self._entries
+        return name in self._entries
 
 
 REGISTRY = MethodRegistry(BUILTINS)
-"""The registry every runtime, the config and the command line read."""
+"""The registry every runtime, the config and the command line read, the built-in methods in it."""

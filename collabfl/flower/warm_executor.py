@@ -74,16 +74,17 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.task_identity import TaskIdentity
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-from collabfl.flower.app_gate import RefusedTask, check_task, installed_client_app
+from collabfl.flower.app_gate import CLIENT_APP, RefusedTask, check_task, installed_client_app
 from collabfl.flower.processes import warm_executor_command
 from collabfl.flower.superexec_auth import claim_signer
 
 log = logging.getLogger("collabfl.warm_executor")
 
-PRELOADED = "collabfl.apps.client_app"
-"""Our ClientApp's module, imported before the first task: torch and the node code then
-load while the federation is still forming, instead of delaying a run's first message by
-seconds (more so when every client of a machine imports at once)."""
+PRELOADED = CLIENT_APP.partition(":")[0]
+"""Our ClientApp's module (app_gate.py's CLIENT_APP: the one place the runtime names the app
+it serves), imported before the first task: torch and the node code then load while the
+federation is still forming, instead of delaying a run's first message by seconds (more so
+when every client of a machine imports at once)."""
 
 HEARTBEAT_EVERY_S = 20.0
 """The SuperNode expires an active task's token after about 60 s without a heartbeat."""
