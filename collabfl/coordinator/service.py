@@ -37,6 +37,7 @@ from collabfl.coordinator.enrolment import (
 )
 from collabfl.coordinator.enrolment_store import EnrolmentStore
 from collabfl.coordinator.member_status import SupernodeList, member_statuses
+from collabfl.coordinator.record_rules import InvalidRecord, check_run_id
 from collabfl.coordinator.run_files import read_chunk, run_folder, run_results
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
@@ -57,12 +58,7 @@ from collabfl.coordinator.service_codec import (
     run_status_from_pb,
     run_to_pb,
 )
-from collabfl.coordinator.state import (
-    CoordinatorState,
-    InvalidRecord,
-    RoundWindow,
-    check_run_id,
-)
+from collabfl.coordinator.state import CoordinatorState, RoundWindow
 from collabfl.coordinator.substep_relay import SubstepRelay
 from collabfl.coordinator.substep_service import WORKERS, SubstepService
 from collabfl.flower.reported_sizes import undeclared, undeclared_message

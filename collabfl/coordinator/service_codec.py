@@ -15,16 +15,9 @@ from typing import Any, TypeVar
 
 from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.member_status import MemberStatus
+from collabfl.coordinator.record_rules import InvalidRecord, json_scalar
+from collabfl.coordinator.records import Coalitions, Edge, Event, Member, Run
 from collabfl.coordinator.run_files import RunFile, RunResults
-from collabfl.coordinator.state import (
-    Coalitions,
-    Edge,
-    Event,
-    InvalidRecord,
-    Member,
-    Run,
-    json_scalar,
-)
 from collabfl.proto import coordinator_pb2 as pb
 
 MAX_REPLY_BYTES = 64 * 1024 * 1024

@@ -10,9 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import math
-import numbers
-import re
 import secrets
 import sqlite3
 import time
@@ -22,6 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from collabfl.coordinator.database import CorruptDatabase, Database, SchemaMismatch
+from collabfl.coordinator.record_rules import (
+    InvalidRecord,
+    NotFound,
+    RunConflict,
+    RunNotActive,
+    StaleLaunch,
+    UnknownMember,
+    UnknownRound,
+    UnknownRun,
+    check_node_id,
+    check_run_id,
+    checked_coalitions,
+    checked_edges,
+    checked_metrics,
+    json_scalar,
+    non_negative,
+)
 from collabfl.coordinator.records import (
     ACTIVE_STATUSES,
     END_STATUSES,
@@ -46,46 +60,8 @@ __all__ = [
     "RunConflict", "RunNotActive", "SchemaMismatch", "StaleLaunch", "UnknownMember",
     "UnknownRound", "UnknownRun",
 ]  # fmt: skip
-"""The store, its errors, and (for callers of old) the record types of records.py."""
-
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""Run ids end up in file names, grants and URLs, so they stay plain."""
-
-
-class NotFound(KeyError):
-    """Something named in a request does not exist; the message says what."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "not found"
-
-
-class UnknownRun(NotFound):
-    pass
-
-
-class UnknownRound(NotFound):
-    pass
-
-
-class UnknownMember(NotFound):
-    pass
-
-
-class InvalidRecord(ValueError):
-    """A request whose content breaks a rule (bad index, weight, JSON, status, ...)."""
-
-
-class RunConflict(ValueError):
-    """A run with this id already exists with a different method or config."""
-
-
-class RunNotActive(ValueError):
-    """The run has ended, so it takes no more rounds, grants or stop requests."""
-
-
-class StaleLaunch(ValueError):
-    """A write carrying no launch token, or not the token of the run's latest launch."""
-
+"""The store, and (for callers of old) the record types of records.py and errors of
+record_rules.py."""
 
 KEEP_ENDED_RUNS = 100
 """Ended runs whose rounds and events the database keeps, the latest ended first."""
@@ -134,7 +110,7 @@ class CoordinatorState:
         now = time.time()
         with self._transaction() as conn:
             for member in members:
-                node_id = _non_negative("member flower_node_id", member.flower_node_id)
+                node_id = non_negative("member flower_node_id", member.flower_node_id)
                 if node_id >= 2**64:
                     raise InvalidRecord(f"flower_node_id {node_id} exceeds uint64")
                 conn.execute(
@@ -143,10 +119,10 @@ class CoordinatorState:
                         peer_address = excluded.peer_address, num_samples = excluded.num_samples,
                         updated_at = excluded.updated_at""",
                     (
-                        _non_negative("member client_id", member.client_id),
+                        non_negative("member client_id", member.client_id),
                         str(node_id),
                         member.peer_address,
-                        _non_negative("member num_samples", member.num_samples),
+                        non_negative("member num_samples", member.num_samples),
                         now,
                         now,
                     ),
@@ -168,7 +144,7 @@ class CoordinatorState:
     def bind_supernode(self, client_id: int, flower_node_id: int, public_key: str) -> None:
         """Record that the SuperNode with ``public_key`` (Flower node ``flower_node_id``) is
         client ``client_id``; a client's new key replaces its old one."""
-        _check_node_id(flower_node_id)
+        check_node_id(flower_node_id)
         with self._transaction() as conn:
             taken = conn.execute(
                 "SELECT client_id FROM supernode_keys WHERE flower_node_id = ? AND client_id != ?",
@@ -181,7 +157,7 @@ class CoordinatorState:
             conn.execute(
                 """INSERT OR REPLACE INTO supernode_keys VALUES (?, ?, ?, ?)""",
                 (
-                    _non_negative("client_id", client_id),
+                    non_negative("client_id", client_id),
                     str(flower_node_id),
                     public_key,
                     time.time(),
@@ -213,7 +189,7 @@ class CoordinatorState:
         the key's binding and the member's row together, so that no reader sees one id in
         one and the other in the other. False (nothing changed) when the client's key is no
         longer ``public_key``: it was revoked, or replaced, while the key was registered."""
-        _check_node_id(flower_node_id)
+        check_node_id(flower_node_id)
         with self._transaction() as conn:
             changed = conn.execute(
                 "UPDATE supernode_keys SET flower_node_id = ? WHERE client_id = ? "
@@ -424,11 +400,11 @@ class CoordinatorState:
         more than the largest client index seen. ``coalitions`` (None: the method has none)
         are stored in canonical order: members sorted, coalitions by first member.
         """
-        round = _non_negative("round", round)
-        num_clients = _non_negative("num_clients", num_clients)
-        edge_list = _checked_edges(edges)
-        metrics_json = _checked_metrics(metrics)
-        partition = None if coalitions is None else _checked_coalitions(coalitions)
+        round = non_negative("round", round)
+        num_clients = non_negative("num_clients", num_clients)
+        edge_list = checked_edges(edges)
+        metrics_json = checked_metrics(metrics)
+        partition = None if coalitions is None else checked_coalitions(coalitions)
         members = [c for coalition in partition or [] for c in coalition]
         indices = [c for i, j, _ in edge_list for c in (i, j)] + list(metrics_json) + members
         size = num_clients or (max(indices) + 1 if indices else 0)
@@ -584,7 +560,7 @@ class CoordinatorState:
             raise InvalidRecord("an event needs a kind (e.g. peer_skipped)")
         for name, value in (("event round", round), ("event client_id", client_id)):
             if value is not None:
-                _non_negative(name, value)
+                non_negative(name, value)
         now = time.time()
         with self._transaction() as conn:
             if run_id:
@@ -599,8 +575,8 @@ class CoordinatorState:
 
     def events(self, run_id: str = "", after_id: int = 0, limit: int = 0) -> list[Event]:
         """Events oldest first; ``run_id`` empty: all of them; ``limit`` 0: no limit."""
-        _non_negative("after_id", after_id)
-        _non_negative("limit", limit)
+        non_negative("after_id", after_id)
+        non_negative("limit", limit)
         query = "SELECT * FROM events WHERE event_id > ?"
         args: list[Any] = [after_id]
         with self._transaction() as conn:
@@ -625,70 +601,8 @@ class CoordinatorState:
         ]
 
 
-def check_run_id(run_id: object) -> None:
-    """InvalidRecord unless ``run_id`` is plain: it ends up in file names, grants and URLs."""
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
-        raise InvalidRecord(
-            f"run id {run_id!r} must be 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-
-
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _check_node_id(flower_node_id: int) -> None:
-    """A Flower node id is a uint64."""
-    if not 0 <= flower_node_id < 2**64:
-        raise InvalidRecord(f"flower_node_id {flower_node_id} is not a uint64")
-
-
-def _non_negative(name: str, value: object) -> int:
-    """Indices, rounds and sizes as ints >= 0; numpy integers pass, bools are not counts."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise InvalidRecord(f"{name} must be an integer >= 0, got {value!r}")
-    return int(value)
-
-
-def _checked_edges(edges: Iterable[Edge]) -> list[Edge]:
-    """Edges as (int, int, float), refusing negative indices, bad weights and duplicates."""
-    result: list[Edge] = []
-    seen: set[tuple[int, int]] = set()
-    for i, j, weight in edges:
-        source = _non_negative("edge source i", i)
-        target = _non_negative("edge target j", j)
-        w = float(weight) if isinstance(weight, numbers.Real) else math.nan
-        if not math.isfinite(w) or w < 0:
-            raise InvalidRecord(f"edge ({i}, {j}) has weight {weight!r}; it must be finite, >= 0")
-        if (source, target) in seen:
-            raise InvalidRecord(f"edge ({i}, {j}) listed twice")
-        seen.add((source, target))
-        result.append((source, target, w))
-    return result
-
-
-def _checked_coalitions(coalitions: Iterable[Iterable[int]]) -> Coalitions:
-    """Disjoint, non-empty member lists of client indices, in canonical order."""
-    result: Coalitions = []
-    owner: dict[int, int] = {}
-    for index, coalition in enumerate(coalitions):
-        if isinstance(coalition, str | bytes | Mapping) or not isinstance(coalition, Iterable):
-            raise InvalidRecord(f"coalition {index} must be a list of client indices")
-        members = [_non_negative(f"coalition {index} member", c) for c in coalition]
-        if not members:
-            raise InvalidRecord(f"coalition {index} has no members; drop it or add its clients")
-        for client in members:
-            if owner.get(client) == index:
-                raise InvalidRecord(f"client {client} listed twice in coalition {index}")
-            if client in owner:
-                raise InvalidRecord(
-                    f"client {client} is in coalitions {owner[client]} and {index}; "
-                    "coalitions must be disjoint"
-                )
-            owner[client] = index
-        result.append(sorted(members))
-    return sorted(result)
 
 
 def _forget_old_rounds(
@@ -723,27 +637,6 @@ def _unknown_round(run: sqlite3.Row, round: int) -> UnknownRound:
 def _round_exists(conn: sqlite3.Connection, run_id: str, round: int) -> bool:
     query = "SELECT 1 FROM rounds WHERE run_id = ? AND round = ?"
     return conn.execute(query, (run_id, round)).fetchone() is not None
-
-
-def _checked_metrics(metrics: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
-    """Each client's metrics as JSON text; only JSON objects keyed by client index pass."""
-    result: dict[int, str] = {}
-    for client, values in metrics.items():
-        index = _non_negative("metrics client id", client)
-        if not isinstance(values, Mapping):
-            raise InvalidRecord(f"metrics of client {client} must be a JSON object")
-        try:
-            result[index] = json.dumps(values, sort_keys=True, default=json_scalar)
-        except (TypeError, ValueError) as error:
-            raise InvalidRecord(f"metrics of client {client} are not JSON: {error}") from None
-    return result
-
-
-def json_scalar(value: Any) -> Any:
-    """Let json write numpy scalars, which metrics code produces naturally."""
-    if isinstance(value, numbers.Number) and hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _member(row: sqlite3.Row) -> Member:
