@@ -183,7 +183,9 @@ def run_federated(
         say(f"{len(members)} of {options.expected_clients} clients joined")
 
     def issue(fetcher: int, owners: Iterable[int], round_index: int) -> dict[int, bytes]:
-        return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
+        fetches = {fetcher: owners}
+        grants = coordinator.issue_grants(run_id, round_index, fetches, options.grant_ttl_s)
+        return grants.get(fetcher, {})
 
     def on_event(round_index: int, kind: str, client_id: int, message: str) -> None:
         level = "info" if kind in NOTICES else "warning"
