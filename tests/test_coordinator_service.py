@@ -13,6 +13,7 @@ import pytest
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
 
+from collabfl.apps.run_ledger import ServiceLedger
 from collabfl.coordinator import daemon
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import (
@@ -306,6 +307,31 @@ def test_a_fetcher_named_twice_in_one_round_is_refused(client: CoordinatorClient
         client._stub.IssueGrants(request, timeout=5)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "fetchers [0, 0] lists a client twice" in caught.value.details()
+
+
+def test_a_service_ledger_is_the_serverapps_run_at_the_coordinator(
+    client: CoordinatorClient, launch
+) -> None:
+    """The ServerApp's RunLedger (apps/run_ledger.py) over this service: its writes name
+    its run, a round's grants come back per fetcher, and a stop shows in the answer to the
+    next round's record as in ``stop_requested``."""
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
+    ledger = ServiceLedger(client, "r", grant_ttl_s=30)
+    ledger.register_members(MEMBERS)
+    ledger.say("4 clients joined")
+    ledger.record_event("anomaly", "reported 9000 samples", client_id=1)
+    assert client.get_run("r").message == "4 clients joined"
+    [event] = client.list_events("r")
+    assert (event.kind, event.level, event.client_id) == ("anomaly", "warning", 1)
+    assert ledger.last_completed_round() is None
+    grants = ledger.issue_grants(0, {0: [1], 1: [0, 2]})
+    assert grants == {0: {1: b"r:0->1@0/30"}, 1: {0: b"r:1->0@0/30", 2: b"r:1->2@0/30"}}
+    assert ledger.record_round(0, [], {}, 4, None) is False
+    assert ledger.last_completed_round() == 0 and ledger.stop_requested() is False
+    client.stop_run("r")
+    assert ledger.stop_requested() is True
+    assert ledger.record_round(1, [], {}, 4, None) is True
 
 
 def test_error_codes(client: CoordinatorClient, launch) -> None:
