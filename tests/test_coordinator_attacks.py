@@ -131,7 +131,7 @@ def test_member_cannot_create_runs_or_issue_grants(federation: Federation) -> No
             "member 0 may not call CreateRun (allowed: operator)",
         )
         _refused(
-            lambda: member.issue_grants("r", 0, 0, [1, 2], 60),
+            lambda: member.issue_grants("r", 0, {0: [1, 2]}, 60),
             grpc.StatusCode.PERMISSION_DENIED,
             "member 0 may not call IssueGrants (allowed: coordinator)",
         )
@@ -145,23 +145,23 @@ def test_a_self_minted_grant_is_impossible(federation: Federation) -> None:
     with federation.operator() as operator:
         operator.create_run("r", "dpfl", valid_request())
         _refused(
-            lambda: operator.issue_grants("r", 0, 0, [1], 60),
+            lambda: operator.issue_grants("r", 0, {0: [1]}, 60),
             grpc.StatusCode.PERMISSION_DENIED,
             "operator alice may not call IssueGrants",
         )
     with federation.client(federation.ca.coordinator()) as tokenless:
         _refused(
-            lambda: tokenless.issue_grants("r", 0, 0, [1], 60),
+            lambda: tokenless.issue_grants("r", 0, {0: [1]}, 60),
             grpc.StatusCode.FAILED_PRECONDITION,
             "needs the run's launch token",
         )
     with federation.server_app("r") as server_app:
         _refused(
-            lambda: server_app.issue_grants("r", 5, 0, [1], 60),
+            lambda: server_app.issue_grants("r", 5, {0: [1]}, 60),
             grpc.StatusCode.FAILED_PRECONDITION,
             "grants are for the round in progress (0), not round 5",
         )
-        assert set(server_app.issue_grants("r", 0, 0, [1, 2], 60)) == {1, 2}
+        assert set(server_app.issue_grants("r", 0, {0: [1, 2]}, 60)[0]) == {1, 2}
 
 
 def test_coordinator_certificate_cannot_administer(federation: Federation) -> None:

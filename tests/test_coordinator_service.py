@@ -13,6 +13,7 @@ import pytest
 from support.coordinator import FakeSigner, valid_request
 from support.pki import TestCA
 
+from collabfl.apps.run_ledger import ServiceLedger
 from collabfl.coordinator import daemon
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import (
@@ -257,22 +258,26 @@ def test_grants(client: CoordinatorClient, launch) -> None:
     launch("r")
     for done in range(3):  # grants are for the round in progress: 3
         client.record_round("r", done, [], {})
-    tokens = client.issue_grants("r", round=3, fetcher=0, owners=[2, 1], ttl_s=30)
-    assert tokens == {2: b"r:0->2@3/30", 1: b"r:0->1@3/30"}
-    assert client.issue_grants("r", 3, 0, [], 30) == {}
+    tokens = client.issue_grants("r", round=3, fetches={0: [2, 1], 2: [0]}, ttl_s=30)
+    assert tokens == {0: {2: b"r:0->2@3/30", 1: b"r:0->1@3/30"}, 2: {0: b"r:2->0@3/30"}}
+    assert client.issue_grants("r", 3, {0: []}, 30) == {0: {}}
+    assert client.issue_grants("r", 3, {}, 30) == {}
 
 
 @pytest.mark.parametrize(
     ("args", "code", "details"),
     [
-        (("nope", 0, 0, [1], 30.0), grpc.StatusCode.NOT_FOUND, "no run 'nope'"),
-        (("r", 0, 0, [9], 30.0), grpc.StatusCode.NOT_FOUND, "client 9 is not a registered"),
-        (("r", 0, 0, [0, 1], 30.0), grpc.StatusCode.INVALID_ARGUMENT, "its own model"),
-        (("r", 0, 0, [1, 1], 30.0), grpc.StatusCode.INVALID_ARGUMENT, "twice"),
-        (("r", 0, 0, [1], 0.0), grpc.StatusCode.INVALID_ARGUMENT, "ttl_s"),
-        (("r", 0, 0, [1], 1e6), grpc.StatusCode.INVALID_ARGUMENT, "ttl_s"),
-        (("r", -1, 0, [1], 30.0), grpc.StatusCode.INVALID_ARGUMENT, "round"),
-        (("ended", 0, 0, [1], 30.0), grpc.StatusCode.FAILED_PRECONDITION, "has ended"),
+        (("nope", 0, {0: [1]}, 30.0), grpc.StatusCode.NOT_FOUND, "no run 'nope'"),
+        (("r", 0, {0: [9]}, 30.0), grpc.StatusCode.NOT_FOUND, "client 9 is not a registered"),
+        (("r", 0, {0: [0, 1]}, 30.0), grpc.StatusCode.INVALID_ARGUMENT, "its own model"),
+        (("r", 0, {0: [1, 1]}, 30.0), grpc.StatusCode.INVALID_ARGUMENT, "twice"),
+        (("r", 0, {0: [1]}, 0.0), grpc.StatusCode.INVALID_ARGUMENT, "ttl_s"),
+        (("r", 0, {0: [1]}, 1e6), grpc.StatusCode.INVALID_ARGUMENT, "ttl_s"),
+        (("r", -1, {0: [1]}, 30.0), grpc.StatusCode.INVALID_ARGUMENT, "round"),
+        (("ended", 0, {0: [1]}, 30.0), grpc.StatusCode.FAILED_PRECONDITION, "has ended"),
+        # one bad fetch refuses the whole round's call, whichever place it has in it
+        (("r", 0, {0: [1], 1: [1]}, 30.0), grpc.StatusCode.INVALID_ARGUMENT, "its own model"),
+        (("r", 0, {0: [1], 1: [9]}, 30.0), grpc.StatusCode.NOT_FOUND, "client 9 is not"),
     ],
 )
 def test_grant_refusals(
@@ -287,6 +292,46 @@ def test_grant_refusals(
     with pytest.raises(CoordinatorError, match=details) as caught:
         client.issue_grants(*args)
     assert caught.value.code == code
+
+
+def test_a_fetcher_named_twice_in_one_round_is_refused(client: CoordinatorClient, launch) -> None:
+    """The wire allows a fetcher twice in one request (the client's mapping does not)."""
+    client.register_members(MEMBERS)
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
+    fetch = pb.Fetch(fetcher=0, owners=[1])
+    request = pb.IssueGrantsRequest(
+        run_id="r", round=0, fetches=[fetch, fetch], ttl_s=30, launch_token=client.launch_token
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        client._stub.IssueGrants(request, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "fetchers [0, 0] lists a client twice" in caught.value.details()
+
+
+def test_a_service_ledger_is_the_serverapps_run_at_the_coordinator(
+    client: CoordinatorClient, launch
+) -> None:
+    """The ServerApp's RunLedger (apps/run_ledger.py) over this service: its writes name
+    its run, a round's grants come back per fetcher, and a stop shows in the answer to the
+    next round's record as in ``stop_requested``."""
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
+    ledger = ServiceLedger(client, "r", grant_ttl_s=30)
+    ledger.register_members(MEMBERS)
+    ledger.say("4 clients joined")
+    ledger.record_event("anomaly", "reported 9000 samples", client_id=1)
+    assert client.get_run("r").message == "4 clients joined"
+    [event] = client.list_events("r")
+    assert (event.kind, event.level, event.client_id) == ("anomaly", "warning", 1)
+    assert ledger.last_completed_round() is None
+    grants = ledger.issue_grants(0, {0: [1], 1: [0, 2]})
+    assert grants == {0: {1: b"r:0->1@0/30"}, 1: {0: b"r:1->0@0/30", 2: b"r:1->2@0/30"}}
+    assert ledger.record_round(0, [], {}, 4, None) is False
+    assert ledger.last_completed_round() == 0 and ledger.stop_requested() is False
+    client.stop_run("r")
+    assert ledger.stop_requested() is True
+    assert ledger.record_round(1, [], {}, 4, None) is True
 
 
 def test_error_codes(client: CoordinatorClient, launch) -> None:

@@ -13,6 +13,7 @@ from flwr.app import Message
 from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
 from flwr.supercore.inflatable.inflatable_utils import ObjectPullError
 from flwr.supercore.task_identity import TaskIdentity
+from support.ledger import FakeLedger
 
 from collabfl.apps import exchange as exchange_module
 from collabfl.apps import pool as pool_module
@@ -78,15 +79,13 @@ class ScriptedGrid:
 
 
 def _pool(
-    grid: ScriptedGrid, events: list, timings: list, relay: EchoRelay | None = None
+    grid: ScriptedGrid, ledger: FakeLedger, timings: list, relay: EchoRelay | None = None
 ) -> FlowerClientPool:
     members = [Member(k, 10 + k, f"h:{9200 + k}", 100) for k in range(3)]
     return FlowerClientPool(
         grid,
         members,
-        lambda fetcher, owners, round_index: {j: b"grant" for j in owners},
-        lambda round_index, kind, client, text: events.append((round_index, kind, client)),
-        lambda nodes: [],
+        ledger,
         timeout_s=0.3,
         signals=Polling(0.01),
         on_timing=timings.append,
@@ -142,24 +141,40 @@ def _collaborate_sent(grid: ScriptedGrid, node: int) -> Collaborate:
 
 
 def test_each_client_gets_its_round_as_one_message_with_peer_access():
-    grid, events, timings = ScriptedGrid(), [], []
-    answered = _pool(grid, events, timings).send_programs(_round(0))
+    grid, ledger, timings = ScriptedGrid(), FakeLedger(), []
+    answered = _pool(grid, ledger, timings).send_programs(_round(0))
     assert sorted(answered) == [0, 1, 2] and all(len(r) == 3 for r in answered.values())
-    assert len(grid.sent) == 3 and events == []
+    assert len(grid.sent) == 3 and ledger.events == []
     task = _collaborate_sent(grid, 10)
     assert task.candidates == (1, 2) and task.peer_addresses == ("h:9201", "h:9202")
-    assert task.peer_grants == (b"grant", b"grant") and task.peer_wait_s == pytest.approx(0.15)
+    assert task.peer_grants == (b"0->1@0", b"0->2@0") and task.peer_wait_s == pytest.approx(0.15)
     assert sorted(t.client for t in timings) == [0, 1, 2]
     assert all(isinstance(t, MessageTiming) and t.steps == 3 for t in timings)
     assert all(t.to_client_s + t.work_s == pytest.approx(5.0) for t in timings)
 
 
+def test_a_rounds_grants_go_out_in_one_ledger_call():
+    """Every COLLABORATE step of a round gets its grants from one call to the run's ledger
+    (one coordinator RPC), not one per fetcher; owners are the peers each step keeps."""
+    grid, ledger = ScriptedGrid(), FakeLedger()
+    pool = _pool(grid, ledger, [])
+    grid.hung.add(12)
+    pool.send_programs(_round(0))
+    assert ledger.grant_calls == [(0, {0: [1, 2], 1: [0, 2], 2: [0, 1]})]
+    pool.send_programs(_round(1))  # client 2 went silent: nobody is granted its model
+    assert ledger.grant_calls[1:] == [(1, {0: [1], 1: [0], 2: [0, 1]})]
+    pool.send_programs(
+        {k: [Instruction(2, Train(1.0)), Instruction(2, Evaluate())] for k in range(3)}
+    )
+    assert len(ledger.grant_calls) == 2  # no COLLABORATE step: no call
+
+
 def test_a_client_that_went_silent_is_nobodys_peer_until_it_answers_again():
-    grid, events, timings = ScriptedGrid(), [], []
-    pool = _pool(grid, events, timings)
+    grid, ledger, timings = ScriptedGrid(), FakeLedger(), []
+    pool = _pool(grid, ledger, timings)
     grid.hung.add(12)
     assert sorted(pool.send_programs(_round(0))) == [0, 1]
-    assert (0, "no_reply", 2) in events
+    assert (0, "no_reply", 2) in ledger.seen()
     pool.send_programs(_round(1))
     assert _collaborate_sent(grid, 10).candidates == (1,)
     assert _collaborate_sent(grid, 11).candidates == (0,)
@@ -173,11 +188,11 @@ def test_a_client_whose_node_went_offline_mid_round_is_skipped_as_offline_with_i
     """The SuperLink answers for a node that went offline holding its message (its source is
     the SuperLink, not the node): that client is recorded as offline, not as silent, and the
     others' replies are kept."""
-    grid, events, timings = ScriptedGrid(), [], []
-    pool = _pool(grid, events, timings)
+    grid, ledger, timings = ScriptedGrid(), FakeLedger(), []
+    pool = _pool(grid, ledger, timings)
     grid.gone.add(12)
     assert sorted(pool.send_programs(_round(0))) == [0, 1]
-    assert [e for e in events if e[2] == 2] == [(0, "offline", 2)]
+    assert [e for e in ledger.seen() if e[2] == 2] == [(0, "offline", 2)]
     assert sorted(pool.send_programs(_round(1))) == [0, 1]
     assert [m.metadata.dst_node_id for m in grid.sent[-2:]] == [10, 11]
     program = decode_program(grid.sent[-2].content)
@@ -185,7 +200,7 @@ def test_a_client_whose_node_went_offline_mid_round_is_skipped_as_offline_with_i
     grid.gone.clear()
     grid.online.add(12)  # restarted
     assert sorted(pool.send_programs(_round(2))) == [0, 1, 2]
-    assert (2, "rejoined", 2) in events
+    assert (2, "rejoined", 2) in ledger.seen()
 
 
 def test_a_reply_whose_content_never_arrived_is_no_reply_not_a_failed_step(monkeypatch):
@@ -193,8 +208,8 @@ def test_a_reply_whose_content_never_arrived_is_no_reply_not_a_failed_step(monke
     reply leaves the message at the SuperLink without its content. That reply is lost on the
     way, like an offline node's: one ``no_reply`` event saying so, and no failed step (a
     step failed on every client ends the run ``failed``)."""
-    grid, events, timings = ScriptedGrid(), [], []
-    pool = _pool(grid, events, timings)
+    grid, ledger, timings = ScriptedGrid(), FakeLedger(), []
+    pool = _pool(grid, ledger, timings)
     lost = {10, 11, 12}
 
     def pull_losing_content(grid, message_ids):
@@ -207,7 +222,7 @@ def test_a_reply_whose_content_never_arrived_is_no_reply_not_a_failed_step(monke
 
     monkeypatch.setattr(exchange_module, "pull_replies", pull_losing_content)
     assert pool.send_programs(_round(0)) == {}
-    assert sorted(events) == [(0, "no_reply", 0), (0, "no_reply", 1), (0, "no_reply", 2)]
+    assert sorted(ledger.seen()) == [(0, "no_reply", 0), (0, "no_reply", 1), (0, "no_reply", 2)]
     assert pool.step_ledger.take() == []
     assert pool.silent == {0, 1, 2}  # nobody waits for their models until they answer
     lost.clear()
@@ -215,61 +230,62 @@ def test_a_reply_whose_content_never_arrived_is_no_reply_not_a_failed_step(monke
 
 
 def test_an_offline_client_is_skipped_and_nobodys_peer():
-    grid, events, timings = ScriptedGrid(), [], []
+    grid, ledger, timings = ScriptedGrid(), FakeLedger(), []
     grid.online.discard(11)
-    answered = _pool(grid, events, timings).send_programs(_round(0))
-    assert sorted(answered) == [0, 2] and (0, "offline", 1) in events
+    answered = _pool(grid, ledger, timings).send_programs(_round(0))
+    assert sorted(answered) == [0, 2] and (0, "offline", 1) in ledger.seen()
     program = decode_program(grid.sent[0].content)
     assert program[1].task.candidates == (2,)
 
 
 def test_a_client_back_after_being_skipped_as_offline_is_recorded_as_rejoined():
-    grid, events, timings = ScriptedGrid(), [], []
-    pool = _pool(grid, events, timings)
+    grid, ledger, timings = ScriptedGrid(), FakeLedger(), []
+    pool = _pool(grid, ledger, timings)
     grid.online.discard(11)
     pool.send_programs(_round(0))
     pool.send_programs(_round(1))
-    assert [e for e in events if e[2] == 1] == [(0, "offline", 1), (1, "offline", 1)]
+    assert [e for e in ledger.seen() if e[2] == 1] == [(0, "offline", 1), (1, "offline", 1)]
     grid.online.add(11)
     assert sorted(pool.send_programs(_round(2))) == [0, 1, 2]
     pool.send_programs(_round(3))
-    assert [e for e in events if e[2] == 1][2:] == [(2, "rejoined", 1)]  # once, not per round
-    assert "rejoined" in NOTICES  # recorded as info, not as a fault
+    rejoined = [e for e in ledger.events if e.client_id == 1][2:]
+    assert [(e.round, e.kind, e.level) for e in rejoined] == [(2, "rejoined", "info")]  # once
+    assert "rejoined" in NOTICES  # a notice, not a fault
 
 
 def test_sub_steps_read_the_online_nodes_once_a_second_not_once_a_step(monkeypatch):
     """Hundreds of sub-steps a round each asking the SuperLink for its nodes put a call in
     every step's path; within ONLINE_FRESH_S the last read stands, and a node that went
     away is skipped once the read is older."""
-    grid, events, relay = ScriptedGrid(), [], EchoRelay()
-    pool = _pool(grid, events, [], relay)
+    grid, ledger, relay = ScriptedGrid(), FakeLedger(), EchoRelay()
+    pool = _pool(grid, ledger, [], relay)
     for step in range(5):
         assert sorted(pool.send(_substep(step))) == [0, 1, 2]
     assert grid.node_reads == 1 and len(relay.steps) == 5
     monkeypatch.setattr(pool_module, "ONLINE_FRESH_S", 0.0)  # as if a second went by
     grid.online.discard(11)
     assert sorted(pool.send(_substep(5))) == [0, 2]
-    assert grid.node_reads == 2 and (0, "offline", 1) in events
+    assert grid.node_reads == 2 and (0, "offline", 1) in ledger.seen()
     assert relay.steps[-1] == {0: 10, 2: 12}
 
 
 def test_a_client_whose_seat_node_went_offline_is_skipped_as_offline_not_as_failed():
     """A relayed step whose seat's node went offline (the daemon marked its killed SuperNode
     offline) is the node's loss, as on the message path: an ``offline`` event, no failure."""
-    grid, events, relay = ScriptedGrid(), [], EchoRelay()
-    pool = _pool(grid, events, [], relay)
+    grid, ledger, relay = ScriptedGrid(), FakeLedger(), EchoRelay()
+    pool = _pool(grid, ledger, [], relay)
     relay.gone.add(2)
     assert sorted(pool.send(_substep(0))) == [0, 1]
-    assert [e for e in events if e[2] == 2] == [(0, "offline", 2)]
+    assert [e for e in ledger.seen() if e[2] == 2] == [(0, "offline", 2)]
     assert not pool.step_ledger.take()
 
 
 def test_a_relayed_step_whose_seat_reply_was_lost_is_no_reply_not_a_failure():
-    grid, events, relay = ScriptedGrid(), [], EchoRelay()
-    pool = _pool(grid, events, [], relay)
+    grid, ledger, relay = ScriptedGrid(), FakeLedger(), EchoRelay()
+    pool = _pool(grid, ledger, [], relay)
     relay.lost.add(2)
     assert sorted(pool.send(_substep(0))) == [0, 1]
-    assert [e for e in events if e[2] == 2] == [(0, "no_reply", 2)]
+    assert [e for e in ledger.seen() if e[2] == 2] == [(0, "no_reply", 2)]
     assert not pool.step_ledger.take()
 
 
@@ -283,28 +299,32 @@ def test_below_its_quorum_a_round_waits_for_clients_and_an_operator_may_stop_it(
     from collabfl.engine.quorum import Quorum
 
     monkeypatch.setattr(quorum_module, "POLL_S", 0.01)
-    grid, said, looks = ScriptedGrid(), [], []
+    grid, looks = ScriptedGrid(), []
     grid.online = {10, 11}
 
-    def while_paused() -> None:
-        looks.append(len(grid.sent))
-        if len(looks) == 3:
-            grid.online.add(12)
-        if len(looks) == 5:
-            raise RunStopped
+    class Operator(FakeLedger):
+        """Client 2 comes back at the third look; the operator stops the run at the fifth."""
+
+        def stop_requested(self) -> bool:
+            looks.append(len(grid.sent))
+            if len(looks) == 3:
+                grid.online.add(12)
+            return len(looks) == 5
 
     def programs(round_index: int) -> dict[int, list[Instruction]]:
         return {k: [Instruction(round_index, Train(1.0))] * 2 for k in range(3)}
 
-    pool = _pool(grid, [], [])
-    pool.quorum, pool.while_paused = Quorum(3, 60.0), while_paused
-    pool.on_pause = lambda kind, message: said.append(kind)
+    pool = _pool(grid, ledger := Operator(), [])
+    pool.quorum = Quorum(3, 60.0)
     assert sorted(pool.send_programs(programs(0))) == [0, 1, 2]
-    assert looks == [0, 0, 0] and said == ["quorum_lost", "quorum_regained"]
+    paused = [(e.kind, e.level) for e in ledger.events]
+    assert paused == [("quorum_lost", "warning"), ("quorum_regained", "info")]
+    assert looks == [0, 0, 0]
+    assert ledger.said == [ledger.events[0].message, ""]  # the status line while paused
     grid.online.discard(12)
     with pytest.raises(RunStopped):
         pool.send_programs(programs(1))
-    assert len(grid.sent) == 3 and said[2:] == ["quorum_lost"]
+    assert len(grid.sent) == 3 and [e.kind for e in ledger.events[2:]] == ["quorum_lost"]
 
 
 class CountedSignals:
@@ -329,7 +349,7 @@ def test_a_wait_for_replies_counts_from_the_push_not_from_zero():
     asked the SuperLink for replies once more for nothing."""
     grid = ScriptedGrid()
     grid.hung = {12}
-    pool = _pool(grid, [], [])
+    pool = _pool(grid, FakeLedger(), [])
     pool.signals = signals = CountedSignals(replies_so_far=40)  # earlier rounds' replies
     assert sorted(pool.send_programs(_round(0))) == [0, 1]
     assert signals.waits and signals.waits[0] == 40

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Message
+from support.ledger import FakeLedger
 
 from collabfl.apps.pool import FlowerClientPool
 from collabfl.apps.reply_checks import refusal
@@ -75,15 +76,14 @@ def _send(lies: Mapping[int, Reply], instruction: Instruction):
     """Send ``instruction`` to three members; clients in ``lies`` answer with their lie,
     the others honestly. Returns the replies and the events."""
     honest = Reply(ClientMetrics(val_acc=0.8, val_loss=0.5, train_loss=0.4))
-    events: list[tuple[str, int, str]] = []
+    ledger = FakeLedger()
     pool = FlowerClientPool(
         AnsweringGrid(lambda client, step: lies.get(client, honest)),
         [Member(k, 10 + k, f"h:{k}", 100) for k in range(3)],
-        lambda fetcher, owners, round_index: dict.fromkeys(owners, b"grant"),
-        lambda round_index, kind, client, message: events.append((kind, client, message)),
-        lambda nodes: [],
+        ledger,
     )
-    return pool.send(dict.fromkeys(range(3), instruction)), events
+    replies = pool.send(dict.fromkeys(range(3), instruction))
+    return replies, [(e.kind, e.client_id, e.message) for e in ledger.events]
 
 
 @pytest.mark.parametrize(

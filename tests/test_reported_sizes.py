@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 from federation_faults import make_federation, wait_for
+from support.ledger import FakeLedger
 
 from collabfl.apps import server_app
 from collabfl.apps.fleet_signals import POLLING
@@ -60,13 +61,11 @@ def _admit(
         return answers
 
     monkeypatch.setattr(server_app, "exchange", exchange)
-    anomalies: list[tuple[int, str]] = []
-    gate = server_app.Gate(
-        NodeBinder({}), lambda *refused: None, declared, lambda k, m: anomalies.append((k, m)),
-        counts or FirstCounts(),
-    )  # fmt: skip
+    ledger = FakeLedger()
+    gate = server_app.Gate(NodeBinder({}), ledger, declared, counts or FirstCounts())
     nodes = [10 + k for k in reported]
     members, _, _ = server_app.admit(Grid(set(nodes)), nodes, _settings(), gate, 1.0, POLLING)
+    anomalies = [(e.client_id, e.message) for e in ledger.events if e.kind == "anomaly"]
     return {m.client_id: m.num_samples for m in members}, anomalies
 
 
@@ -82,7 +81,7 @@ def test_a_size_outside_its_declared_range_is_replaced_and_recorded(monkeypatch)
 def test_no_member_weighs_more_than_the_cap_in_a_federation_average():
     """FedAvg's average, as every method's sizes, reads the pool's counts: a liar at 100×
     its data weighs at most the cap (auto: 60 % with three members), not 98 %."""
-    pool = FlowerClientPool(Grid(set()), _members({0: 40_000, 1: 400, 2: 300}), *[None] * 3)
+    pool = FlowerClientPool(Grid(set()), _members({0: 40_000, 1: 400, 2: 300}), FakeLedger())
     replies = {k: Reply(ClientMetrics(), torch.eye(3)[k]) for k in range(3)}
     weights = average_replies(replies, pool.sample_counts)
     assert weights[0].item() == pytest.approx(0.6, abs=1e-3)
@@ -91,7 +90,7 @@ def test_no_member_weighs_more_than_the_cap_in_a_federation_average():
 
 def test_honest_sizes_under_the_cap_are_kept():
     counts = {0: 275, 1: 273, 2: 652}  # MNIST-1D Dirichlet α=0.1, 3 clients: 54 % at most
-    pool = FlowerClientPool(Grid(set()), _members(counts), *[None] * 3)
+    pool = FlowerClientPool(Grid(set()), _members(counts), FakeLedger())
     assert pool.sample_counts == counts
 
 

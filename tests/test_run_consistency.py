@@ -10,6 +10,7 @@ tests/test_reported_metrics.py drive them.
 from __future__ import annotations
 
 import torch
+from support.ledger import FakeLedger
 
 from collabfl.apps.pool import FlowerClientPool
 from collabfl.coordinator.state import Member
@@ -47,7 +48,7 @@ def test_the_first_accepted_count_is_kept_when_a_declared_size_replaced_it(monke
 
 def test_a_training_reply_with_another_count_is_recorded_once_and_not_refused():
     counts = FirstCounts({k: (100, 100) for k in range(3)})
-    events: list[tuple[str, int, str]] = []
+    ledger = FakeLedger()
 
     def answer(client: int, step: Instruction) -> Reply:
         return Reply(ClientMetrics(train_loss=0.1, num_samples=5_000 if client == 0 else 100),
@@ -56,16 +57,15 @@ def test_a_training_reply_with_another_count_is_recorded_once_and_not_refused():
     pool = FlowerClientPool(
         AnsweringGrid(answer),
         [Member(k, 10 + k, f"h:{k}", 100) for k in range(3)],
-        lambda fetcher, owners, round_index: {},
-        lambda round_index, kind, client, message: events.append((kind, client, message)),
-        lambda nodes: [],
+        ledger,
         first_counts=counts,
     )
     for round_index in range(2):
         replies = pool.send(dict.fromkeys(range(3), Instruction(round_index, Train(epochs=1))))
         assert sorted(replies) == [0, 1, 2]
-    [anomaly] = [e for e in events if e[0] == "anomaly"]
-    assert anomaly[1] == 0 and "reported 5000 training samples, 100 earlier" in anomaly[2]
+    [anomaly] = [e for e in ledger.events if e.kind == "anomaly"]
+    assert anomaly.client_id == 0
+    assert "reported 5000 training samples, 100 earlier" in anomaly.message
     assert pool.sample_counts[0] == 100
 
 
@@ -73,7 +73,7 @@ def test_a_lie_told_at_set_up_gives_way_to_the_first_honest_reply():
     """Set-up claims 100x the data (no size declared): the first training reply's honest
     count becomes the member's, so its FedAvg weight falls back from the share cap."""
     counts = FirstCounts({0: (10_000, 10_000), 1: (100, 100), 2: (100, 100)})
-    events: list[tuple[str, int, str]] = []
+    ledger = FakeLedger()
 
     def answer(client: int, step: Instruction) -> Reply:
         return Reply(ClientMetrics(train_loss=0.1, num_samples=100), torch.zeros(4))
@@ -82,17 +82,15 @@ def test_a_lie_told_at_set_up_gives_way_to_the_first_honest_reply():
     pool = FlowerClientPool(
         AnsweringGrid(answer),
         members,
-        lambda fetcher, owners, round_index: {},
-        lambda round_index, kind, client, message: events.append((kind, client, message)),
-        lambda nodes: [],
+        ledger,
         first_counts=counts,
     )
     liar_share = pool.sample_counts[0] / sum(pool.sample_counts.values())
     assert liar_share > 0.5  # at the share cap
     pool.send(dict.fromkeys(range(3), Instruction(0, Train(epochs=1))))
     assert dict(pool.sample_counts) == {0: 100, 1: 100, 2: 100}
-    [anomaly] = [e for e in events if e[0] == "anomaly"]
-    assert anomaly[1] == 0 and anomaly[2].endswith("keeping the lowest, 100")
+    [anomaly] = [e for e in ledger.events if e.kind == "anomaly"]
+    assert anomaly.client_id == 0 and anomaly.message.endswith("keeping the lowest, 100")
 
 
 def test_a_rejoin_claiming_fewer_samples_lowers_the_count(monkeypatch):

@@ -3,9 +3,11 @@
 The methods in strategies/ call ``send`` (and ``send_programs``: a round's steps as one
 message per client) exactly as in the in-process runtime. This adapter adds what only a
 real federation needs: mapping client ids to Flower node ids, attaching peer addresses and
-coordinator-signed grants to COLLABORATE steps, polling for replies with a deadline, timing
-each message, and turning silence or errors into recorded events instead of hangs. A client
-that does not answer in time is simply absent from that round's replies.
+coordinator-signed grants to COLLABORATE steps (a round's in one call), polling for replies
+with a deadline, timing each message, and turning silence or errors into recorded events
+instead of hangs. A client that does not answer in time is simply absent from that round's
+replies. What it records and asks of the coordinator goes through the run's ``RunLedger``
+(apps/run_ledger.py); newcomers come in through the ServerApp's ``Door``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
@@ -21,10 +24,12 @@ from flwr.serverapp import Grid
 from collabfl.apps.exchange import exchange
 from collabfl.apps.fleet_signals import POLLING, FleetSignals
 from collabfl.apps.reply_checks import refusal
+from collabfl.apps.run_ledger import Grants, RunLedger
 from collabfl.apps.substeps import RelayedSteps, is_substep
 from collabfl.apps.timing import MessageTiming, message_timing
 from collabfl.coordinator.records import Member
-from collabfl.engine.quorum import PauseSink, Quorum, await_quorum
+from collabfl.engine.driver import RunStopped
+from collabfl.engine.quorum import Quorum, await_quorum
 from collabfl.engine.step_failures import StepLedger
 from collabfl.flower.codec import (
     PROGRAM_MESSAGE,
@@ -43,17 +48,32 @@ from collabfl.strategies.verbs import Collaborate
 log = logging.getLogger(__name__)
 
 
-GrantIssuer = Callable[[int, Sequence[int], int], Mapping[int, bytes]]
-"""(fetcher, owners, round) -> grant token per owner."""
-
-EventSink = Callable[[int, str, int, str], None]
-"""(round, kind, client_id, message): where faults and notices are reported."""
-
 NOTICES = frozenset({"rejoined"})
 """Event kinds that report good news (recorded as info); the others are faults."""
 
-Admitter = Callable[[Sequence[int]], list[Member]]
-"""Sends the run's set-up to new Flower nodes and returns the members they turned out to be."""
+
+class Door(Protocol):
+    """How Flower nodes that appear mid-run become members: the ServerApp's set-up, through
+    the run's node binding."""
+
+    def admit(self, nodes: Sequence[int]) -> list[Member]:
+        """Send the run's set-up to new ``nodes``; the members they turned out to be."""
+
+    def refused(self, online: Collection[int]) -> Collection[int]:
+        """Of the nodes ``online``, those the binding refuses: not offered set-up again."""
+
+
+class ClosedDoor:
+    """Nobody joins mid-run: a pool of fixed members (in-memory grids in tests)."""
+
+    def admit(self, nodes: Sequence[int]) -> list[Member]:
+        return []
+
+    def refused(self, online: Collection[int]) -> Collection[int]:
+        return ()
+
+
+CLOSED = ClosedDoor()
 
 LOST_WITH_NODE = "node went offline during the step; its reply is lost; skipped"
 NO_REPLY = "no valid reply in time"
@@ -72,17 +92,13 @@ class FlowerClientPool:
         self,
         grid: Grid,
         members: Sequence[Member],
-        issue_grants: GrantIssuer,
-        on_event: EventSink,
-        admit: Admitter,
+        ledger: RunLedger,
+        door: Door = CLOSED,
         timeout_s: float = 600.0,
         signals: FleetSignals = POLLING,
-        refused: Callable[[Collection[int]], Collection[int]] = lambda online: (),
         on_timing: Callable[[MessageTiming], None] = lambda timing: None,
         relay: RelayedSteps | None = None,
         quorum: Quorum | None = None,
-        on_pause: PauseSink = lambda kind, message: None,
-        while_paused: Callable[[], None] = lambda: None,
         max_share: MaxShare = "auto",
         first_counts: FirstCounts | None = None,
     ) -> None:
@@ -91,13 +107,12 @@ class FlowerClientPool:
         self.by_node: dict[int, int] = {}
         for member in members:
             self._add(member)
-        self.admit = admit
-        self.issue_grants = issue_grants
-        self.on_event = on_event
+        self.ledger = ledger
+        """The run's events, members, grants and stop requests (apps/run_ledger.py)."""
+        self.door = door
         self.timeout_s = timeout_s
         self.signals = signals
         """When to pull replies (apps/fleet_signals.py)."""
-        self.refused = refused
         self.on_timing = on_timing
         """Where each answered message's timing goes (the run's messages.jsonl)."""
         self.relay = relay
@@ -111,11 +126,7 @@ class FlowerClientPool:
         """Which steps failed on clients, for the round driver."""
         self.quorum = quorum
         """Below it, a step waits for members to come back (engine/quorum.py); None:
-        it goes to whoever is online."""
-        self.on_pause = on_pause
-        self.while_paused = while_paused
-        """Called at every look for members during a pause; may raise to end the run (an
-        operator's stop)."""
+        it goes to whoever is online; an operator's stop ends the wait (RunStopped)."""
         self._online: tuple[float, set[int]] = (float("-inf"), set())
         """When ``refresh`` last read the online nodes (monotonic seconds), and what it read."""
         self.silent: set[int] = set()
@@ -123,8 +134,6 @@ class FlowerClientPool:
         until they answer again (a hung client must not hold up everyone's round)."""
         self.offline: set[int] = set()
         """Members skipped as offline and not seen online since: their return is an event."""
-        """Given the nodes online, those the run's binding refuses (flower/binding.py): they
-        are not offered set-up again."""
 
     @property
     def sample_counts(self) -> Mapping[int, int]:
@@ -144,8 +153,12 @@ class FlowerClientPool:
         self.close_relay()
         online = self._with_quorum(self.refresh(), round_index)
         messages, steps = [], {}
-        for client_id, node in self._reachable(programs, online, round_index).items():
-            program = [self._with_peer_access(client_id, s, online) for s in programs[client_id]]
+        reachable = self._reachable(programs, online, round_index)
+        grants = self._grants(programs, reachable, online)
+        for client_id, node in reachable.items():
+            program = [
+                self._with_peer_access(client_id, s, online, grants) for s in programs[client_id]
+            ]
             steps[node] = len(program)
             messages.append(_message(program, node))
             self.step_ledger.sent({client_id: program})
@@ -157,19 +170,19 @@ class FlowerClientPool:
                 continue
             if node_gone(answer.content):  # not an error of the client's: skipped
                 self.offline.add(sender)
-                self.on_event(round_index, "offline", sender, LOST_WITH_NODE)
+                self._event(round_index, "offline", sender, LOST_WITH_NODE)
                 continue
             if content_lost(answer.content):  # lost on the way (its node died sending it)
                 unanswered[sender] = _lost(answer.content)
                 continue
             if isinstance(answer.content, str):
-                self.on_event(round_index, "client_error", sender, answer.content)
+                self._event(round_index, "client_error", sender, answer.content)
                 self.step_ledger.failed(round_index, sender, answer.content)
                 continue
             try:
                 decoded = _decode(answer.content, steps[node])
             except ValueError as error:
-                self.on_event(round_index, "bad_reply", sender, str(error))
+                self._event(round_index, "bad_reply", sender, str(error))
                 continue
             if self._refused(sender, zip(programs[sender], decoded, strict=True)):
                 continue
@@ -177,7 +190,7 @@ class FlowerClientPool:
             self.on_timing(message_timing(round_index, sender, answer, replies[sender]))
             for reply in replies[sender]:
                 for reason in reply.metrics.skipped_peers or ():
-                    self.on_event(round_index, "peer_skipped", sender, reason)
+                    self._event(round_index, "peer_skipped", sender, reason)
         for message in messages:
             client_id = self.by_node[message.metadata.dst_node_id]
             if client_id in self.offline:
@@ -187,7 +200,7 @@ class FlowerClientPool:
             else:
                 self.silent.add(client_id)
                 why = unanswered.get(client_id, NO_REPLY)
-                self.on_event(round_index, "no_reply", client_id, why)
+                self._event(round_index, "no_reply", client_id, why)
         return dict(sorted(replies.items()))  # arrival order must not leak into the method
 
     def close_relay(self) -> None:
@@ -197,7 +210,7 @@ class FlowerClientPool:
         round_index = self.relay.round
         ended = self.relay.close()
         for client, error in ended.failed.items():
-            self.on_event(round_index, "client_error", client, f"relay seat: {error}")
+            self._event(round_index, "client_error", client, f"relay seat: {error}")
             self.step_ledger.failed(round_index, client, f"relay seat: {error}")
         for timing in ended.timings:
             self.on_timing(timing)
@@ -228,14 +241,14 @@ class FlowerClientPool:
                 continue
             self.silent.add(client_id)
             if outcome is None:
-                self.on_event(round_index, "no_reply", client_id, NO_REPLY)
+                self._event(round_index, "no_reply", client_id, NO_REPLY)
             elif node_gone(outcome):  # its seat's node went offline: skipped, as on messages
                 self.offline.add(client_id)
-                self.on_event(round_index, "offline", client_id, LOST_WITH_NODE)
+                self._event(round_index, "offline", client_id, LOST_WITH_NODE)
             elif content_lost(outcome):  # its seat's reply was lost on the way
-                self.on_event(round_index, "no_reply", client_id, _lost(outcome))
+                self._event(round_index, "no_reply", client_id, _lost(outcome))
             else:  # the step raised on the client
-                self.on_event(round_index, "client_error", client_id, outcome)
+                self._event(round_index, "client_error", client_id, outcome)
                 self.step_ledger.failed(round_index, client_id, outcome)
         return replies
 
@@ -250,15 +263,28 @@ class FlowerClientPool:
 
         def recheck() -> set[int]:
             nonlocal online
-            self.while_paused()
+            if self.ledger.stop_requested():
+                raise RunStopped
             online = self.refresh()
             return members_in(online)
 
         await_quorum(
             self.quorum, self.members.keys(), members_in(online), recheck, round_index,
-            self.on_pause,
+            self._pause,
         )  # fmt: skip
         return online
+
+    def _pause(self, kind: str, message: str) -> None:
+        """A pause below the quorum ("quorum_lost") and its end: an event, and the run's
+        status line while it lasts."""
+        lost = kind == "quorum_lost"
+        self.ledger.record_event(kind, message, "warning" if lost else "info")
+        self.ledger.say(message if lost else "")
+
+    def _event(self, round_index: int, kind: str, client_id: int, message: str) -> None:
+        """A fault of a client's (a warning), or a notice (NOTICES: info)."""
+        level = "info" if kind in NOTICES else "warning"
+        self.ledger.record_event(kind, message, level, round=round_index, client_id=client_id)
 
     def _refused(self, client_id: int, answered: Iterable[tuple[Instruction, Reply]]) -> bool:
         """Whether a reply to one of the client's steps holds a value outside its domain
@@ -269,11 +295,11 @@ class FlowerClientPool:
         for step, reply in answered:
             reason = refusal(reply, step)
             if reason is not None:
-                self.on_event(step.round, "anomaly", client_id, reason)
+                self._event(step.round, "anomaly", client_id, reason)
                 return True
             count = reply.metrics.num_samples
             if count is not None and (why := self.first_counts.disagreement(client_id, count)):
-                self.on_event(step.round, "anomaly", client_id, why)
+                self._event(step.round, "anomaly", client_id, why)
             lowered = None if count is None else self.first_counts.lower(client_id, count)
             if lowered is not None and client_id in self.members:
                 self.members[client_id] = replace(self.members[client_id], num_samples=lowered)
@@ -291,11 +317,11 @@ class FlowerClientPool:
                 continue
             if member.flower_node_id not in online:
                 self.offline.add(client_id)
-                self.on_event(round_index, "offline", client_id, "node is offline; skipped")
+                self._event(round_index, "offline", client_id, "node is offline; skipped")
                 continue
             if client_id in self.offline:
                 self.offline.discard(client_id)
-                self.on_event(
+                self._event(
                     round_index, "rejoined", client_id,
                     f"online again (Flower node {member.flower_node_id}) after being skipped",
                 )  # fmt: skip
@@ -309,10 +335,12 @@ class FlowerClientPool:
         it takes over that member's place. Returns the node ids online now.
         """
         online = set(self.grid.get_node_ids())
-        new = sorted(online - set(self.by_node) - set(self.refused(online)))
-        if new:
-            for member in self.admit(new):
-                self._add(member)
+        new = sorted(online - set(self.by_node) - set(self.door.refused(online)))
+        joined = self.door.admit(new) if new else []
+        if joined:
+            self.ledger.register_members(joined)
+        for member in joined:
+            self._add(member)
         self._online = (time.monotonic(), online)
         return online
 
@@ -324,29 +352,49 @@ class FlowerClientPool:
         self.members[member.client_id] = member
         self.by_node[member.flower_node_id] = member.client_id
 
-    def _with_peer_access(self, client_id: int, step: Instruction, online: set[int]) -> Instruction:
-        """A COLLABORATE step with its owners' addresses and grants attached, and how long a
-        fetch may wait for a peer: half the message deadline, so that the client still
-        answers in time when a peer never publishes. Peers that are unknown, offline or
-        silent are dropped from its list. Other steps as they are."""
-        task = step.task
-        if not isinstance(task, Collaborate):
-            return step
-        known = tuple(
+    def _peers(self, task: Collaborate, online: set[int]) -> tuple[int, ...]:
+        """The step's candidates a client may fetch from now: members online and not
+        silent (unknown, offline or silent peers are dropped)."""
+        return tuple(
             j
             for j in task.candidates
             if j in self.members
             and self.members[j].flower_node_id in online
             and j not in self.silent
         )
+
+    def _grants(
+        self, programs: Mapping[int, Program], clients: Iterable[int], online: set[int]
+    ) -> dict[int, Grants]:
+        """Per round, the grants of every COLLABORATE step ``clients`` are sent: one ledger
+        call for all of a round's fetches, not one per fetcher."""
+        fetches: dict[int, dict[int, list[int]]] = {}
+        for client_id in clients:
+            for step in programs[client_id]:
+                if isinstance(step.task, Collaborate) and (peers := self._peers(step.task, online)):
+                    owners = fetches.setdefault(step.round, {}).setdefault(client_id, [])
+                    owners += [j for j in peers if j not in owners]
+        return {r: self.ledger.issue_grants(r, asked) for r, asked in fetches.items()}
+
+    def _with_peer_access(
+        self, client_id: int, step: Instruction, online: set[int], grants: Mapping[int, Grants]
+    ) -> Instruction:
+        """A COLLABORATE step with its owners' addresses and grants attached (``grants``:
+        per round, from ``_grants``), and how long a fetch may wait for a peer: half the
+        message deadline, so that the client still answers in time when a peer never
+        publishes. Only its ``_peers`` stay in its list. Other steps as they are."""
+        task = step.task
+        if not isinstance(task, Collaborate):
+            return step
+        known = self._peers(task, online)
         weights = dict(zip(task.candidates, task.weights, strict=True))
-        grants = self.issue_grants(client_id, known, step.round) if known else {}
+        tokens = grants.get(step.round, {}).get(client_id, {})
         task = replace(
             task,
             candidates=known,
             weights=tuple(weights[j] for j in known),
             peer_addresses=tuple(self.members[j].peer_address for j in known),
-            peer_grants=tuple(grants[j] for j in known),
+            peer_grants=tuple(tokens[j] for j in known),
             peer_wait_s=self.timeout_s / 2,
         )
         return replace(step, task=task)

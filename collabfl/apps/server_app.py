@@ -24,7 +24,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -36,7 +36,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from collabfl.apps.exchange import exchange
 from collabfl.apps.fleet_signals import CoordinatorSignals, FleetSignals
-from collabfl.apps.pool import NOTICES, FlowerClientPool
+from collabfl.apps.pool import FlowerClientPool
+from collabfl.apps.run_ledger import RunLedger, ServiceLedger
 from collabfl.apps.run_setup import (
     SETUP_MESSAGE,
     Description,
@@ -48,7 +49,6 @@ from collabfl.apps.substeps import RelayedSteps
 from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.records import Member
-from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.engine.builders import build_method
 from collabfl.engine.config import ConfigError, model_name, validate_config
 from collabfl.engine.driver import RunStopped, drive
@@ -93,8 +93,9 @@ def main(grid: Grid, context: Context) -> None:
             with contextlib.closing(launch.feeder()) as feeder:
                 signals = CoordinatorSignals(coordinator, run_id)
                 relay = RelayedSteps(grid, feeder, options.message_timeout_s, signals)
+                ledger = ServiceLedger(coordinator, run_id, options.grant_ttl_s)
                 status, message = run_federated(
-                    grid, coordinator, run_id, spec, options, binder, relay, signals,
+                    grid, ledger, spec, options, binder, relay, signals,
                     enrolled_sizes=launch.enrolled_sizes(),
                 )  # fmt: skip
         except ConfigError as error:  # e.g. a client reported an invalid market profile
@@ -124,8 +125,7 @@ def main(grid: Grid, context: Context) -> None:
 
 def run_federated(
     grid: Grid,
-    coordinator: CoordinatorClient,
-    run_id: str,
+    ledger: RunLedger,
     spec: MethodSpec,
     options: RunOptions,
     binder: NodeBinder,
@@ -135,8 +135,10 @@ def run_federated(
 ) -> tuple[str, str]:
     """Join the clients, run every round, record it, and write the run directory; return how
     the run ended ("finished", "stopped" or "failed") and why (a failed run's sentence).
-    ``relay`` carries sub-round steps; ``signals`` say when to pull replies;
-    ``enrolled_sizes``: the members' training samples declared at enrolment."""
+    ``ledger``: the run at its coordinator; ``relay`` carries sub-round steps; ``signals``
+    say when to pull replies; ``enrolled_sizes``: the members' training samples declared at
+    enrolment."""
+    run_id = ledger.run_id
     quorum = run_quorum(spec.name, spec.config.federation, options.expected_clients)
     if spec.config.threads:
         # As the in-process runtime does: the ServerApp's own tensor work (SPO trains its
@@ -144,125 +146,66 @@ def run_federated(
         # spun against the clients' executors on the same machine.
         torch.set_num_threads(spec.config.threads)
     setup = setup_record(run_id, spec)
-
-    def refuse(node: int, client_id: int, reason: str) -> None:
-        log.warning("refused node %s: %s", node, reason)
-        coordinator.record_event(run_id, "impostor", reason, "warning", client_id=client_id)
-
-    def anomaly(client_id: int, message: str) -> None:
-        log.warning("client %s: %s", client_id, message)
-        coordinator.record_event(run_id, "anomaly", message, "warning", client_id=client_id)
-
     federation = spec.config.federation
     sizes, conflicts = declared_sizes(enrolled_sizes or {}, federation.declared_sizes)
     for client_id, message in conflicts.items():
-        log.warning("client %s: %s", client_id, message)
-        coordinator.record_event(run_id, "declared_size", message, "warning", client_id=client_id)
-    declared = DeclaredSizes(sizes, federation.size_tolerance)
-    gate = Gate(binder, refuse, declared, anomaly)
-
-    def say(message: str) -> None:
-        coordinator.set_run_message(run_id, message)
-
-    members, num_classes, described = join(grid, setup, options, gate, signals, say)
+        ledger.record_event("declared_size", message, client_id=client_id)
+    gate = Gate(binder, ledger, DeclaredSizes(sizes, federation.size_tolerance))
+    members, num_classes, described = join(grid, setup, options, gate, signals, ledger.say)
     missing = undeclared(spec.name, [m.client_id for m in members], sizes)
     if missing and federation.require_declared_sizes:
         raise ConfigError(f"federation.require_declared_sizes: {undeclared_message(missing)}")
     if missing:
-        log.warning("run %s: %s", run_id, undeclared_message(missing))
-        coordinator.record_event(run_id, "undeclared_sizes", undeclared_message(missing), "warning")
+        ledger.record_event("undeclared_sizes", undeclared_message(missing))
     reports = {c: d.market for c, d in described.items() if d.market}
-    coordinator.register_members(members, run_id)
+    ledger.register_members(members)
     joined = [m.client_id for m in members]
     shortfall = missing_clients(options.expected_clients, joined, binder.registered.values())
     if shortfall is None:
-        say(f"{len(members)} clients joined")
+        ledger.say(f"{len(members)} clients joined")
     else:
-        log.warning("run %s: %s", run_id, shortfall)
-        coordinator.record_event(run_id, "fewer_clients", shortfall, "warning")
-        say(f"{len(members)} of {options.expected_clients} clients joined")
-
-    def issue(fetcher: int, owners: Iterable[int], round_index: int) -> dict[int, bytes]:
-        return coordinator.issue_grants(run_id, round_index, fetcher, owners, options.grant_ttl_s)
-
-    def on_event(round_index: int, kind: str, client_id: int, message: str) -> None:
-        level = "info" if kind in NOTICES else "warning"
-        log.log(
-            logging.INFO if kind in NOTICES else logging.WARNING,
-            "round %s client %s: %s: %s", round_index, client_id, kind, message,
-        )  # fmt: skip
-        coordinator.record_event(
-            run_id, kind, message, level, round=round_index, client_id=client_id
-        )
-
-    def on_pause(kind: str, message: str) -> None:
-        """A pause below the quorum and its end: an event, and the run's status line."""
-        level = "warning" if kind == "quorum_lost" else "info"
-        log.log(logging.WARNING if kind == "quorum_lost" else logging.INFO, "%s", message)
-        coordinator.record_event(run_id, kind, message, level)
-        say(message if kind == "quorum_lost" else "")
-
-    def honour_stop() -> None:
-        """A stop asked while the run waits for its quorum ends it at once."""
-        if coordinator.get_run(run_id).status == "stopping":
-            raise RunStopped
-
-    def admit_new(nodes: Sequence[int]) -> list[Member]:
-        joined, _, _ = admit(grid, nodes, setup, gate, 60.0, signals)
-        if joined:
-            coordinator.register_members(joined, run_id)
-        return joined
+        ledger.record_event("fewer_clients", shortfall)
+        ledger.say(f"{len(members)} of {options.expected_clients} clients joined")
 
     model = model_name(spec.config)
     workspace = FlatModel(build_model(model, num_classes, spec.config.seed))
     out_dir = Path(options.out_dir)
     run_dir = out_dir / safe_name(spec.label)
-    last = coordinator.get_run(run_id).last_completed_round
+    last = ledger.last_completed_round()
     resume = None if last is None else load_checkpoint(run_dir / "checkpoint", last)
     if resume is not None:
-        log.warning("run %s resumes after round %s", run_id, last)
-        coordinator.record_event(run_id, "resumed", f"resuming after round {last}", "info")
+        ledger.record_event("resumed", f"resuming after round {last}", "info")
     # Graphs span client ids 0..n-1 even when some expected client has not joined (yet).
     num_clients = max(options.expected_clients, 1 + max(m.client_id for m in members))
     data, asked = federation_data(described.values()), requested_data(spec)
     if data != asked:
-        coordinator.record_event(run_id, "config_rewritten", rewritten(asked, data), "info")
+        ledger.record_event("config_rewritten", rewritten(asked, data), "info")
     recorder = MethodRecorder(spec, run_dir, num_clients, model, workspace.nbytes, last, data=data)
     pool = FlowerClientPool(
         grid,
         members,
-        issue,
-        on_event,
-        admit_new,
+        ledger,
+        Door(grid, setup, gate, signals),
         timeout_s=options.message_timeout_s,
-        refused=binder.refused,
         on_timing=lambda timing: recorder.writer.log_message(asdict(timing)),
         relay=relay,
         signals=signals,
         quorum=quorum,
-        on_pause=on_pause,
-        while_paused=honour_stop,
         max_share=federation.max_share,
         first_counts=gate.counts,
     )
     for k, weight in pool.sample_counts.items():
         if weight < (reported := pool.members[k].num_samples):
             message = f"weighs as {weight} samples, not {reported}: the share cap"
-            coordinator.record_event(run_id, "share_capped", message, "warning", client_id=k)
+            ledger.record_event("share_capped", message, client_id=k)
     method = build_method(spec, pool.sample_counts, workspace, reports)
 
     def after_round(outcome: RoundOutcome, rows: list[dict[str, Any]]) -> None:
         """Checkpoint the round, record it in the coordinator service, honour a stop."""
         save_checkpoint(run_dir / "checkpoint", outcome.round, outcome.checkpoint)
-        run = coordinator.record_round(
-            run_id,
-            outcome.round,
-            outcome.graph or [],
-            {row["client"]: row for row in rows},
-            num_clients=num_clients,
-            coalitions=outcome.coalitions,
-        )
-        if run.status == "stopping":
+        metrics = {row["client"]: row for row in rows}
+        graph = outcome.graph or []
+        if ledger.record_round(outcome.round, graph, metrics, num_clients, outcome.coalitions):
             raise RunStopped
 
     try:
@@ -290,15 +233,32 @@ def setup_record(run_id: str, spec: MethodSpec) -> RunSettings:
 
 @dataclass(frozen=True)
 class Gate:
-    """The run's node binding and where its refusals go: (node, claimed client, reason);
-    the sizes the operator declared and where a replaced report goes: (client, why)."""
+    """The run's node binding and the sizes the operator declared; its refusals
+    (``impostor``) and replaced reports (``anomaly``) go to the run's ledger."""
 
     binder: NodeBinder
-    refuse: Callable[[int, int, str], None]
+    ledger: RunLedger
     sizes: DeclaredSizes = field(default_factory=DeclaredSizes)
-    anomaly: Callable[[int, str], None] = lambda client_id, message: None
     counts: FirstCounts = field(default_factory=FirstCounts)
     """Each member's first reported count in this run: a rejoin is held to it."""
+
+
+@dataclass(frozen=True)
+class Door:
+    """The pool's way in for nodes that appear mid-run (apps/pool.py): the run's set-up,
+    through its gate."""
+
+    grid: Grid
+    setup: RunSettings
+    gate: Gate
+    signals: FleetSignals
+    timeout_s: float = 60.0
+
+    def admit(self, nodes: Sequence[int]) -> list[Member]:
+        return admit(self.grid, nodes, self.setup, self.gate, self.timeout_s, self.signals)[0]
+
+    def refused(self, online: Collection[int]) -> Collection[int]:
+        return self.gate.binder.refused(online)
 
 
 def admit(
@@ -332,13 +292,13 @@ def admit(
         client_id = description.client_id
         refusal = gate.binder.claim(node, client_id, online, description.peer_address)
         if refusal is not None:
-            gate.refuse(node, client_id, refusal)
+            gate.ledger.record_event("impostor", refusal, client_id=client_id)
             continue
         num_samples, replaced = gate.counts.admit(
             client_id, description.num_samples, partial(gate.sizes.admit, client_id)
         )
         if replaced is not None:
-            gate.anomaly(client_id, replaced)
+            gate.ledger.record_event("anomaly", replaced, client_id=client_id)
         members.append(
             Member(
                 client_id=client_id,

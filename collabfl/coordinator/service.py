@@ -254,9 +254,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         return pb.EventList(events=[event_to_pb(e) for e in events])
 
     @admitted
-    def IssueGrants(self, request: pb.IssueGrantsRequest, context: Any) -> pb.GrantList:
-        """Grants only from the run's current launch, for its active run and the round in
-        progress, between registered members, for a sane TTL."""
+    def IssueGrants(self, request: pb.IssueGrantsRequest, context: Any) -> pb.RoundGrants:
+        """A round's grants, only from the run's current launch, for its active run and the
+        round in progress, between registered members, for a sane TTL; every fetch is
+        checked before any grant is signed."""
         run = self._state.active_run(request.run_id)
         if not 0 < request.ttl_s <= MAX_GRANT_TTL_S:
             raise InvalidRecord(f"ttl_s must be in (0, {MAX_GRANT_TTL_S:g}], got {request.ttl_s}")
@@ -269,23 +270,37 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 f"run {run.run_id}: grants are for the round in progress ({current}), "
                 f"not round {request.round}"
             )
-        owners = list(request.owners)
+        fetchers = [fetch.fetcher for fetch in request.fetches]
+        if len(set(fetchers)) != len(fetchers):
+            raise InvalidRecord(f"fetchers {fetchers} lists a client twice")
+        for fetch in request.fetches:
+            self._check_fetch(fetch.fetcher, list(fetch.owners))
+        return pb.RoundGrants(
+            fetches=[
+                pb.FetcherGrants(
+                    fetcher=fetch.fetcher,
+                    grants=[
+                        pb.Grant(
+                            owner=owner,
+                            token=self._signer.issue(
+                                run.run_id, fetch.fetcher, owner, request.round, request.ttl_s
+                            ),
+                        )
+                        for owner in fetch.owners
+                    ],
+                )
+                for fetch in request.fetches
+            ]
+        )
+
+    def _check_fetch(self, fetcher: int, owners: list[int]) -> None:
+        """A fetch names registered members, each owner once, and not the fetcher itself."""
         if len(set(owners)) != len(owners):
             raise InvalidRecord(f"owners {owners} lists a client twice")
-        if request.fetcher in owners:
-            raise InvalidRecord(f"client {request.fetcher} needs no grant for its own model")
-        for client in (request.fetcher, *owners):
+        if fetcher in owners:
+            raise InvalidRecord(f"client {fetcher} needs no grant for its own model")
+        for client in (fetcher, *owners):
             self._state.member(client)
-        grants = [
-            pb.Grant(
-                owner=owner,
-                token=self._signer.issue(
-                    run.run_id, request.fetcher, owner, request.round, request.ttl_s
-                ),
-            )
-            for owner in owners
-        ]
-        return pb.GrantList(grants=grants)
 
     @admitted
     def GetRound(self, request: pb.RoundRef, context: Any) -> pb.RoundRecord:

@@ -261,18 +261,19 @@ class CoordinatorClient:
         return [event_from_pb(e) for e in self._call(self._stub.ListEvents, request).events]
 
     def issue_grants(
-        self, run_id: str, round: int, fetcher: int, owners: Iterable[int], ttl_s: float
-    ) -> dict[int, bytes]:
-        """One signed token per owner, for ``fetcher`` to present when fetching its model."""
+        self, run_id: str, round: int, fetches: Mapping[int, Iterable[int]], ttl_s: float
+    ) -> dict[int, dict[int, bytes]]:
+        """A round's grants in one call: per fetcher, one signed token per owner in
+        ``fetches`` (fetcher -> owners), to present when fetching that owner's model."""
         request = pb.IssueGrantsRequest(
             run_id=run_id,
             round=round,
-            fetcher=fetcher,
-            owners=list(owners),
+            fetches=[pb.Fetch(fetcher=k, owners=list(owners)) for k, owners in fetches.items()],
             ttl_s=ttl_s,
             launch_token=self.launch_token,
         )
-        return {g.owner: g.token for g in self._call(self._stub.IssueGrants, request).grants}
+        reply: pb.RoundGrants = self._call(self._stub.IssueGrants, request)
+        return {f.fetcher: {g.owner: g.token for g in f.grants} for f in reply.fetches}
 
     def get_round(self, run_id: str, round: int) -> RoundRecord:
         reply = self._call(self._stub.GetRound, pb.RoundRef(run_id=run_id, round=round))

@@ -335,20 +335,26 @@ class EventList(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class IssueGrantsRequest(_message.Message):
-    __slots__ = ("run_id", "round", "fetcher", "owners", "ttl_s", "launch_token")
+    __slots__ = ("run_id", "round", "ttl_s", "launch_token", "fetches")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
-    FETCHER_FIELD_NUMBER: _ClassVar[int]
-    OWNERS_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FETCHES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     round: int
-    fetcher: int
-    owners: _containers.RepeatedScalarFieldContainer[int]
     ttl_s: float
     launch_token: str
-    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., fetcher: _Optional[int] = ..., owners: _Optional[_Iterable[int]] = ..., ttl_s: _Optional[float] = ..., launch_token: _Optional[str] = ...) -> None: ...
+    fetches: _containers.RepeatedCompositeFieldContainer[Fetch]
+    def __init__(self, run_id: _Optional[str] = ..., round: _Optional[int] = ..., ttl_s: _Optional[float] = ..., launch_token: _Optional[str] = ..., fetches: _Optional[_Iterable[_Union[Fetch, _Mapping]]] = ...) -> None: ...
+
+class Fetch(_message.Message):
+    __slots__ = ("fetcher", "owners")
+    FETCHER_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    fetcher: int
+    owners: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, fetcher: _Optional[int] = ..., owners: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("owner", "token")
@@ -358,11 +364,19 @@ class Grant(_message.Message):
     token: bytes
     def __init__(self, owner: _Optional[int] = ..., token: _Optional[bytes] = ...) -> None: ...
 
-class GrantList(_message.Message):
-    __slots__ = ("grants",)
+class FetcherGrants(_message.Message):
+    __slots__ = ("fetcher", "grants")
+    FETCHER_FIELD_NUMBER: _ClassVar[int]
     GRANTS_FIELD_NUMBER: _ClassVar[int]
+    fetcher: int
     grants: _containers.RepeatedCompositeFieldContainer[Grant]
-    def __init__(self, grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
+    def __init__(self, fetcher: _Optional[int] = ..., grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
+
+class RoundGrants(_message.Message):
+    __slots__ = ("fetches",)
+    FETCHES_FIELD_NUMBER: _ClassVar[int]
+    fetches: _containers.RepeatedCompositeFieldContainer[FetcherGrants]
+    def __init__(self, fetches: _Optional[_Iterable[_Union[FetcherGrants, _Mapping]]] = ...) -> None: ...
 
 class RoundGraph(_message.Message):
     __slots__ = ("round", "num_clients", "edges")

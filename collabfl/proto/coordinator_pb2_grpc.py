@@ -87,7 +87,7 @@ class CoordinatorStub:
         self.IssueGrants = channel.unary_unary(
                 '/collabfl.coordinator.Coordinator/IssueGrants',
                 request_serializer=collabfl_dot_proto_dot_coordinator__pb2.IssueGrantsRequest.SerializeToString,
-                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.GrantList.FromString,
+                response_deserializer=collabfl_dot_proto_dot_coordinator__pb2.RoundGrants.FromString,
                 _registered_method=True)
         self.GetRound = channel.unary_unary(
                 '/collabfl.coordinator.Coordinator/GetRound',
@@ -235,7 +235,8 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def IssueGrants(self, request, context):
-        """Signed, expiring tokens letting `fetcher` fetch each owner's model of `round`.
+        """Signed, expiring tokens letting each fetcher fetch each of its owners' models of
+        `round`: a round's grants in one call, each (fetcher, owner) pair checked alike.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -398,7 +399,7 @@ def add_CoordinatorServicer_to_server(servicer, server):
             'IssueGrants': grpc.unary_unary_rpc_method_handler(
                     servicer.IssueGrants,
                     request_deserializer=collabfl_dot_proto_dot_coordinator__pb2.IssueGrantsRequest.FromString,
-                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.GrantList.SerializeToString,
+                    response_serializer=collabfl_dot_proto_dot_coordinator__pb2.RoundGrants.SerializeToString,
             ),
             'GetRound': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRound,
@@ -767,7 +768,7 @@ class Coordinator:
             target,
             '/collabfl.coordinator.Coordinator/IssueGrants',
             collabfl_dot_proto_dot_coordinator__pb2.IssueGrantsRequest.SerializeToString,
-            collabfl_dot_proto_dot_coordinator__pb2.GrantList.FromString,
+            collabfl_dot_proto_dot_coordinator__pb2.RoundGrants.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,7 +58,9 @@ def coordinator_admin(address: str, ca: str, cert: str | None, key: str | None) 
             pb.RegisterMembersRequest(members=[evil]), timeout=TIMEOUT_S
         ),
         "IssueGrants": lambda: stub.IssueGrants(
-            pb.IssueGrantsRequest(run_id="evil", round=0, fetcher=0, owners=[1], ttl_s=60),
+            pb.IssueGrantsRequest(
+                run_id="evil", round=0, fetches=[pb.Fetch(fetcher=0, owners=[1])], ttl_s=60
+            ),
             timeout=TIMEOUT_S,
         ),
     }
