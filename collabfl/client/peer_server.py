@@ -87,7 +87,9 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
     def owner(self) -> int:
         return self.models.owner
 
-    def FetchModel(
+    # The generated servicer yields Chunk messages; this one yields them already serialised
+    # (registered without a response serializer in ``add_to_server`` below).
+    def FetchModel(  # type: ignore[override]
         self, request: peer_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> Iterator[bytes]:
         """Serialised ``Chunk`` messages (chunk_wire: the file's bytes copied once)."""

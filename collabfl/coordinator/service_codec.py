@@ -48,16 +48,16 @@ RELAY_CHANNEL_OPTIONS = [
 ]
 """Both ends of the sub-step relay send and read steps of up to MAX_STEP_BYTES."""
 
-_Enum = TypeVar("_Enum", pb.RunStatus, pb.EventLevel)
+_Enum = TypeVar("_Enum", pb.RunStatus.ValueType, pb.EventLevel.ValueType)
 
-_RUN_STATUS: dict[str, pb.RunStatus] = {
+_RUN_STATUS: dict[str, pb.RunStatus.ValueType] = {
     "running": pb.RUN_STATUS_RUNNING,
     "stopping": pb.RUN_STATUS_STOPPING,
     "stopped": pb.RUN_STATUS_STOPPED,
     "finished": pb.RUN_STATUS_FINISHED,
     "failed": pb.RUN_STATUS_FAILED,
 }
-_EVENT_LEVEL: dict[str, pb.EventLevel] = {
+_EVENT_LEVEL: dict[str, pb.EventLevel.ValueType] = {
     "info": pb.EVENT_LEVEL_INFO,
     "warning": pb.EVENT_LEVEL_WARNING,
     "error": pb.EVENT_LEVEL_ERROR,
@@ -88,7 +88,7 @@ def _value_of(names: Mapping[str, _Enum], name: str, what: str) -> _Enum:
     return names[name]
 
 
-def run_status_to_pb(status: str) -> pb.RunStatus:
+def run_status_to_pb(status: str) -> pb.RunStatus.ValueType:
     return _value_of(_RUN_STATUS, status, "run status")
 
 
@@ -96,7 +96,7 @@ def run_status_from_pb(status: int) -> str:
     return _name_of(_RUN_STATUS, status, "run status")
 
 
-def event_level_to_pb(level: str) -> pb.EventLevel:
+def event_level_to_pb(level: str) -> pb.EventLevel.ValueType:
     return _value_of(_EVENT_LEVEL, level, "event level")
 
 

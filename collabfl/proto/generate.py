@@ -17,7 +17,15 @@ from pathlib import Path
 from grpc_tools import protoc
 
 HERE = Path(__file__).resolve().parent
-SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+
+
+def plugin(name: str) -> Path:
+    """A protoc plugin installed beside this Python (mypy-protobuf's, from the dev extra)."""
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        raise SystemExit(f"{name} not found beside {sys.executable}: pip install mypy-protobuf")
+    return path
 
 
 def generate(into: Path) -> list[Path]:
@@ -33,8 +41,12 @@ def generate(into: Path) -> list[Path]:
         f"-I{into}",
         f"-I{include}",
         f"--python_out={into}",
-        f"--pyi_out={into}",
         f"--grpc_python_out={into}",
+        # Typed stubs of the messages and of the service classes, by mypy-protobuf.
+        f"--plugin=protoc-gen-mypy={plugin('protoc-gen-mypy')}",
+        f"--plugin=protoc-gen-mypy_grpc={plugin('protoc-gen-mypy_grpc')}",
+        f"--mypy_out={into}",
+        f"--mypy_grpc_out={into}",
         *(f"collabfl/proto/{source.name}" for source in sources),
     ]
     if protoc.main(args) != 0:
