@@ -31,20 +31,20 @@ class TensorInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class Manifest(_message.Message):
-    __slots__ = ("owner", "round", "tensors", "byte_size", "weights_sha256", "num_samples")
+    __slots__ = ("owner", "round", "tensors", "byte_size", "num_samples", "weights_blake3")
     OWNER_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
-    WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_BLAKE3_FIELD_NUMBER: _ClassVar[int]
     owner: int
     round: int
     tensors: _containers.RepeatedCompositeFieldContainer[TensorInfo]
     byte_size: int
-    weights_sha256: str
     num_samples: int
-    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., byte_size: _Optional[int] = ..., weights_sha256: _Optional[str] = ..., num_samples: _Optional[int] = ...) -> None: ...
+    weights_blake3: str
+    def __init__(self, owner: _Optional[int] = ..., round: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., byte_size: _Optional[int] = ..., num_samples: _Optional[int] = ..., weights_blake3: _Optional[str] = ...) -> None: ...
 
 class Chunk(_message.Message):
     __slots__ = ("data", "offset", "manifest")
