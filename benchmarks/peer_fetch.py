@@ -6,7 +6,7 @@ its digest checked on the way) and two bare gRPC servers that stream the same fi
 with no protobuf at all, pre-split into 1 MiB messages (the fastest a server-streaming
 transfer went here) and into messages of the peer server's own ``CHUNK_BYTES``. Throughput
 is the payload size over the median wall time of ``GrpcPeerSource.fetch`` (one call:
-manifest on the first chunk, parse, SHA-256 at the fetcher, copy into the result tensor) and
+manifest on the first chunk, parse, BLAKE3 at the fetcher, copy into the result tensor) and
 of draining each bare stream; repetitions alternate which goes first. "fetch" is a fetch of
 a file the server has checked already (what every fetcher of a round but the first gets);
 "first fetch" forgets that check before each call, so the server hashes the file too.

@@ -9,13 +9,13 @@ gRPC, or mutual TLS with ``--tls``) beside a bare gRPC server that streams the s
 bytes in 1 MiB messages (benchmarks/peer_fetch.py's baseline, always plain) and a raw TCP
 sender of those bytes (one socket, ``sendall``; the fetcher receives them into one buffer:
 what the link gives with no protocol at all); the fetcher times ``GrpcPeerSource.fetch``,
-the bare stream, raw TCP and SHA-256 over as many bytes in memory in turn (medians): a fetch
-checks the digest of every byte, so on a machine whose one core hashes slower than the link
-carries, the hash is its ceiling. Reported: throughput as a fraction of the
-nominal link rate, of the bare stream and of raw TCP over the same link, and the fetch's
-extra peak memory as a
-multiple of the model (peer_fetch.py's fresh-process measure, run in the fetcher's
-namespace: a warm process, so one more fetch's cost). Then a BGGC batch: Bc concurrent
+the bare stream, raw TCP, and the fetch's digest (BLAKE3) and SHA-256 (the digest before
+it) over as many bytes in memory, in turn (medians): a fetch checks the digest of every byte,
+so on a machine whose one core hashes slower than the link carries, the hash is its ceiling.
+Reported: throughput as a fraction of the nominal link rate, of the bare stream and of raw
+TCP over the same link, and the fetch's extra peak memory as a multiple of the model
+(peer_fetch.py's fresh-process measure, run in the fetcher's namespace: a warm process, so
+one more fetch's cost). Then a BGGC batch: Bc concurrent
 fetches, one from each of Bc peer hosts, all through the fetcher's one capped link; the
 aggregate throughput against the link rate.
 
@@ -65,6 +65,7 @@ from peer_fetch import (
     timed,
 )
 
+from collabfl.client.background_hash import weights_digest
 from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
@@ -198,6 +199,7 @@ def fetch_times(spec: dict[str, Any]) -> dict[str, Any]:
                 "fetch": lambda: source.fetch(owner, ROUND),
                 "bare": lambda: drain_bare(channel, timeout_s),
                 "tcp": lambda: drain_tcp(peers[0]["tcp_address"], peers[0]["payload_bytes"]),
+                "digest": lambda: weights_digest(hashed),
                 "sha256": lambda: hashlib.sha256(hashed).digest(),
             }
             for run in runs.values():
@@ -274,6 +276,7 @@ def bench_rate(rate: str, sizes: list[int], batch: int, batch_mb: int, args: Any
             fetch_rate = payload / median(times["fetch"])
             bare_rate = payload / median(times["bare"])
             tcp_rate = payload / median(times["tcp"])
+            digest_rate = payload / median(times["digest"])
             sha_rate = payload / median(times["sha256"])
             result["sizes"].append(
                 {
@@ -283,6 +286,7 @@ def bench_rate(rate: str, sizes: list[int], batch: int, batch_mb: int, args: Any
                     "fetch_mb_per_s": fetch_rate / MB,
                     "bare_mb_per_s": bare_rate / MB,
                     "tcp_mb_per_s": tcp_rate / MB,
+                    "digest_mb_per_s": digest_rate / MB,
                     "sha256_mb_per_s": sha_rate / MB,
                     "fetch_to_link": fetch_rate / link_bytes,
                     "bare_to_link": bare_rate / link_bytes,
@@ -330,6 +334,7 @@ def report(results: list[dict[str, Any]]) -> None:
             f"{s['fetch_mb_per_s']:.1f}",
             f"{s['bare_mb_per_s']:.1f}",
             f"{s['tcp_mb_per_s']:.1f}",
+            f"{s['digest_mb_per_s']:.1f}",
             f"{s['sha256_mb_per_s']:.1f}",
             f"{r['link_mb_per_s']:.1f}",
             f"{s['fetch_to_link']:.2f}",
@@ -341,7 +346,8 @@ def report(results: list[dict[str, Any]]) -> None:
         for r in results
         for s in r["sizes"]
     ]
-    headers = ["link", "MB", "fetch MB/s", "bare MB/s", "TCP MB/s", "SHA-256 MB/s", "link MB/s"]
+    headers = ["link", "MB", "fetch MB/s", "bare MB/s", "TCP MB/s", "BLAKE3 MB/s"]
+    headers += ["SHA-256 MB/s", "link MB/s"]
     headers += ["fetch/link"]
     headers += ["fetch/bare", "fetch/TCP"]
     headers += ["bare/link", "extra/model"]

@@ -17,7 +17,7 @@ MANIFEST = peer_pb2.Manifest(
     round=7,
     tensors=[peer_pb2.TensorInfo(name="weights", shape=[5], dtype="F32")],
     byte_size=100,
-    weights_sha256="ab" * 32,
+    weights_blake3="ab" * 32,
     num_samples=12,
 )
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 
 import pytest
 import torch
+from blake3 import blake3
 from safetensors import safe_open
+from safetensors.torch import save
 
 from collabfl.client import background_hash, model_store
 from collabfl.client.model_store import (
@@ -38,11 +39,11 @@ def test_publish_load_round_trip_in_safetensors(tmp_path):
             "owner": "4",
             "round": "7",
             "num_samples": "123",
-            "weights_sha256": hashlib.sha256(vector.numpy().tobytes()).hexdigest(),
+            "weights_blake3": blake3(vector.numpy().tobytes()).hexdigest(),
         }
     described = stored(store, 7)
     assert described.byte_size == store.path(7).stat().st_size
-    assert described.weights_sha256 == hashlib.sha256(vector.numpy().tobytes()).hexdigest()
+    assert described.weights_digest == blake3(vector.numpy().tobytes()).hexdigest()
     assert [(t.name, t.shape, t.dtype) for t in described.tensors] == [("weights", (1000,), "F32")]
     assert described.num_samples == 123
 
@@ -98,9 +99,9 @@ def test_leftover_temp_file_is_cleaned_on_start(tmp_path):
 def test_republishing_a_round_refreshes_its_digest(tmp_path):
     store = DiskModelStore(tmp_path, owner=0)
     store.publish(0, 0, torch.zeros(3))
-    first = stored(store, 0).weights_sha256
+    first = stored(store, 0).weights_digest
     store.publish(0, 0, torch.ones(3))
-    assert stored(store, 0).weights_sha256 != first
+    assert stored(store, 0).weights_digest != first
     assert stored(DiskModelStore(tmp_path, owner=0), 0) == stored(store, 0)
 
 
@@ -141,7 +142,7 @@ def test_damaged_weights_fail_before_the_last_chunk(tmp_path):
         chunks = published.chunks(1 << 10)
         for _ in range(count - 1):
             next(chunks)
-        with pytest.raises(CorruptModel, match="SHA-256 of the stored weights"):
+        with pytest.raises(CorruptModel, match="BLAKE3 of the stored weights"):
             next(chunks)  # the last chunk never leaves
 
 
@@ -150,6 +151,17 @@ def test_damaged_header_is_refused_on_open(tmp_path):
     store.publish(0, 0, torch.randn(30))
     store.path(0).write_bytes(b"\x10" + bytes(7) + b"{not json at all" + bytes(120))
     with pytest.raises(CorruptModel, match="header is damaged"):
+        store.open_round(0)
+
+
+def test_a_round_published_with_a_sha256_is_refused_not_served(tmp_path):
+    """A round published before BLAKE3 records only a SHA-256: never served unchecked."""
+    store = DiskModelStore(tmp_path, owner=0)
+    vector = torch.randn(30)
+    metadata = {"owner": "0", "round": "0", "weights_sha256": "0" * 64}
+    store.path(0).parent.mkdir(parents=True, exist_ok=True)
+    store.path(0).write_bytes(save({"weights": vector}, metadata=metadata))
+    with pytest.raises(CorruptModel, match="no recorded digest"):
         store.open_round(0)
 
 
@@ -180,7 +192,7 @@ def test_a_stream_abandoned_midway_stops_its_hashing(tmp_path, monkeypatch):
     store.publish(0, 0, torch.randn(3000))
 
     def hashing() -> set[int | None]:
-        return {t.ident for t in threading.enumerate() if t.name.startswith("sha256")}
+        return {t.ident for t in threading.enumerate() if t.name.startswith("digest")}
 
     before = hashing()
     with store.open_round(0) as published:
@@ -192,7 +204,7 @@ def test_a_stream_abandoned_midway_stops_its_hashing(tmp_path, monkeypatch):
     assert hashing() <= before
 
 
-class CountingSha(background_hash.BackgroundSha256):
+class CountingDigest(background_hash.BackgroundDigest):
     """The real background hash, counting how many streams it was started for."""
 
     started = 0
@@ -208,17 +220,17 @@ def serve_whole(store: DiskModelStore, round_index: int) -> bytes:
 
 
 def test_a_served_file_is_hashed_once_while_unchanged(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_store, "BackgroundSha256", CountingSha)
-    CountingSha.started = 0
+    monkeypatch.setattr(model_store, "BackgroundDigest", CountingDigest)
+    CountingDigest.started = 0
     published = PublishedModels(tmp_path, owner=0)
     published.for_publishing("run").publish(0, 0, torch.randn(3000))
     expected = published.for_publishing("run").path(0).read_bytes()
     for _ in range(3):
         assert serve_whole(published.for_serving("run"), 0) == expected  # stores share the record
-    assert CountingSha.started == 1
+    assert CountingDigest.started == 1
     published.for_publishing("run").publish(0, 0, torch.randn(3000))  # republished: a new file
     serve_whole(published.for_serving("run"), 0)
-    assert CountingSha.started == 2
+    assert CountingDigest.started == 2
 
 
 def test_a_file_changed_in_place_after_a_serve_is_checked_again(tmp_path):
@@ -232,7 +244,7 @@ def test_a_file_changed_in_place_after_a_serve_is_checked_again(tmp_path):
         file.seek(-4, os.SEEK_END)
         file.write(b"\xff\xff\xff\xff")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the ctime still moves
-    with pytest.raises(CorruptModel, match="SHA-256 of the stored weights"):
+    with pytest.raises(CorruptModel, match="BLAKE3 of the stored weights"):
         serve_whole(store, 0)
 
 
@@ -254,13 +266,13 @@ def test_neither_a_damaged_file_nor_a_cut_stream_counts_as_checked(tmp_path):
 
 
 def test_a_store_without_a_record_checks_every_serve(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_store, "BackgroundSha256", CountingSha)
-    CountingSha.started = 0
+    monkeypatch.setattr(model_store, "BackgroundDigest", CountingDigest)
+    CountingDigest.started = 0
     store = DiskModelStore(tmp_path, owner=0)
     store.publish(0, 0, torch.randn(3000))
     serve_whole(store, 0)
     serve_whole(store, 0)
-    assert CountingSha.started == 2
+    assert CountingDigest.started == 2
 
 
 def test_verified_files_keep_the_newest_within_capacity():

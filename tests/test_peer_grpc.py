@@ -76,7 +76,7 @@ def test_manifest_reports_the_stored_file(store, signer, address):
         chunks = list(stub.FetchModel(request, timeout=5))
     manifest = chunks[0].manifest
     with store.open_round(ROUND) as published:
-        assert manifest.weights_sha256 == published.stored.weights_sha256
+        assert manifest.weights_blake3 == published.stored.weights_digest
     assert manifest.byte_size == store.path(ROUND).stat().st_size
     assert (manifest.owner, manifest.round) == (OWNER, ROUND)
     full, rest = divmod(manifest.byte_size, CHUNK_BYTES)
@@ -196,7 +196,7 @@ def test_corrupted_file_fails_the_digest(store, signer, address):
         file.seek(-4, 2)
         file.write(b"\xff\xff\xff\xff")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # bit rot keeps the mtime
-    with source_for(address, grant) as source, pytest.raises(InvalidPeerModel, match="SHA-256"):
+    with source_for(address, grant) as source, pytest.raises(InvalidPeerModel, match="BLAKE3"):
         source.fetch(OWNER, ROUND)
 
 
@@ -214,7 +214,7 @@ def test_damage_the_server_no_longer_checks_is_caught_by_the_fetcher(
             file.write(b"\xff\xff\xff\xff")
         with published.for_serving(RUN).open_round(ROUND) as damaged:
             published.verified.add(damaged.identity)  # as if the rot left no trace in stat
-        with pytest.raises(InvalidPeerModel, match="SHA-256 of the tensor bytes does not match"):
+        with pytest.raises(InvalidPeerModel, match="BLAKE3 of the tensor bytes does not match"):
             source.fetch(OWNER, ROUND)
 
 

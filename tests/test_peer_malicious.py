@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import save
 
 from collabfl.client import background_hash
+from collabfl.client.background_hash import weights_digest
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
 from collabfl.proto import peer_pb2, peer_pb2_grpc
@@ -47,9 +48,18 @@ def manifest_of(payload: bytes, numel: int = NUMEL, **changes) -> peer_pb2.Manif
         round=ROUND,
         tensors=[peer_pb2.TensorInfo(name="weights", shape=[numel], dtype="F32")],
         byte_size=len(payload),
-        weights_sha256=hashlib.sha256(tensor_bytes).hexdigest(),
+        weights_blake3=weights_digest(tensor_bytes),
     )
     return peer_pb2.Manifest(**(fields | changes))
+
+
+def sha256_owner_manifest(payload: bytes) -> peer_pb2.Manifest:
+    """The manifest an owner before BLAKE3 sent: the SHA-256 in field 5, no weights_blake3."""
+    tensor_bytes = payload[8 + int.from_bytes(payload[:8], "little") :]
+    sha256 = hashlib.sha256(tensor_bytes).hexdigest().encode()
+    field_5 = bytes([5 << 3 | 2, len(sha256)]) + sha256
+    raw = manifest_of(payload, weights_blake3="").SerializeToString() + field_5
+    return peer_pb2.Manifest.FromString(raw)
 
 
 def chunks_of(payload: bytes, size: int = MIB) -> list[peer_pb2.Chunk]:
@@ -150,7 +160,7 @@ def bad_cases() -> dict[str, tuple[peer_pb2.Manifest, list[peer_pb2.Chunk], str]
     huge_chunk = b"\0" * (MIB + 1)
     entry = json.dumps(ENTRY)
     cases = {
-        "digest-mismatch": (manifest_of(GOOD), chunks_of(flipped(GOOD)), "SHA-256"),
+        "digest-mismatch": (manifest_of(GOOD), chunks_of(flipped(GOOD)), "BLAKE3"),
         "wrong-owner": (*honest_manifest(GOOD, owner=OWNER + 1), "is for peer"),
         "wrong-round": (*honest_manifest(GOOD, round=ROUND + 1), "is for peer"),
         "manifest-dtype": (
@@ -176,7 +186,8 @@ def bad_cases() -> dict[str, tuple[peer_pb2.Manifest, list[peer_pb2.Chunk], str]
             "lists tensors",
         ),
         "oversized-payload": (*honest_manifest(GOOD, byte_size=32 * MIB), "exceeds the limit"),
-        "bad-digest-field": (*honest_manifest(GOOD, weights_sha256="abc"), "not a SHA-256"),
+        "bad-digest-field": (*honest_manifest(GOOD, weights_blake3="abc"), "not a BLAKE3"),
+        "sha256-owner": (sha256_owner_manifest(GOOD), chunks_of(GOOD), "has no BLAKE3 digest"),
         "runs-past-manifest": (manifest_of(GOOD[:-8]), chunks_of(GOOD), "runs past"),
         "truncated-stream": (manifest_of(GOOD), chunks_of(GOOD[:-8]), "stream ended"),
         "offset-gap": (manifest_of(GOOD), gap, "chunk at offset"),
@@ -301,7 +312,7 @@ def flipped_first_weight(payload: bytes) -> bytes:
 
 
 def hashing_threads() -> set[int | None]:
-    return {t.ident for t in threading.enumerate() if t.name.startswith("sha256")}
+    return {t.ident for t in threading.enumerate() if t.name.startswith("digest")}
 
 
 @pytest.fixture
@@ -314,7 +325,7 @@ def test_digest_mismatch_early_in_a_long_stream_is_invalid(serve, no_inline):
     # Many chunks, so the damaged one is hashed in the background long before the end.
     chunks = chunks_of(flipped_first_weight(GOOD), size=100)
     address, _ = serve(FakePeer(manifest_of(GOOD), chunks))
-    with pytest.raises(InvalidPeerModel, match="SHA-256"):
+    with pytest.raises(InvalidPeerModel, match="BLAKE3"):
         fetch_from(address)
 
 

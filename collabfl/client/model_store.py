@@ -6,7 +6,7 @@ fetcher or a restarted daemon sees either a complete round or none; only the las
 rounds of a run are kept, because peers fetch the current one. Runs never share a folder:
 pruning one run's old rounds cannot touch another run's, whatever their round numbers.
 
-The SHA-256 of the weights is recorded in the file's metadata when it is published and
+The BLAKE3 digest of the weights is recorded in the file's metadata when it is published and
 checked again when the peer server first serves the file, while it is read for sending (no
 pass of its own): a file that rotted or was altered on disk (even into other finite values)
 before it went out fails before its last chunk leaves, instead of being handed out as this
@@ -18,7 +18,6 @@ per fetcher.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from collabfl.client.background_hash import BackgroundSha256
+from collabfl.client.background_hash import DIGEST_NAME, BackgroundDigest, weights_digest
 from collabfl.kernel.atomic import remove_leftovers, write_bytes, write_text
 
 if TYPE_CHECKING:
@@ -42,8 +41,8 @@ log = logging.getLogger(__name__)
 PUBLISHED_DIR = "published"
 """The folder of a client's state directory that holds its published models."""
 TENSOR_NAME = "weights"
-WEIGHTS_DIGEST = "weights_sha256"
-"""Metadata key of the weights' SHA-256, recorded at publish time."""
+WEIGHTS_DIGEST = "weights_blake3"
+"""Metadata key of the weights' BLAKE3 digest, recorded at publish time."""
 RUN_FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """A run id usable as a folder name: no separators, no leading dot (so never "..")."""
 _MAX_HEADER_BYTES = 1 << 20
@@ -71,7 +70,7 @@ class StoredModel:
 
     round: int
     byte_size: int
-    weights_sha256: str
+    weights_digest: str
     """The digest of the tensor bytes recorded at publish."""
     tensors: tuple[TensorInfo, ...]
     num_samples: int | None
@@ -178,7 +177,7 @@ class DiskModelStore:
         metadata = {"owner": str(owner), "round": str(round_index)}
         if num_samples is not None:
             metadata["num_samples"] = str(num_samples)
-        metadata[WEIGHTS_DIGEST] = hashlib.sha256(weights.numpy().tobytes()).hexdigest()
+        metadata[WEIGHTS_DIGEST] = weights_digest(weights.numpy().data.cast("B"))
         # 0600: the weights derive from private data, and peers read them through the server
         # (under grants), never from the file.
         write_bytes(target, save({TENSOR_NAME: weights}, metadata=metadata))
@@ -330,7 +329,7 @@ class PublishedRound:
         self.stored = StoredModel(
             round=round_index,
             byte_size=stat.st_size,
-            weights_sha256=recorded,
+            weights_digest=recorded,
             tensors=tensors,
             num_samples=num_samples,
         )
@@ -347,7 +346,7 @@ class PublishedRound:
             yield self._head + next(weights_read)
             yield from weights_read
             return
-        with BackgroundSha256() as weights:
+        with BackgroundDigest() as weights:
             first = next(weights_read)
             weights.update(first)
             pending = self._head + first
@@ -355,8 +354,10 @@ class PublishedRound:
                 weights.update(following)  # hashed while ``pending`` is sent
                 yield pending
                 pending = following
-            if weights.hexdigest() != self.stored.weights_sha256:
-                reason = "SHA-256 of the stored weights differs from the one recorded at publish"
+            if weights.hexdigest() != self.stored.weights_digest:
+                reason = (
+                    f"{DIGEST_NAME} of the stored weights differs from the one recorded at publish"
+                )
                 raise self._corrupt(self.stored.round, reason)
         if self._verified is not None:
             self._verified.add(self.identity)

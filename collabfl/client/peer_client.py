@@ -4,7 +4,7 @@ Everything a peer sends is untrusted. One call fetches a model: the manifest on 
 chunk is checked against what this client expects before any of the payload is used; the
 streamed safetensors payload is parsed here, header included, and its tensor bytes are
 written straight into a preallocated tensor; a worker thread hashes each region of the
-tensor while the next chunk arrives, and the SHA-256 is compared, at the end, with the
+tensor while the next chunk arrives, and the BLAKE3 digest is compared, at the end, with the
 digest the owner recorded at publish. Chunks are decoded by ``chunk_wire``, their data a
 view of gRPC's message. So a fetch needs about one model's worth of memory plus what gRPC
 buffers, which the receive window bounds (``BDP_MODEL_BYTES``). Network trouble becomes
@@ -15,6 +15,7 @@ way the fetcher skips the peer.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -23,7 +24,7 @@ from typing import Any
 import grpc
 import torch
 
-from collabfl.client.background_hash import BackgroundSha256
+from collabfl.client.background_hash import DIGEST_NAME, BackgroundDigest
 from collabfl.client.chunk_wire import MalformedChunk, decode_chunk
 from collabfl.client.model_store import TENSOR_NAME
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
@@ -36,6 +37,7 @@ MAX_CHUNK_BYTES = 1 << 20
 MAX_HEADER_BYTES = 64 * 1024
 """A one-tensor header is ~150 bytes; a larger one is refused before it is buffered."""
 _DTYPE = "F32"
+_HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 _ITEM_BYTES = 4
 _LENGTH_BYTES = 8
 _MESSAGE_SLACK = 64 * 1024
@@ -203,9 +205,11 @@ class GrpcPeerSource:
             raise invalid(f"lists tensors {tensors}, expected {expected}")
         if manifest.byte_size > self.max_bytes:
             raise invalid(f"size {manifest.byte_size} bytes exceeds the limit of {self.max_bytes}")
-        if len(manifest.weights_sha256) != 64:
-            digest = manifest.weights_sha256[:80]
-            raise invalid(f"digest {digest!r} is not a SHA-256 hex digest")
+        if not manifest.weights_blake3:
+            raise invalid(f"has no {DIGEST_NAME} digest (is the owner an older collabfl?)")
+        if not _HEX_DIGEST.fullmatch(manifest.weights_blake3):
+            digest = manifest.weights_blake3[:80]
+            raise invalid(f"digest {digest!r} is not a {DIGEST_NAME} hex digest")
 
 
 class _PayloadSink:
@@ -223,14 +227,14 @@ class _PayloadSink:
         self.round = round_index
         self.numel = numel
         self.byte_size = manifest.byte_size
-        self.weights_sha256 = manifest.weights_sha256
+        self.weights_digest = manifest.weights_blake3.lower()
         self.tensor = torch.empty(numel, dtype=torch.float32)
         self._dest = self.tensor.numpy().data.cast("B")
         self._head = bytearray()
         self._header_len: int | None = None
         self._data_start: int | None = None
         self._received = 0
-        self._sha = BackgroundSha256()
+        self._digest = BackgroundDigest()
 
     def feed(self, offset: int, data: memoryview) -> None:
         if offset != self._received:
@@ -246,19 +250,19 @@ class _PayloadSink:
             start = self._received + len(data) - len(view) - self._data_start
             region = self._dest[start : start + len(view)]
             region[:] = view
-            self._sha.update(region)  # hashed from the tensor while the next chunk arrives
+            self._digest.update(region)  # hashed from the tensor while the next chunk arrives
         self._received += len(data)
 
     def finish(self) -> torch.Tensor:
         if self._received != self.byte_size or self._data_start is None:
             raise self._invalid(f"stream ended after {self._received} of {self.byte_size} bytes")
-        if self._sha.hexdigest() != self.weights_sha256.lower():
-            raise self._invalid("SHA-256 of the tensor bytes does not match the manifest")
+        if self._digest.hexdigest() != self.weights_digest:
+            raise self._invalid(f"{DIGEST_NAME} of the tensor bytes does not match the manifest")
         return self.tensor
 
     def close(self) -> None:
         """Stop the hashing worker (after ``finish`` or when the stream failed)."""
-        self._sha.close()
+        self._digest.close()
 
     def _take_head(self, view: memoryview) -> memoryview:
         """Move header bytes from ``view`` into the head buffer; return what is left."""

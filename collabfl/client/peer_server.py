@@ -251,7 +251,7 @@ def _manifest(owner: int, stored: StoredModel) -> peer_pb2.Manifest:
             peer_pb2.TensorInfo(name=t.name, shape=t.shape, dtype=t.dtype) for t in stored.tensors
         ],
         byte_size=stored.byte_size,
-        weights_sha256=stored.weights_sha256,
+        weights_blake3=stored.weights_digest,
     )
     if stored.num_samples is not None:
         manifest.num_samples = stored.num_samples

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63ollabfl/proto/peer.proto\x12\rcollabfl.peer\"X\n\x0c\x46\x65tchRequest\x12\r\n\x05owner\x18\x01 \x01(\x03\x12\r\n\x05round\x18\x02 \x01(\x03\x12\r\n\x05grant\x18\x03 \x01(\x0c\x12\x0b\n\x03run\x18\x04 \x01(\t\x12\x0e\n\x06launch\x18\x05 \x01(\t\"8\n\nTensorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\"\xa9\x01\n\x08Manifest\x12\r\n\x05owner\x18\x01 \x01(\x03\x12\r\n\x05round\x18\x02 \x01(\x03\x12*\n\x07tensors\x18\x03 \x03(\x0b\x32\x19.collabfl.peer.TensorInfo\x12\x11\n\tbyte_size\x18\x04 \x01(\x03\x12\x16\n\x0eweights_sha256\x18\x05 \x01(\t\x12\x18\n\x0bnum_samples\x18\x06 \x01(\x03H\x00\x88\x01\x01\x42\x0e\n\x0c_num_samples\"P\n\x05\x43hunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12)\n\x08manifest\x18\x03 \x01(\x0b\x32\x17.collabfl.peer.Manifest\"\x1c\n\rHealthRequest\x12\x0b\n\x03run\x18\x01 \x01(\t\"X\n\x0bHealthReply\x12\r\n\x05owner\x18\x01 \x01(\x03\x12\x19\n\x0clatest_round\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06status\x18\x03 \x01(\tB\x0f\n\r_latest_round2\x93\x01\n\nPeerModels\x12\x41\n\nFetchModel\x12\x1b.collabfl.peer.FetchRequest\x1a\x14.collabfl.peer.Chunk0\x01\x12\x42\n\x06Health\x12\x1c.collabfl.peer.HealthRequest\x1a\x1a.collabfl.peer.HealthReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63ollabfl/proto/peer.proto\x12\rcollabfl.peer\"X\n\x0c\x46\x65tchRequest\x12\r\n\x05owner\x18\x01 \x01(\x03\x12\r\n\x05round\x18\x02 \x01(\x03\x12\r\n\x05grant\x18\x03 \x01(\x0c\x12\x0b\n\x03run\x18\x04 \x01(\t\x12\x0e\n\x06launch\x18\x05 \x01(\t\"8\n\nTensorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\"\xbf\x01\n\x08Manifest\x12\r\n\x05owner\x18\x01 \x01(\x03\x12\r\n\x05round\x18\x02 \x01(\x03\x12*\n\x07tensors\x18\x03 \x03(\x0b\x32\x19.collabfl.peer.TensorInfo\x12\x11\n\tbyte_size\x18\x04 \x01(\x03\x12\x18\n\x0bnum_samples\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\x0eweights_blake3\x18\x07 \x01(\tB\x0e\n\x0c_num_samplesJ\x04\x08\x05\x10\x06R\x0eweights_sha256\"P\n\x05\x43hunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12)\n\x08manifest\x18\x03 \x01(\x0b\x32\x17.collabfl.peer.Manifest\"\x1c\n\rHealthRequest\x12\x0b\n\x03run\x18\x01 \x01(\t\"X\n\x0bHealthReply\x12\r\n\x05owner\x18\x01 \x01(\x03\x12\x19\n\x0clatest_round\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06status\x18\x03 \x01(\tB\x0f\n\r_latest_round2\x93\x01\n\nPeerModels\x12\x41\n\nFetchModel\x12\x1b.collabfl.peer.FetchRequest\x1a\x14.collabfl.peer.Chunk0\x01\x12\x42\n\x06Health\x12\x1c.collabfl.peer.HealthRequest\x1a\x1a.collabfl.peer.HealthReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,13 +36,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSORINFO']._serialized_start=134
   _globals['_TENSORINFO']._serialized_end=190
   _globals['_MANIFEST']._serialized_start=193
-  _globals['_MANIFEST']._serialized_end=362
-  _globals['_CHUNK']._serialized_start=364
-  _globals['_CHUNK']._serialized_end=444
-  _globals['_HEALTHREQUEST']._serialized_start=446
-  _globals['_HEALTHREQUEST']._serialized_end=474
-  _globals['_HEALTHREPLY']._serialized_start=476
-  _globals['_HEALTHREPLY']._serialized_end=564
-  _globals['_PEERMODELS']._serialized_start=567
-  _globals['_PEERMODELS']._serialized_end=714
+  _globals['_MANIFEST']._serialized_end=384
+  _globals['_CHUNK']._serialized_start=386
+  _globals['_CHUNK']._serialized_end=466
+  _globals['_HEALTHREQUEST']._serialized_start=468
+  _globals['_HEALTHREQUEST']._serialized_end=496
+  _globals['_HEALTHREPLY']._serialized_start=498
+  _globals['_HEALTHREPLY']._serialized_end=586
+  _globals['_PEERMODELS']._serialized_start=589
+  _globals['_PEERMODELS']._serialized_end=736
 # @@protoc_insertion_point(module_scope)

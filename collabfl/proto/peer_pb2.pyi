@@ -102,18 +102,18 @@ class Manifest(_message.Message):
     ROUND_FIELD_NUMBER: _builtins.int
     TENSORS_FIELD_NUMBER: _builtins.int
     BYTE_SIZE_FIELD_NUMBER: _builtins.int
-    WEIGHTS_SHA256_FIELD_NUMBER: _builtins.int
     NUM_SAMPLES_FIELD_NUMBER: _builtins.int
+    WEIGHTS_BLAKE3_FIELD_NUMBER: _builtins.int
     owner: _builtins.int
     round: _builtins.int
     byte_size: _builtins.int
     """Size of the whole streamed payload (the safetensors file) in bytes."""
-    weights_sha256: _builtins.str
-    """SHA-256 of the tensor bytes (the payload after the safetensors header), lowercase hex:
-    the digest the owner recorded when it published the round.
-    """
     num_samples: _builtins.int
     """Training samples behind the model, when the owner shares it (aggregation weight)."""
+    weights_blake3: _builtins.str
+    """BLAKE3 (32 bytes) of the tensor bytes (the payload after the safetensors header),
+    lowercase hex: the digest the owner recorded when it published the round.
+    """
     @_builtins.property
     def tensors(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorInfo]: ...
     def __init__(
@@ -123,12 +123,12 @@ class Manifest(_message.Message):
         round: _builtins.int = ...,
         tensors: _abc.Iterable[Global___TensorInfo] | None = ...,
         byte_size: _builtins.int = ...,
-        weights_sha256: _builtins.str = ...,
         num_samples: _builtins.int | None = ...,
+        weights_blake3: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_num_samples", b"_num_samples", "num_samples", b"num_samples"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_num_samples", b"_num_samples", "byte_size", b"byte_size", "num_samples", b"num_samples", "owner", b"owner", "round", b"round", "tensors", b"tensors", "weights_sha256", b"weights_sha256"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_num_samples", b"_num_samples", "byte_size", b"byte_size", "num_samples", b"num_samples", "owner", b"owner", "round", b"round", "tensors", b"tensors", "weights_blake3", b"weights_blake3"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__num_samples: _TypeAlias = _typing.Literal["num_samples"]  # noqa: Y015
     _WhichOneofArgType__num_samples: _TypeAlias = _typing.Literal["_num_samples", b"_num_samples"]  # noqa: Y015
