@@ -14,6 +14,8 @@ import logging
 import re
 import socket
 import ssl
+import time
+import types
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -380,14 +382,18 @@ def test_a_join_waits_for_an_unreachable_coordinator_for_ever_saying_when_and_wh
 
     clock = [0.0]
     lines: list[str] = []
-    monkeypatch.setattr(join_client.time, "monotonic", lambda: clock[0])
 
     def sleep(seconds: float) -> None:
         clock[0] += seconds
         if clock[0] > 3600:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(join_client.time, "sleep", sleep)
+    # A fake clock for join_client alone: patching the time module itself would stop the
+    # clock of every other thread in this worker (pytest-timeout's among them).
+    fake_time = types.SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=sleep, strftime=time.strftime
+    )
+    monkeypatch.setattr(join_client, "time", fake_time)
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # nothing listens once it is closed
