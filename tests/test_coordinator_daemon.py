@@ -15,14 +15,16 @@ import pytest
 from support.coordinator import served, valid_request
 from support.pki import TestCA
 
-from collabfl.coordinator import daemon
-from collabfl.coordinator.daemon import RunLauncher
+from collabfl.coordinator import run_launcher
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.flower_runs import FlowerCliError
 from collabfl.coordinator.flower_status import flower_run_id
 from collabfl.coordinator.launch import Launch
+from collabfl.coordinator.run_launcher import RunLauncher
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
+from collabfl.coordinator.settings import CoordinatorSettings, parser
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase
+from collabfl.coordinator.superlink import superlink_command
 from collabfl.kernel.grants import generate_private_key
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ClientTLS
@@ -125,7 +127,7 @@ def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
         submitted.append(overrides)
         raise FlowerCliError("no SuperLink in this test")
 
-    monkeypatch.setattr(daemon, "submit_run", submit)
+    monkeypatch.setattr(run_launcher, "submit_run", submit)
     service = Launch(
         coordinator="127.0.0.1:9300",
         coordinator_ca="/etc/ca.pem",
@@ -166,9 +168,11 @@ class FakeFlower:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.submitted: list[str] = []
         self.stopped: list[int] = []
-        monkeypatch.setattr(daemon, "submit_run", self.submit)
-        monkeypatch.setattr(daemon, "stop_run", self.stop)
-        monkeypatch.setattr(daemon, "follow_command", lambda run, _: [sys.executable, "-c", ""])
+        monkeypatch.setattr(run_launcher, "submit_run", self.submit)
+        monkeypatch.setattr(run_launcher, "stop_run", self.stop)
+        monkeypatch.setattr(
+            run_launcher, "follow_command", lambda run, _: [sys.executable, "-c", ""]
+        )
 
     def submit(self, app_dir: Path, connection: str, overrides: str, env: dict) -> str:
         self.submitted.append(overrides)
@@ -254,8 +258,8 @@ def test_the_superlink_state_is_memory_unless_disk_is_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def database(*flags: str) -> str:
-        args = daemon.parser().parse_args(["--state-dir", str(tmp_path), "--insecure", *flags])
-        command = daemon.superlink_command(args)
+        args = parser().parse_args(["--state-dir", str(tmp_path), "--insecure", *flags])
+        command = superlink_command(CoordinatorSettings.from_flags(args))
         return command[command.index("--database") + 1]
 
     assert database() == ":flwr-in-memory:"
