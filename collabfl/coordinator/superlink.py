@@ -16,6 +16,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import tomli_w
+
 from collabfl.coordinator.enrolment import SuperNodeRegistry
 from collabfl.coordinator.fleet_gateway import LoopbackTLS
 from collabfl.coordinator.settings import CoordinatorSettings
@@ -185,12 +187,13 @@ def write_flower_home(settings: CoordinatorSettings) -> Path:
     """FLWR_HOME with one connection to our SuperLink on loopback, for ``flwr run``/``ls``."""
     home = flower_home(settings.state_dir)
     home.mkdir(parents=True, exist_ok=True)
-    lines = ["[superlink]", f'default = "{CONNECTION}"', f"[superlink.{CONNECTION}]"]
-    lines.append(f'address = "{LOOPBACK}:{settings.superlink_internal_port}"')
+    address = f"{LOOPBACK}:{settings.superlink_internal_port}"
+    connection: dict[str, str | bool] = {"address": address}
     tls = loopback_tls(settings)
     if tls is None:
-        lines.append("insecure = true")
+        connection["insecure"] = True
     else:
-        lines.append(f'root-certificates = "{tls.ca.resolve()}"')
-    write_text(home / "config.toml", "\n".join(lines) + "\n")
+        connection["root-certificates"] = str(tls.ca.resolve())
+    config = {"superlink": {"default": CONNECTION, CONNECTION: connection}}
+    write_text(home / "config.toml", tomli_w.dumps(config))  # quoted for TOML: any path passes
     return home
