@@ -9,7 +9,6 @@ times at most.
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import threading
@@ -32,6 +31,7 @@ from collabfl.coordinator.launch import (
     launch_app_config,
     write_enrolled_sizes,
     write_launch_token,
+    write_run_config,
 )
 from collabfl.coordinator.settings import CoordinatorSettings, public_names
 from collabfl.coordinator.state import CoordinatorState, Run
@@ -215,13 +215,13 @@ class RunLauncher:
             ),
         )
         settings = {**launch.to_run_config(), **options.to_run_config()}
+        run_config = write_run_config(self.state_dir, run.run_id, settings)
         reply_path = flower_run_file(self.state_dir, run.run_id)
         self.stop_previous(run.run_id, reply_path)
-        overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
         log.info("launching run %s (attempt %s)", run.run_id, count)
         self.submitted.expect()  # its task may reach the ServerApp launcher before its id
         try:
-            reply = submit_run(self.app_dir, CONNECTION, overrides, self.env)
+            reply = submit_run(self.app_dir, CONNECTION, run_config, self.env)
             flower_run = submitted_run_id(reply)
             self.submitted.add(flower_run)  # its ServerApp may start now
         except FlowerCliError as error:
