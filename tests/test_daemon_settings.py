@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -17,6 +18,7 @@ from collabfl.client.settings import ParticipantSettings
 from collabfl.client.settings import parser as client_parser
 from collabfl.coordinator.settings import CoordinatorSettings
 from collabfl.coordinator.settings import parser as coordinator_parser
+from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 from collabfl.kernel.daemon_settings import FILE_NAME, LEGACY_FILE, load, save
 
 
@@ -105,6 +107,21 @@ def test_a_state_dir_saved_by_an_older_collabfl_is_read_then_replaced(tmp_path):
     assert _client(["--state-dir", str(state)]) == settings
 
 
+@pytest.mark.parametrize(
+    ("model", "make_parser"),
+    [(ParticipantSettings, client_parser), (CoordinatorSettings, coordinator_parser)],
+)
+def test_the_model_has_one_field_per_flag(model, make_parser):
+    flags = vars(make_parser().parse_args(["--state-dir", "s"]))  # every flag, given or not
+    assert set(flags) == set(model.model_fields)
+
+
+def test_the_client_runtimes_are_the_ones_flower_processes_runs():
+    runtime = ParticipantSettings.model_fields["runtime"]
+    assert get_args(runtime.annotation) == CLIENT_RUNTIMES
+    assert runtime.default == DEFAULT_RUNTIME
+
+
 def test_a_client_without_settings_says_how_to_enrol(tmp_path, capsys):
     code = client_daemon.main(["--state-dir", str(tmp_path / "empty")])
     assert code == 2
@@ -116,7 +133,8 @@ def test_a_client_without_settings_says_how_to_enrol(tmp_path, capsys):
     ("name", "text", "said"),
     [
         (LEGACY_FILE, '{"not": "a list"}', "is not a list of flags"),
-        (FILE_NAME, '["--client-id", "3"]', "input should be an object"),
+        (FILE_NAME, '["--client-id", "3"]', ": input should be an object, got"),
+        (FILE_NAME, '{"state_dir": "/s", "colour": "red"}', "--colour: extra inputs are not"),
         (FILE_NAME, '{"state_dir": "/s", "client_id": "three"}', "--client-id: input should"),
     ],
 )

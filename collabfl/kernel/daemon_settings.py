@@ -28,7 +28,7 @@ from collabfl.kernel.atomic import write_text
 
 FILE_NAME = "daemon-settings.json"
 LEGACY_FILE = "daemon-args.json"
-"""Where collabfl up to 0.x kept a daemon's flags: a JSON list of command-line arguments."""
+"""Where an older collabfl kept a daemon's flags: a JSON list of command-line arguments."""
 _NOT_SAVED = frozenset({"log_level"})
 
 
@@ -67,8 +67,10 @@ def one_line(error: ValidationError, source: str = "") -> str:
     """A validation error as one line: each wrong flag, what was wrong and its value."""
     parts = []
     for item in error.errors(include_url=False):
-        flag = "--" + "-".join(str(part) for part in item["loc"][:1]).replace("_", "-")
-        parts.append(f"{flag}: {item['msg'].lower()}, got {item.get('input')!r}")
+        flag = f"--{str(item['loc'][0]).replace('_', '-')}: " if item["loc"] else ""
+        value = repr(item.get("input"))
+        value = value if len(value) <= 80 else f"{value[:77]}..."
+        parts.append(f"{flag}{item['msg'].lower()}, got {value}")
     return f"{source}{'; '.join(parts)}"
 
 
