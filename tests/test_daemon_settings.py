@@ -145,3 +145,18 @@ def test_a_damaged_settings_file_is_named_in_one_line(tmp_path, capsys, name, te
     assert client_daemon.main(["--state-dir", str(tmp_path)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert str(tmp_path / name) in line and said in line and "every flag" in line
+
+
+def test_a_value_out_of_its_range_is_refused_in_one_line_before_anything_runs(tmp_path, capsys):
+    from collabfl.coordinator import daemon as coordinator_daemon
+
+    base = ["--state-dir", str(tmp_path / "state"), "--insecure"]
+    assert coordinator_daemon.main([*base, "--superlink-port", "70000"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "collabfl-coordinator: --superlink-port: input should be less than or equal to 65535, "
+        "got 70000"
+    )
+    assert coordinator_daemon.main([*base, "--run-ticket-ttl", "inf"]) == 2
+    assert "--run-ticket-ttl: input should be a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()

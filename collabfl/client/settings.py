@@ -20,7 +20,7 @@ from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.processes import CLIENT_RUNTIMES
 from collabfl.kernel.daemon_help import daemon_parser
-from collabfl.kernel.daemon_settings import DaemonSettings
+from collabfl.kernel.daemon_settings import DaemonSettings, Port
 from collabfl.kernel.supervisor import RestartPolicy
 
 DESCRIPTION = """Run one participant of a federation on this machine.
@@ -53,7 +53,7 @@ class ParticipantSettings(DaemonSettings):
     peer_listen: str = "0.0.0.0:9200"
     peer_address: str
     coordinator_key: Path
-    runtime_port: int = 9094
+    runtime_port: Port = 9094
     runtime: Literal["warm", "subprocess"] = "warm"  # flower/processes.py: DEFAULT_RUNTIME
     coordinator_service: str = ""
     device: str = ""

@@ -19,7 +19,7 @@ from collabfl.coordinator.coordinator_pki import CoordinatorTLSFiles, ensure_pki
 from collabfl.coordinator.fleet_gateway import GatewayLimits
 from collabfl.coordinator.state import KEEP_ENDED_RUNS
 from collabfl.kernel.daemon_help import daemon_parser
-from collabfl.kernel.daemon_settings import DaemonSettings
+from collabfl.kernel.daemon_settings import DaemonSettings, Port, Seconds
 
 DESCRIPTION = """Run the federation's coordinator on this machine.
 
@@ -41,15 +41,15 @@ class CoordinatorSettings(DaemonSettings):
     """Every flag of ``collabfl-coordinator`` (``parser`` says what each means)."""
 
     host: str = "127.0.0.1"
-    superlink_port: int = 9093
-    superlink_internal_port: int = 0
+    superlink_port: Port = 9093
+    superlink_internal_port: Port = 0
     superlink_state: Literal["memory", "disk"] = "memory"
-    run_ticket_ttl: float = 7 * 24 * 3600.0
+    run_ticket_ttl: Seconds = 7 * 24 * 3600.0
     keep_ended_runs: int = KEEP_ENDED_RUNS
     fleet_max_body_mib: int = GatewayLimits.max_body_bytes >> 20
     fleet_per_peer: int = GatewayLimits.per_peer
     fleet_body_timeout: float = GatewayLimits.body_timeout_s
-    service_port: int = 9300
+    service_port: Port = 9300
     advertise: str = ""
     public_dir: Path | None = None
     runs_dir: Path | None = None

@@ -20,9 +20,9 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Annotated, Any, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from collabfl.kernel.atomic import write_text
 
@@ -30,6 +30,11 @@ FILE_NAME = "daemon-settings.json"
 LEGACY_FILE = "daemon-args.json"
 """Where an older collabfl kept a daemon's flags: a JSON list of command-line arguments."""
 _NOT_SAVED = frozenset({"log_level"})
+
+Port = Annotated[int, Field(ge=0, le=65535)]
+"""A TCP port flag (0: a free one, where the daemon takes that)."""
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A positive, finite number of seconds."""
 
 
 class DaemonSettings(BaseModel):
