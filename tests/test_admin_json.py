@@ -5,7 +5,6 @@ against a real coordinator service on loopback."""
 from __future__ import annotations
 
 import json
-from argparse import Namespace
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from collabfl.cli.admin import admin_app
-from collabfl.coordinator.daemon import write_flower_home
 from collabfl.coordinator.launch import flower_run_file
 from collabfl.coordinator.service import serve
+from collabfl.coordinator.settings import CoordinatorSettings
 from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.coordinator.superlink import write_flower_home
 from collabfl.launcher.federation import free_ports
 
 METRICS = {0: {"test_acc": 0.5, "utility": 1.0, "gain": 2.0}, 1: {"test_acc": 0.75}}
@@ -81,7 +81,8 @@ def test_status_names_each_runs_flower_run(address, tmp_path) -> None:
     state_dir = tmp_path / "coordinator"
     (state_dir / "runs").mkdir(parents=True)
     (port,) = free_ports(1)  # nothing listens there
-    write_flower_home(Namespace(state_dir=state_dir, superlink_internal_port=port, insecure=True))
+    settings = CoordinatorSettings(state_dir=state_dir, superlink_internal_port=port, insecure=True)
+    write_flower_home(settings)
     reply = {"success": True, "run-id": "4242", "fab-id": "collabfl/collabfl-federation"}
     flower_run_file(state_dir, "exp").parent.mkdir()
     flower_run_file(state_dir, "exp").write_text(json.dumps(reply))

@@ -248,8 +248,8 @@ def test_a_join_with_the_placeholder_spends_nothing(coordinator, data, tmp_path,
 def test_a_join_takes_a_data_factory_the_lab_allows(coordinator, tmp_path, capsys):  # noqa: F811
     """`--data pkg.mod:factory` as the daemon takes it, with its --allow-import, saved for
     the daemon; without the allowance it is refused before the token is spent."""
-    from collabfl.client import daemon
-    from collabfl.kernel.saved_args import with_saved
+    from collabfl.client.settings import ParticipantSettings, parser
+    from collabfl.kernel.daemon_settings import load
 
     state_dir, token = tmp_path / "state", _token_file(tmp_path, coordinator.invite(3))
     factory = "mylab.data:clients"
@@ -257,5 +257,5 @@ def test_a_join_takes_a_data_factory_the_lab_allows(coordinator, tmp_path, capsy
     assert "--allow-import" in capsys.readouterr().err
     allowed = ("--allow-import", factory)
     assert _join(coordinator.address, token, factory, state_dir, *allowed) == 0
-    saved = daemon.parser().parse_args(with_saved(["--state-dir", str(state_dir)]))
-    assert (saved.data, saved.allow_import, saved.client_id) == (factory, [factory], 3)
+    saved = load(ParticipantSettings, parser(), ["--state-dir", str(state_dir)])
+    assert (saved.data, saved.allow_import, saved.client_id) == (factory, (factory,), 3)

@@ -12,17 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
+from flwr.common.config import parse_config_args
 from support.coordinator import served, valid_request
 from support.pki import TestCA
 
-from collabfl.coordinator import daemon
-from collabfl.coordinator.daemon import RunLauncher
+from collabfl.coordinator import run_launcher
 from collabfl.coordinator.doorbell import FleetActivity
 from collabfl.coordinator.flower_runs import FlowerCliError
 from collabfl.coordinator.flower_status import flower_run_id
 from collabfl.coordinator.launch import Launch
+from collabfl.coordinator.run_launcher import RunLauncher
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
+from collabfl.coordinator.settings import CoordinatorSettings, parser
 from collabfl.coordinator.state import CoordinatorState, CorruptDatabase
+from collabfl.coordinator.superlink import superlink_command
 from collabfl.kernel.grants import generate_private_key
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ClientTLS
@@ -119,13 +122,13 @@ def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
 ) -> None:
     """A stored request no ServerApp could run (written before CreateRun checked requests)
     fails that run with the reason; the next run gets its launch, token and TLS files."""
-    submitted: list[str] = []
+    submitted: list[Path] = []
 
-    def submit(app_dir: Path, connection: str, overrides: str, env: dict) -> str:
-        submitted.append(overrides)
+    def submit(app_dir: Path, connection: str, run_config: Path, env: dict) -> str:
+        submitted.append(run_config)
         raise FlowerCliError("no SuperLink in this test")
 
-    monkeypatch.setattr(daemon, "submit_run", submit)
+    monkeypatch.setattr(run_launcher, "submit_run", submit)
     service = Launch(
         coordinator="127.0.0.1:9300",
         coordinator_ca="/etc/ca.pem",
@@ -146,17 +149,18 @@ def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
         assert state.run("outside").status == "failed"
         assert "outside the coordinator's runs directory" in state.run("outside").message
         assert state.run("good").status == "running"
-        [overrides] = submitted
-        settings = dict(item.split("=", 1) for item in overrides.split(" "))
-        assert settings["run-id"] == '"good"'
-        assert settings["run-ticket"] != '""' and settings["node-bindings"] == '""'
-        assert settings["coordinator-ca"] == '"/etc/ca.pem"'
-        assert settings["out-dir"] == f'"{(tmp_path / "runs" / "good").resolve()}"'
-        token_file = Path(settings["launch-token-file"].strip('"'))
+        [run_config] = submitted
+        settings = parse_config_args([str(run_config)])  # as `flwr run -c` reads it
+        assert settings["run-id"] == "good"
+        assert settings["run-ticket"] != "" and settings["node-bindings"] == ""
+        assert settings["coordinator-ca"] == "/etc/ca.pem"
+        assert settings["out-dir"] == str((tmp_path / "runs" / "good").resolve())
+        token_file = Path(settings["launch-token-file"])
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         state.check_launch("good", token_file.read_text())  # the latest launch's token
-        assert token_file.read_text() not in overrides  # only its path travels
+        assert token_file.read_text() not in run_config.read_text()  # only its path travels
+        assert stat.S_IMODE(run_config.stat().st_mode) == 0o600  # it holds the run ticket
 
 
 class FakeFlower:
@@ -164,14 +168,16 @@ class FakeFlower:
     101, 102, ...; stops are recorded; a launch's log follower exits at once."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.submitted: list[str] = []
+        self.submitted: list[dict] = []  # each launch's run config
         self.stopped: list[int] = []
-        monkeypatch.setattr(daemon, "submit_run", self.submit)
-        monkeypatch.setattr(daemon, "stop_run", self.stop)
-        monkeypatch.setattr(daemon, "follow_command", lambda run, _: [sys.executable, "-c", ""])
+        monkeypatch.setattr(run_launcher, "submit_run", self.submit)
+        monkeypatch.setattr(run_launcher, "stop_run", self.stop)
+        monkeypatch.setattr(
+            run_launcher, "follow_command", lambda run, _: [sys.executable, "-c", ""]
+        )
 
-    def submit(self, app_dir: Path, connection: str, overrides: str, env: dict) -> str:
-        self.submitted.append(overrides)
+    def submit(self, app_dir: Path, connection: str, run_config: Path, env: dict) -> str:
+        self.submitted.append(parse_config_args([str(run_config)]))  # as `flwr run -c` does
         return json.dumps({"success": True, "run-id": str(100 + len(self.submitted))})
 
     def stop(self, run_id: int, connection: str, env: dict) -> None:
@@ -254,8 +260,8 @@ def test_the_superlink_state_is_memory_unless_disk_is_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def database(*flags: str) -> str:
-        args = daemon.parser().parse_args(["--state-dir", str(tmp_path), "--insecure", *flags])
-        command = daemon.superlink_command(args)
+        args = parser().parse_args(["--state-dir", str(tmp_path), "--insecure", *flags])
+        command = superlink_command(CoordinatorSettings.from_flags(args))
         return command[command.index("--database") + 1]
 
     assert database() == ":flwr-in-memory:"

@@ -25,6 +25,7 @@ from collabfl.client import daemon
 from collabfl.engine.config import ConfigError, validate_config
 from collabfl.engine.sourced import sourced_data
 from collabfl.kernel import exit_status
+from collabfl.kernel.daemon_settings import FILE_NAME
 from tests.support.sources import Blobs
 
 SOURCES = "tests.support.sources"
@@ -141,7 +142,7 @@ def test_the_daemon_refuses_a_wrong_factory_before_starting_anything(tmp_path, c
         f"collabfl-client: data.source {path}: client 1, split test, label: 10 is outside "
         "0..9 (num_classes 10)"
     )
-    assert not (tmp_path / "daemon-args.json").exists()
+    assert not (tmp_path / FILE_NAME).exists()
 
 
 # --- doctor --------------------------------------------------------------------------------
@@ -166,14 +167,16 @@ def test_doctor_checks_a_factory_as_the_daemon_does():
 
 
 def test_doctor_uses_a_client_state_dirs_factory_and_allow_list(tmp_path):
-    from collabfl.kernel.saved_args import save
+    from collabfl.client.settings import ParticipantSettings, parser
+    from collabfl.kernel.daemon_settings import save
 
     state = tmp_path / "state"
-    flags = daemon.parser()
-    args = flags.parse_args([
+    args = parser().parse_args([
         "--client-id", "1", "--data", f"{SOURCES}:wrong_labels", "--state-dir", str(state),
+        "--superlink", "127.0.0.1:9", "--peer-address", "127.0.0.1:9",
+        "--coordinator-key", str(tmp_path / "absent.pem"),
     ])  # fmt: skip
-    save(flags, args, state)
+    save(ParticipantSettings.from_flags(args))
     result = CliRunner().invoke(app, ["doctor", "--state-dir", str(state)])
     assert result.exit_code == 1
     assert f"✗ import path '{SOURCES}:wrong_labels' is not allowed on this participant" in (

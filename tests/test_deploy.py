@@ -27,7 +27,7 @@ from collabfl.client import daemon as client_daemon
 from collabfl.client import join as client_join
 from collabfl.coordinator import daemon as coordinator_daemon
 from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
-from collabfl.kernel import saved_args
+from collabfl.kernel import daemon_settings
 from collabfl.kernel.devices import check_spec
 from tests.support.pki import TestCA
 
@@ -110,7 +110,7 @@ class Client:
     def __init__(self, service: dict) -> None:
         script, _ = _script(service)
         steps = _steps(script)
-        # test -f SAVED || join || exit ; exec collabfl-client --state-dir DIR
+        # test -f SAVED -o -f LEGACY || join || exit ; exec collabfl-client --state-dir DIR
         assert [s[0] for s in steps[1::2]] == ["||", "||", ";"], script
         self.guard, join, stop, restart = steps[0::2]
         assert stop == ["exit"] and restart[0] == "exec", script
@@ -174,8 +174,10 @@ def test_every_client_joins_by_token_then_restarts_from_its_saved_settings(compo
         assert "--insecure" not in client.extras, name
         assert not client.daemon.insecure, name
         # the guard is the settings file the join writes, in the state dir the restart reads
-        saved = client.join.state_dir / saved_args.FILE_NAME
-        assert client.guard[2:] == [str(saved)], name
+        # ... or the flags file an older collabfl wrote, which the daemon still reads
+        saved = client.join.state_dir / daemon_settings.FILE_NAME
+        legacy = client.join.state_dir / daemon_settings.LEGACY_FILE
+        assert client.guard[2:] == [str(saved), "-o", "-f", str(legacy)], name
         assert client.restart_argv == ["--state-dir", str(client.join.state_dir)], name
         assert client.restart.state_dir == client.join.state_dir, name
 

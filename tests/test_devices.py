@@ -22,6 +22,7 @@ from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
 from collabfl.client.node import ClientNode, ClientSplits
 from collabfl.client.peers import MemoryModelStore, PeerFetcher
+from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.engine.config import ConfigError, validate_config
 from collabfl.engine.experiment import resolve_device as config_device
 from collabfl.kernel import devices
@@ -196,11 +197,10 @@ def test_place_moves_only_what_is_elsewhere():
 
 @pytest.mark.skipif(not NO_CUDA, reason="checks the refusal where torch sees no CUDA device")
 def test_the_client_daemon_refuses_cuda_where_there_is_none(tmp_path):
-    args = daemon.parser().parse_args(
-        [*_client_args(tmp_path, _data_file(tmp_path))[3:], "--device", "cuda"]
-    )
+    argv = [*_client_args(tmp_path, _data_file(tmp_path))[3:], "--device", "cuda"]
+    settings = ParticipantSettings.from_flags(parser().parse_args(argv))
     with pytest.raises(ValueError, match="torch sees no CUDA device"):
-        daemon.check_args(args)
+        daemon.check_settings(settings)
     command = [*_client_args(tmp_path, _data_file(tmp_path)), "--device", "cuda"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

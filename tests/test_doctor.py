@@ -143,20 +143,19 @@ def test_malformed_input_is_refused_before_any_check():
 def test_a_client_state_dir_supplies_the_saved_settings(coordinator, tmp_path):
     """`doctor --state-dir` of an enrolled client checks what that client uses: the
     coordinator it dials, the CA, its data, its own certificate and its device."""
-    from collabfl.client import daemon
-    from collabfl.kernel.saved_args import save
+    from collabfl.client.settings import ParticipantSettings, parser
+    from collabfl.kernel.daemon_settings import save
 
     cert, key = TestCA().member(0).write(tmp_path, "member")
     data = write_client_data(tmp_path / "data.npz")
     state = tmp_path / "state"
-    flags = daemon.parser()
-    args = flags.parse_args([
+    args = parser().parse_args([
         "--client-id", "0", "--data", str(data), "--state-dir", str(state),
         "--superlink", coordinator.superlink, "--peer-address", "127.0.0.1:9200",
         "--coordinator-key", str(cert), "--root-certificates", str(coordinator.tls.ca),
         "--peer-cert", str(cert), "--peer-key", str(key), "--device", "cpu",
     ])  # fmt: skip
-    save(flags, args, state)
+    save(ParticipantSettings.from_flags(args))
     code, lines = _doctor("--state-dir", str(state))
     assert code == 0, lines
     assert _line(lines, "Fleet gateway .* reachable").startswith("✓")

@@ -19,7 +19,6 @@ either runtime (the refusal is the coordinator's and the SuperLink's).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import re
@@ -35,7 +34,8 @@ from pathlib import Path
 import pytest
 from federation_faults import fault_config, start_run, wait_for
 
-from collabfl.coordinator.daemon import flower_home, loopback_tls
+from collabfl.coordinator.settings import CoordinatorSettings
+from collabfl.coordinator.superlink import flower_home, loopback_tls
 from collabfl.launcher.federation import LocalFederation, write_client_files
 from tests.support.foreign_app import write_foreign_app
 from tests.support.task_claims import claim_task
@@ -171,6 +171,6 @@ def test_a_foreign_app_from_another_local_user_runs_nowhere(tmp_path, outside):
 
 def loopback_tls_ca(coordinator_dir: Path) -> bytes:
     """The CA the coordinator's loopback SuperLink presents (its runtime API's TLS)."""
-    tls = loopback_tls(argparse.Namespace(insecure=False, state_dir=coordinator_dir))
+    tls = loopback_tls(CoordinatorSettings(state_dir=coordinator_dir))
     assert tls is not None
     return tls.ca.read_bytes()

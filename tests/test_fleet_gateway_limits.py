@@ -30,6 +30,7 @@ from collabfl.coordinator.fleet_gateway import (
     GatewayLimits,
     LongPoll,
 )
+from collabfl.coordinator.settings import CoordinatorSettings, gateway_limits, parser
 
 LIMITS = GatewayLimits(max_body_bytes=1 << 20, per_peer=3, header_timeout_s=1.0, idle_s=1)
 BODY = 50 << 20
@@ -193,11 +194,13 @@ def test_one_address_is_bounded_while_another_gets_through(gateway, fleet):
 
 def test_the_coordinator_sets_the_limits_from_its_flags(tmp_path):
     base = ["--state-dir", str(tmp_path), "--insecure"]
-    assert daemon.gateway_limits(daemon.parser().parse_args(base)) == GatewayLimits()
+
+    def limits_of(argv: list[str]) -> GatewayLimits:
+        return gateway_limits(CoordinatorSettings.from_flags(parser().parse_args(argv)))
+
+    assert limits_of(base) == GatewayLimits()
     flags = [*base, "--fleet-max-body-mib", "64", "--fleet-per-peer", "200"]
-    limits = daemon.gateway_limits(
-        daemon.parser().parse_args([*flags, "--fleet-body-timeout", "15"])
-    )
+    limits = limits_of([*flags, "--fleet-body-timeout", "15"])
     assert (limits.max_body_bytes, limits.per_peer, limits.body_timeout_s) == (64 << 20, 200, 15)
     assert daemon.main([*base, "--fleet-max-body-mib", "0"]) == 2
     assert daemon.main([*base, "--fleet-body-timeout", "0"]) == 2

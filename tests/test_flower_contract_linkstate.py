@@ -22,7 +22,7 @@ from flwr.supercore.object_store import ObjectStoreFactory
 from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
 from flwr.superlink.federation import NoOpFederationManager
 
-from collabfl.coordinator.daemon import IN_MEMORY_DATABASE
+from collabfl.coordinator.superlink import IN_MEMORY_DATABASE
 
 KEY = b"ecdsa-sha2-nistp384 AAAA-a-key"
 

@@ -15,14 +15,14 @@ import typer
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app
-from collabfl.client import daemon as client_daemon
 from collabfl.client import join
-from collabfl.coordinator import daemon as coordinator_daemon
+from collabfl.client import settings as client_settings
+from collabfl.coordinator import settings as coordinator_settings
 
 INTERNALS = re.compile(r"\b[a-z_]+/[a-z_/]+\.py\b|``")
 PARSERS = {
-    "collabfl-coordinator": coordinator_daemon.parser,
-    "collabfl-client": client_daemon.parser,
+    "collabfl-coordinator": coordinator_settings.parser,
+    "collabfl-client": client_settings.parser,
     "collabfl-client join": join.parser,
 }
 

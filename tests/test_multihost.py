@@ -302,9 +302,9 @@ def test_each_lab_refuses_the_finished_runs_ticket(bed):
 
 
 def test_restart_takes_the_state_dir_alone(bed):
-    saved = json.loads((bed.folder("lab-0") / "state" / "daemon-args.json").read_text())
-    assert "--client-id" in saved and "--superlink" in saved
-    assert f"{COORDINATOR}:{FLEET}" in saved
+    saved = json.loads((bed.folder("lab-0") / "state" / "daemon-settings.json").read_text())
+    assert "client_id" in saved
+    assert saved["superlink"] == f"{COORDINATOR}:{FLEET}"
 
 
 def _attack(bed: Bed, attack: str, stolen_from: str | None, **spec: object) -> dict:

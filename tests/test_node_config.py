@@ -13,6 +13,7 @@ from flwr.common.config import parse_config_args
 
 from collabfl.apps.client_app import NodeSettings
 from collabfl.client import daemon
+from collabfl.client.settings import ParticipantSettings, parser
 from tests.support.client_data import write_client_data
 
 AWKWARD = 'lab \\backup "new"'
@@ -37,8 +38,8 @@ def _args(root: Path) -> list[str]:
 
 def test_paths_with_backslashes_quotes_and_spaces_reach_the_client_app(tmp_path):
     root = tmp_path / AWKWARD
-    args = daemon.parser().parse_args(_args(root))
-    command = daemon.supernode_command(args)
+    settings = ParticipantSettings.from_flags(parser().parse_args(_args(root)))
+    command = daemon.supernode_command(settings)
     given = command[command.index("--node-config") + 1]
     config = parse_config_args([given])
     settings = NodeSettings.from_context(SimpleNamespace(node_config=config))

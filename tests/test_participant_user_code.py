@@ -28,6 +28,7 @@ from collabfl.apps.run_setup import (
 from collabfl.apps.session import NodeState, open_node
 from collabfl.client import daemon
 from collabfl.client.peers import MemoryModelStore
+from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.flower.codec import encode_instruction, message_type
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.user_code import UserCodeError
@@ -63,8 +64,8 @@ def _setup(context, settings: RunSettings) -> Message:
     return app(_message(encode_settings(settings), SETUP_MESSAGE), context)
 
 
-def _node_config(args) -> dict:
-    command = daemon.supernode_command(args)
+def _node_config(settings: ParticipantSettings) -> dict:
+    command = daemon.supernode_command(settings)
     return parse_config_args([command[command.index("--node-config") + 1]])
 
 
@@ -123,13 +124,11 @@ def _daemon_args(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_the_daemon_hands_its_allow_list_to_the_client_app(tmp_path):
-    args = daemon.parser().parse_args(
-        _daemon_args(tmp_path, "--allow-import", NET, "--allow-import", ADAM)
-    )
-    node_config = _node_config(args)
+    argv = _daemon_args(tmp_path, "--allow-import", NET, "--allow-import", ADAM)
+    node_config = _node_config(ParticipantSettings.from_flags(parser().parse_args(argv)))
     settings = NodeSettings.from_context(SimpleNamespace(node_config=node_config))
     assert settings.allowed_imports == {NET, ADAM}
-    plain = daemon.parser().parse_args(_daemon_args(tmp_path))
+    plain = ParticipantSettings.from_flags(parser().parse_args(_daemon_args(tmp_path)))
     assert "allow-import" not in _node_config(plain)
 
 

@@ -23,6 +23,7 @@ from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.peers import InvalidPeerModel, PeerFetcher, PeerUnavailable
+from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.kernel.tls import ClientTLS, ServerTLS
@@ -247,8 +248,8 @@ def test_fetcher_presents_this_members_certificate(tmp_path, ca, signer, publish
     vector = torch.randn(NUMEL)
     published.for_publishing(RUN_A).publish(OWNER, ROUND, vector)
     address = serve()
-    args = daemon.parser().parse_args(daemon_args(tmp_path, ca, LAB_A, LAB_A))
-    command = daemon.supernode_command(args)
+    settings = participant(daemon_args(tmp_path, ca, LAB_A, LAB_A))
+    command = daemon.supernode_command(settings)
     node_config = parse_config_args([command[command.index("--node-config") + 1]])
     settings = NodeSettings.from_context(SimpleNamespace(node_config=node_config))
     grant = signer.issue(RUN_A, LAB_A, OWNER, ROUND, ttl_s=30)
@@ -258,6 +259,10 @@ def test_fetcher_presents_this_members_certificate(tmp_path, ca, signer, publish
 
 
 def test_daemon_refuses_a_certificate_of_another_member(tmp_path, ca):
-    args = daemon.parser().parse_args(daemon_args(tmp_path, ca, LAB_A, LAB_B))
+    settings = participant(daemon_args(tmp_path, ca, LAB_A, LAB_B))
     with pytest.raises(ValueError, match="names member 1, not member 0"):
-        daemon.check_args(args)
+        daemon.check_settings(settings)
+
+
+def participant(argv: list[str]) -> ParticipantSettings:
+    return ParticipantSettings.from_flags(parser().parse_args(argv))

@@ -21,6 +21,7 @@ from collabfl.client.model_store import DiskModelStore, PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.peers import PeerFetcher, PeerUnavailable
+from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.proto import peer_pb2, peer_pb2_grpc
@@ -281,9 +282,9 @@ def test_the_daemon_sets_the_publish_wait(tmp_path):
     required = ["--client-id", "0", "--data", "d.npz", "--state-dir", str(tmp_path)]
     required += ["--superlink", "127.0.0.1:9092", "--peer-address", "localhost:9200"]
     required += ["--coordinator-key", "grant.pub"]
-    args = daemon.parser().parse_args([*required, "--peer-publish-wait", "2.5"])
-    assert daemon.stream_limits(args).publish_wait_s == 2.5
-    default = daemon.parser().parse_args(required)
+    args = parser().parse_args([*required, "--peer-publish-wait", "2.5"])
+    assert daemon.stream_limits(ParticipantSettings.from_flags(args)).publish_wait_s == 2.5
+    default = ParticipantSettings.from_flags(parser().parse_args(required))
     assert daemon.stream_limits(default).publish_wait_s == StreamLimits.publish_wait_s
 
 

@@ -9,7 +9,6 @@ them, read that file with the node config a client daemon sets.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import ssl
@@ -23,7 +22,8 @@ from flwr.cli.build import build_fab_from_disk
 
 from collabfl.apps.client_app import RunNotAuthorized
 from collabfl.client.revocations import RevocationPoller
-from collabfl.coordinator.daemon import ended_runs, write_app
+from collabfl.coordinator.daemon import ended_runs
+from collabfl.coordinator.run_launcher import write_app
 from collabfl.flower.app_gate import RefusedTask, check_task, verify_ticket
 from collabfl.kernel.tickets import InvalidTicket, TicketSigner, run_key
 from tests.test_client_app_tickets import KEY, _context, _setup, flower_task  # noqa: F401
@@ -34,8 +34,7 @@ WEEK = 7 * 24 * 3600.0
 
 @pytest.fixture
 def coordinator(tmp_path):
-    window = argparse.Namespace(run_ticket_ttl=WEEK)
-    yield from _start(tmp_path / "coordinator", ended_runs=lambda s: partial(ended_runs, window, s))
+    yield from _start(tmp_path / "coordinator", ended_runs=lambda s: partial(ended_runs, WEEK, s))
 
 
 def _participant(tmp_path: Path, coordinator, run: str, ticket: str):
@@ -86,7 +85,7 @@ def test_a_resumed_run_serves_its_new_ticket_and_never_the_old_one(tmp_path, coo
 def test_only_runs_ended_within_a_ticket_lifetime_are_published(tmp_path, coordinator):
     coordinator.state.create_run("r3", "fedavg", {})
     coordinator.state.finish_run("r3", "failed", "the ServerApp kept dying")
-    assert set(ended_runs(argparse.Namespace(run_ticket_ttl=WEEK), coordinator.state)) == {"r3"}
+    assert set(ended_runs(WEEK, coordinator.state)) == {"r3"}
     assert coordinator.state.run_ends(since=float("inf")) == {}
     coordinator.state.create_run("r5", "fedavg", {})
     coordinator.state.finish_run("r5", "finished")

@@ -18,14 +18,14 @@ import pytest
 import uvicorn
 from uvicorn.config import Config
 
-from collabfl.coordinator import daemon
-from collabfl.coordinator.daemon import superlink_program
+from collabfl.coordinator import superlink
 from collabfl.coordinator.owner_gated_superlink import (
     FLOWER_ENTRY_POINT,
     flower_superlink,
     install_owner_gate,
 )
 from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.superlink import superlink_program
 from collabfl.flower.processes import flower_binary
 from collabfl.kernel.socket_owner import owner_lookup_available
 
@@ -93,16 +93,16 @@ def test_the_coordinator_starts_the_gated_superlink():
 
 
 def test_a_start_that_cannot_gate_the_superlink_says_so(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(daemon, "owner_lookup_available", lambda: False)
+    monkeypatch.setattr(superlink, "owner_lookup_available", lambda: False)
     state = CoordinatorState(tmp_path / "coordinator.db")
     try:
-        daemon.report_control_api_access(state, 41234)
+        superlink.report_control_api_access(state, 41234)
         events = state.events()
     finally:
         state.close()
-    assert daemon.superlink_program() == [flower_binary("flower-superlink")]
+    assert superlink.superlink_program() == [flower_binary("flower-superlink")]
     (event,) = events
-    assert (event.kind, event.level, event.run_id) == (daemon.CONTROL_API_OPEN, "warning", "")
+    assert (event.kind, event.level, event.run_id) == (superlink.CONTROL_API_OPEN, "warning", "")
     assert "127.0.0.1:41234 answers every local user of this host" in event.message
     assert event.message in caplog.text
 
@@ -111,7 +111,7 @@ def test_a_start_that_gates_it_says_whose_it_is(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="collabfl.coordinator")
     state = CoordinatorState(tmp_path / "coordinator.db")
     try:
-        daemon.report_control_api_access(state, 41234)
+        superlink.report_control_api_access(state, 41234)
         assert state.events() == []
     finally:
         state.close()

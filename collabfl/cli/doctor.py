@@ -293,11 +293,11 @@ def from_saved_coordinator(state_dir: Path, given: Inputs) -> Inputs:
     """`given`, with the coordinator's own addresses and CA from its saved flags (or its
     defaults): the Fleet gateway and the service, dialled by the first name participants
     use, and the CA it made in STATE/pki unless it was given one."""
-    from collabfl.coordinator import daemon
-    from collabfl.kernel.saved_args import with_saved
+    from collabfl.coordinator.settings import CoordinatorSettings, parser, public_names
+    from collabfl.kernel.daemon_settings import load
 
-    saved = daemon.parser().parse_args(with_saved(["--state-dir", str(state_dir)]))
-    name = daemon.public_names(saved)[0]
+    saved = load(CoordinatorSettings, parser(), ["--state-dir", str(state_dir)])
+    name = public_names(saved)[0]
     host = "127.0.0.1" if saved.host in ("0.0.0.0", "::", "") else name
     made_ca = state_dir / "pki" / "ca.pem"
     ca = saved.ssl_ca_certfile or (None if saved.insecure or not made_ca.exists() else made_ca)
@@ -311,14 +311,14 @@ def from_saved_coordinator(state_dir: Path, given: Inputs) -> Inputs:
 
 def from_saved_client(state_dir: Path, given: Inputs) -> Inputs:
     """`given`, with what it leaves out taken from the client daemon's saved settings in
-    `state_dir` (kernel/saved_args.py), when there are any: the coordinator it dials,
+    `state_dir` (kernel/daemon_settings.py), when there are any: the coordinator it dials,
     the service, the CA, the data file, the device and its own certificate."""
-    from collabfl.client import daemon
-    from collabfl.kernel.saved_args import FILE_NAME, with_saved
+    from collabfl.client.settings import ParticipantSettings, parser
+    from collabfl.kernel.daemon_settings import read_saved
 
-    if not (state_dir / FILE_NAME).exists():
+    saved = read_saved(ParticipantSettings, parser(), state_dir)
+    if saved is None:
         return given
-    saved = daemon.parser().parse_args(with_saved(["--state-dir", str(state_dir)]))
     return replace(
         given,
         coordinator=given.coordinator or saved.superlink,
@@ -326,7 +326,7 @@ def from_saved_client(state_dir: Path, given: Inputs) -> Inputs:
         ca=given.ca or saved.root_certificates,
         data=given.data or saved.data,
         client_id=given.client_id if given.data or saved.client_id is None else saved.client_id,
-        allowed=given.allowed if given.data else saved.allow_import,
+        allowed=given.allowed if given.data else list(saved.allow_import),
         device=given.device or saved.device or None,
         member_cert=given.member_cert or saved.peer_cert,
     )

@@ -24,7 +24,6 @@ the node resumes from its saved state.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
@@ -35,17 +34,14 @@ from pathlib import Path
 
 from cryptography import x509
 
-from collabfl import __version__
-from collabfl.client.data.opening import check_data, data_ref
+from collabfl.client.data.opening import check_data
 from collabfl.client.model_store import PUBLISHED_DIR, PublishedModels
-from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.revocations import RevocationPoller, revoked_line
+from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.node_config import NodeValue, write_node_config
 from collabfl.flower.processes import (
-    CLIENT_RUNTIMES,
-    DEFAULT_RUNTIME,
     flower_binary,
     flower_env,
     wait_for_join,
@@ -55,31 +51,16 @@ from collabfl.flower.stale_node import clear_stale_node, preload
 from collabfl.flower.superexec_auth import ensure_secret, rotate_secret
 from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where
 from collabfl.flower.supernode_key import ensure_supernode_key
-from collabfl.kernel import exit_status
+from collabfl.kernel import daemon_settings, exit_status
 from collabfl.kernel.atomic import keep_private
-from collabfl.kernel.daemon_help import daemon_parser
 from collabfl.kernel.grants import GrantVerifier, load_public_key_bytes
 from collabfl.kernel.identity import Identity, identity_of_pem
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
 from collabfl.kernel.netprobe import split_address
 from collabfl.kernel.revocation import serial_hex
-from collabfl.kernel.saved_args import save as save_args
-from collabfl.kernel.saved_args import with_saved
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor
 from collabfl.kernel.tls import ServerTLS
 from collabfl.kernel.user_code import parse_allowed
-
-DESCRIPTION = """Run one participant of a federation on this machine.
-
-It takes part in every run the coordinator starts (training, choosing collaborators and
-evaluating on this machine's data, which never leaves it) and lends its published models
-only to the participants the coordinator grants. Start it once with
-`COLLABFL_JOIN_TOKEN=... collabfl-client join COORDINATOR --data FILE --state-dir DIR`, which
-enrols this
-machine and saves these options; afterwards `collabfl-client --state-dir DIR` starts it
-again with what was saved. It waits for the coordinator and restarts its parts for as long
-as it takes unless --max-restarts says otherwise."""
-EXAMPLE = "collabfl-client --state-dir /var/lib/collabfl-client --device cuda"
 
 log = logging.getLogger("collabfl.client")
 
@@ -91,266 +72,157 @@ before the SuperNode has joined, and a run's first message comes seconds after t
 this, the executor starts anyway (a SuperNode that cannot join yet)."""
 
 
-def parser() -> argparse.ArgumentParser:
-    p = daemon_parser("collabfl-client", DESCRIPTION, EXAMPLE)
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--client-id", type=int, help="this participant's index")
-    p.add_argument(
-        "--data",
-        type=data_ref,
-        help="this participant's data file, or pkg.mod:factory, its own loader "
-        "(factory(client_id) -> {train, val, test, num_classes}; needs --allow-import)",
-    )
-    p.add_argument("--state-dir", type=Path, required=True, help="models, state, logs")
-    p.add_argument("--superlink", help="the coordinator's participant port, HOST:PORT")
-    p.add_argument("--peer-listen", default="0.0.0.0:9200", help="peer server bind address")
-    p.add_argument("--peer-address", help="HOST:PORT other participants reach this one's models at")
-    p.add_argument(
-        "--coordinator-key", type=Path, help="the coordinator's grant-signing public key (PEM)"
-    )
-    p.add_argument(
-        "--runtime-port",
-        type=int,
-        default=9094,
-        help="loopback port between this participant's own processes",
-    )
-    p.add_argument(
-        "--runtime",
-        choices=CLIENT_RUNTIMES,
-        default=DEFAULT_RUNTIME,
-        help="warm: one process serves every message (fastest); subprocess: a fresh one each",
-    )
-    p.add_argument(
-        "--coordinator-service",
-        default="",
-        help="HOST:PORT of the coordinator service "
-        "(default: the address the coordinator gives its runs, its --advertise)",
-    )
-    p.add_argument("--device", default="", help="cpu, cuda, cuda:N or auto (default: the run's)")
-    p.add_argument("--keep-rounds", type=int, default=3, help="published rounds kept per run")
-    p.add_argument(
-        "--max-peer-weight",
-        type=float,
-        default=MAX_PEER_WEIGHT,
-        help="a peer model with a weight of larger magnitude is refused for the round",
-    )
-    limits = p.add_argument_group("peer server limits")
-    limits.add_argument(
-        "--peer-send-timeout",
-        type=float,
-        default=StreamLimits.send_timeout_s,
-        help="seconds a fetcher may take to read one chunk before its stream is cut",
-    )
-    limits.add_argument(
-        "--peer-streams-per-fetcher",
-        type=int,
-        default=StreamLimits.streams_per_fetcher,
-        help="concurrent model streams one member may hold",
-    )
-    limits.add_argument(
-        "--peer-max-streams",
-        type=int,
-        default=StreamLimits.max_streams,
-        help="concurrent model streams of all members together",
-    )
-    limits.add_argument(
-        "--peer-publish-wait",
-        type=float,
-        default=StreamLimits.publish_wait_s,
-        help="seconds a fetch of a round this node has not published yet waits for it",
-    )
-    p.add_argument(
-        "--allow-import",
-        action="append",
-        default=[],
-        metavar="PKG.MOD:ATTR",
-        help="user code (model factory, loss, optimiser) runs may name; repeat for each. "
-        "Nothing else is ever imported, whatever a run asks for",
-    )
-    p.add_argument("--cost", type=float, help="iPFL: sharing cost this participant reports")
-    p.add_argument("--eagerness", type=float, help="iPFL: data eagerness it reports")
-    tls = p.add_argument_group("TLS (omit all with --insecure)")
-    tls.add_argument("--insecure", action="store_true", help="no TLS anywhere (loopback/tests)")
-    tls.add_argument(
-        "--root-certificates", type=Path, help="the federation CA: of the SuperLink and members"
-    )
-    tls.add_argument(
-        "--peer-cert",
-        type=Path,
-        help="this member's certificate (collabfl://member/<client id>): serves and fetches",
-    )
-    tls.add_argument("--peer-key", type=Path, help="its private key")
-    restarts = p.add_argument_group("restarts of the SuperNode (and executor)")
-    restarts.add_argument(
-        "--max-restarts",
-        type=int,
-        default=0,
-        help="give up (and exit 1) after this many failed restarts in a row; 0 (default): "
-        "never, the daemon waits for its SuperLink and registration for as long as it takes",
-    )
-    restarts.add_argument(
-        "--restart-backoff-max",
-        type=float,
-        default=RestartPolicy.backoff_max_s,
-        help="seconds between restarts grow 1, 2, 4, ... up to this",
-    )
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    return p
-
-
-def restart_policy(args: argparse.Namespace) -> RestartPolicy:
+def restart_policy(settings: ParticipantSettings) -> RestartPolicy:
     """The client's children are restarted for ever by default: what keeps its SuperNode
     out (a key not registered yet, an unreachable coordinator) is fixed by someone else,
     later, and the daemon should then join without being restarted by hand."""
-    if args.max_restarts < 0:
-        raise ValueError(f"--max-restarts must be >= 0 (0: for ever), got {args.max_restarts}")
-    if not 0 < args.restart_backoff_max < float("inf"):
+    if settings.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be >= 0 (0: for ever), got {settings.max_restarts}")
+    if not 0 < settings.restart_backoff_max < float("inf"):
         raise ValueError(
             f"--restart-backoff-max must be a positive number of seconds, got "
-            f"{args.restart_backoff_max}"
+            f"{settings.restart_backoff_max}"
         )
-    return RestartPolicy(args.max_restarts or None, args.restart_backoff_max)
+    return RestartPolicy(settings.max_restarts or None, settings.restart_backoff_max)
 
 
 def supernode_reasons(
-    args: argparse.Namespace, revocations: RevocationPoller | None = None
+    settings: ParticipantSettings, revocations: RevocationPoller | None = None
 ) -> SupernodeReasons:
     """Why the SuperNode exits or is refused, worded with this daemon's own flags; with
     ``revocations``, a revoked member is told so rather than how to enrol."""
     where = Where(
-        superlink=args.superlink,
-        client_id=args.client_id,
-        host=split_address(args.peer_address)[0],
-        coordinator=args.superlink,  # joins dial the coordinator's public (Fleet) port
-        root_certificates=args.root_certificates,
+        superlink=settings.superlink,
+        client_id=settings.client_id,
+        host=split_address(settings.peer_address)[0],
+        coordinator=settings.superlink,  # joins dial the coordinator's public (Fleet) port
+        root_certificates=settings.root_certificates,
     )
     if revocations is None:
         return SupernodeReasons(where)
     return SupernodeReasons(
-        where, revoked=lambda: revocations.revoked, revoked_line=revoked_line(args.client_id)
+        where, revoked=lambda: revocations.revoked, revoked_line=revoked_line(settings.client_id)
     )
 
 
-def own_serial(args: argparse.Namespace) -> tuple[int, str]:
+def own_serial(client_id: int, certificate_file: Path) -> tuple[int, str]:
     """(client id, serial) of this member's certificate, to spot it on the deny list."""
-    certificate = x509.load_pem_x509_certificate(args.peer_cert.read_bytes())
-    return args.client_id, serial_hex(certificate)
+    certificate = x509.load_pem_x509_certificate(certificate_file.read_bytes())
+    return client_id, serial_hex(certificate)
 
 
-def ended_runs_file(args: argparse.Namespace) -> Path:
+def ended_runs_file(state_dir: Path) -> Path:
     """Where the revocation poller keeps the coordinator's ended runs for the ClientApp."""
-    state_dir: Path = args.state_dir
     return state_dir / "ended-runs.json"
 
 
-def supernode_command(args: argparse.Namespace) -> list[str]:
-    """The SuperNode invocation: node config carries what the ClientApp needs."""
-    data = args.data.resolve() if isinstance(args.data, Path) else args.data
-    node_config: dict[str, NodeValue] = {
-        "client-id": args.client_id,
+def node_config(settings: ParticipantSettings) -> dict[str, NodeValue]:
+    """What the ClientApp reads from its node config (apps/client_app.py, NodeSettings)."""
+    data = settings.data.resolve() if isinstance(settings.data, Path) else settings.data
+    config: dict[str, NodeValue] = {
+        "client-id": settings.client_id,
         "data-path": str(data),
-        "state-dir": str(args.state_dir.resolve()),
-        "peer-address": args.peer_address,
-        "coordinator-key": str(args.coordinator_key.resolve()),
-        "keep-rounds": args.keep_rounds,
-        "max-peer-weight": float(args.max_peer_weight),
+        "state-dir": str(settings.state_dir.resolve()),
+        "peer-address": settings.peer_address,
+        "coordinator-key": str(settings.coordinator_key.resolve()),
+        "keep-rounds": settings.keep_rounds,
+        "max-peer-weight": float(settings.max_peer_weight),
     }
-    if args.device:
-        node_config["device"] = args.device
-    if args.coordinator_service:
-        node_config["coordinator-service"] = args.coordinator_service
-    if args.allow_import:
-        node_config["allow-import"] = ",".join(sorted(parse_allowed(args.allow_import)))
-    for key in ("cost", "eagerness"):
-        value = getattr(args, key)
-        if value is not None:
-            node_config[key] = float(value)
-    if not args.insecure:  # the fetcher presents this member's certificate to its peers
-        node_config["ended-runs"] = str(ended_runs_file(args).resolve())
-        node_config["peer-ca"] = str(args.root_certificates.resolve())
-        node_config["peer-cert"] = str(args.peer_cert.resolve())
-        node_config["peer-key"] = str(args.peer_key.resolve())
+    if settings.device:
+        config["device"] = settings.device
+    if settings.coordinator_service:
+        config["coordinator-service"] = settings.coordinator_service
+    if settings.allow_import:
+        config["allow-import"] = ",".join(sorted(parse_allowed(list(settings.allow_import))))
+    if settings.cost is not None:
+        config["cost"] = float(settings.cost)
+    if settings.eagerness is not None:
+        config["eagerness"] = float(settings.eagerness)
+    tls = settings.member_tls()
+    if tls is not None:  # the fetcher presents this member's certificate to its peers
+        config["ended-runs"] = str(ended_runs_file(settings.state_dir).resolve())
+        for key, path in zip(("peer-ca", "peer-cert", "peer-key"), tls, strict=True):
+            config[key] = str(path.resolve())
+    return config
+
+
+def supernode_command(settings: ParticipantSettings) -> list[str]:
+    """The SuperNode invocation: node config carries what the ClientApp needs."""
+    state_dir = settings.state_dir
     command = [
         flower_binary("flower-supernode"),
         "--superlink",
-        args.superlink,
+        settings.superlink,
         "--port",
-        str(args.runtime_port),
+        str(settings.runtime_port),
         "--node-config",
-        str(write_node_config(args.state_dir, node_config)),
+        str(write_node_config(state_dir, node_config(settings))),
     ]
     # our executor serves it (start_flower), the only caller that holds the secret
     command += ["--isolation", "process"]
-    command += ["--superexec-auth-secret-file", str(ensure_secret(args.state_dir).resolve())]
-    if args.insecure:
+    command += ["--superexec-auth-secret-file", str(ensure_secret(state_dir).resolve())]
+    tls = settings.member_tls()
+    if tls is None:
         command.append("--insecure")
     else:
-        private_key, _ = ensure_supernode_key(args.state_dir)
+        private_key, _ = ensure_supernode_key(state_dir)
         command += [
             "--root-certificates",
-            str(args.root_certificates),
+            str(tls[0]),
             "--auth-supernode-private-key",
             str(private_key),
         ]
     return command
 
 
-REQUIRED = ("client_id", "data", "superlink", "peer_address", "coordinator_key")
-"""Flags every start needs: given, saved by an earlier start, or written by ``join``."""
-
-
-def check_args(args: argparse.Namespace) -> None:
+def check_settings(settings: ParticipantSettings) -> None:
     """Fail before starting anything when the inputs are wrong."""
-    missing = [f"--{name.replace('_', '-')}" for name in REQUIRED if getattr(args, name) is None]
-    if missing:
-        raise ValueError(
-            f"{args.state_dir} holds no saved settings and {', '.join(missing)} "
-            "were not given: enrol this machine with `COLLABFL_JOIN_TOKEN=TOKEN collabfl-client "
-            "join COORDINATOR --data FILE --state-dir DIR`, or give every flag"
-        )
-    if args.device:  # torch is imported (seconds) only to check a device that is named
+    if settings.device:  # torch is imported (seconds) only to check a device that is named
         from collabfl.kernel.devices import resolve_device
 
-        resolve_device(args.device)  # ValueError naming the value and what exists
+        resolve_device(settings.device)  # ValueError naming the value and what exists
+    allowed = parse_allowed(list(settings.allow_import))  # a malformed one fails now, by name
     # raises with the file name, or a factory's client, split and field, when malformed
-    log.info("%s", check_data(args.data, args.client_id, parse_allowed(args.allow_import)))
-    for flag, address in (("--superlink", args.superlink), ("--peer-address", args.peer_address)):
+    log.info("%s", check_data(settings.data, settings.client_id, allowed))
+    for flag, address in (
+        ("--superlink", settings.superlink),
+        ("--peer-address", settings.peer_address),
+    ):
         try:
             split_address(address)
         except ValueError as error:
             raise ValueError(f"{flag}: {error}") from None
-    restart_policy(args)
-    parse_allowed(args.allow_import)  # a malformed --allow-import fails now, by name
-    if not args.coordinator_key.is_file():
-        raise SystemExit(f"--coordinator-key {args.coordinator_key} does not exist")
-    if args.keep_rounds < 1:
-        raise ValueError(f"--keep-rounds must be >= 1, got {args.keep_rounds}")
-    if not 0 < args.max_peer_weight < float("inf"):
+    restart_policy(settings)
+    if not settings.coordinator_key.is_file():
+        raise ValueError(f"--coordinator-key {settings.coordinator_key} does not exist")
+    if settings.keep_rounds < 1:
+        raise ValueError(f"--keep-rounds must be >= 1, got {settings.keep_rounds}")
+    if not 0 < settings.max_peer_weight < float("inf"):
         raise ValueError(
-            f"--max-peer-weight must be positive and finite, got {args.max_peer_weight}"
+            f"--max-peer-weight must be positive and finite, got {settings.max_peer_weight}"
         )
-    if args.insecure:
+    tls = settings.member_tls()
+    if tls is None:
         log.warning(
             "client %s runs WITHOUT TLS: peers are not authenticated (loopback and tests only)",
-            args.client_id,
+            settings.client_id,
         )
         return
-    if not (args.root_certificates and args.peer_cert and args.peer_key):
-        raise SystemExit("without --insecure, give --root-certificates, --peer-cert, --peer-key")
-    named = identity_of_pem(args.peer_cert.read_bytes())
-    if named != Identity.member(args.client_id):
+    cert = tls[1]
+    named = identity_of_pem(cert.read_bytes())
+    if named != Identity.member(settings.client_id):
         raise ValueError(
-            f"--peer-cert {args.peer_cert} names {named}, not member {args.client_id}: "
+            f"--peer-cert {cert} names {named}, not member {settings.client_id}: "
             "use the certificate issued for this --client-id"
         )
 
 
-def stream_limits(args: argparse.Namespace) -> StreamLimits:
+def stream_limits(settings: ParticipantSettings) -> StreamLimits:
     return StreamLimits(
-        send_timeout_s=args.peer_send_timeout,
-        streams_per_fetcher=args.peer_streams_per_fetcher,
-        max_streams=args.peer_max_streams,
-        publish_wait_s=args.peer_publish_wait,
+        send_timeout_s=settings.peer_send_timeout,
+        streams_per_fetcher=settings.peer_streams_per_fetcher,
+        max_streams=settings.peer_max_streams,
+        publish_wait_s=settings.peer_publish_wait,
     )
 
 
@@ -365,7 +237,7 @@ def supernode_starting(state_dir: Path, clear_stale: Callable[[], None] | None) 
 
 
 def start_flower(
-    args: argparse.Namespace,
+    settings: ParticipantSettings,
     give_up: Callable[[str], None],
     stop: threading.Event,
     revocations: RevocationPoller | None = None,
@@ -376,14 +248,15 @@ def start_flower(
 
     Returned in the order to stop them: the executor before the SuperNode it serves.
     """
-    env = {**flower_env(args.state_dir / "flwr"), **owner_env(args.state_dir)}
-    policy = restart_policy(args)
-    log_path = args.state_dir / "supernode.log"
+    state_dir = settings.state_dir
+    env = {**flower_env(state_dir / "flwr"), **owner_env(state_dir)}
+    policy = restart_policy(settings)
+    log_path = state_dir / "supernode.log"
     clear_stale = None
-    if not args.insecure:  # the same key, so the same node: clear what a killed one left
-        key, _ = ensure_supernode_key(args.state_dir)
-        ca = args.root_certificates
-        clear_stale = partial(clear_stale_node, log_path, args.superlink, ca, key)
+    tls = settings.member_tls()
+    if tls is not None:  # the same key, so the same node: clear what a killed one left
+        key, _ = ensure_supernode_key(state_dir)
+        clear_stale = partial(clear_stale_node, log_path, settings.superlink, tls[0], key)
         threading.Thread(target=preload, name="preload-flower", daemon=True).start()
     executors: list[Supervisor] = []
 
@@ -399,9 +272,9 @@ def start_flower(
                 executor.kill_running("its SuperNode died")
 
     supernode = Supervisor(
-        "supernode", supernode_command(args), log_path, env, policy, on_give_up=give_up,
-        reasons=supernode_reasons(args, revocations), after_exit=supernode_died,
-        before_start=partial(supernode_starting, args.state_dir, clear_stale),
+        "supernode", supernode_command(settings), log_path, env, policy, on_give_up=give_up,
+        reasons=supernode_reasons(settings, revocations), after_exit=supernode_died,
+        before_start=partial(supernode_starting, state_dir, clear_stale),
     )  # fmt: skip
     supernode.start()
     wait_for_join(supernode.log_path, JOIN_FIRST_S, stop)
@@ -410,12 +283,12 @@ def start_flower(
     executor = Supervisor(
         "executor",
         warm_executor_command(
-            f"127.0.0.1:{args.runtime_port}",
+            f"127.0.0.1:{settings.runtime_port}",
             supernode_log=supernode.log_path.resolve(),
-            per_task=args.runtime == "subprocess",
-            secret_file=ensure_secret(args.state_dir).resolve(),
+            per_task=settings.runtime == "subprocess",
+            secret_file=ensure_secret(state_dir).resolve(),
         ),
-        args.state_dir / "executor.log",
+        state_dir / "executor.log",
         env,
         policy,
         on_give_up=give_up,
@@ -426,50 +299,60 @@ def start_flower(
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = parser()
     try:
-        args = p.parse_args(with_saved(argv))
+        settings = daemon_settings.load(
+            ParticipantSettings, parser(), sys.argv[1:] if argv is None else argv
+        )
     except ValueError as error:
         print(f"collabfl-client: {error}", file=sys.stderr)
         return exit_status.USAGE
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per Fleet call we make
     try:
-        check_args(args)
-        limits = stream_limits(args)
+        check_settings(settings)
+        limits = stream_limits(settings)
     except (ValueError, FileNotFoundError) as error:
         print(f"collabfl-client: {error}", file=sys.stderr)
         return exit_status.USAGE
-    keep_private(args.state_dir)
-    save_args(p, args, args.state_dir)
-    reap_leftovers(args.state_dir)  # a killed predecessor's ClientApp processes
+    keep_private(settings.state_dir)
+    daemon_settings.save(settings)
+    reap_leftovers(settings.state_dir)  # a killed predecessor's ClientApp processes
+    return run(settings, limits)
+
+
+def run(settings: ParticipantSettings, limits: StreamLimits) -> int:
+    """Serve this member's models and run its SuperNode until told to stop (or one of its
+    parts kept failing)."""
     # Before any child starts: a stop that arrives while they start still stops them.
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    models = PublishedModels(args.state_dir / PUBLISHED_DIR, owner=args.client_id)
-    verifier = GrantVerifier(load_public_key_bytes(args.coordinator_key))
+    client_id = settings.client_id
+    models = PublishedModels(settings.state_dir / PUBLISHED_DIR, owner=client_id)
+    verifier = GrantVerifier(load_public_key_bytes(settings.coordinator_key))
+    member_tls = settings.member_tls()
     tls = None
-    if not args.insecure:
-        tls = ServerTLS.from_files(args.peer_cert, args.peer_key, args.root_certificates)
-    server = PeerModelServer(models, verifier, address=args.peer_listen, tls=tls, limits=limits)
+    if member_tls is not None:
+        ca, cert, key = member_tls
+        tls = ServerTLS.from_files(cert, key, ca)
+    server = PeerModelServer(models, verifier, address=settings.peer_listen, tls=tls, limits=limits)
     port = server.start()
     log.info(
         "client %s: peer server on port %s, advertised as %s",
-        args.client_id,
+        client_id,
         port,
-        args.peer_address,
+        settings.peer_address,
     )
     revocations = None
-    if not args.insecure:
+    if member_tls is not None:
         revocations = RevocationPoller(
-            args.superlink,
-            args.root_certificates,
-            ended_runs=ended_runs_file(args),
-            own=own_serial(args),
+            settings.superlink,
+            member_tls[0],
+            ended_runs=ended_runs_file(settings.state_dir),
+            own=own_serial(client_id, member_tls[1]),
         )
         revocations.start()
     given_up: list[str] = []
@@ -478,9 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         given_up.append(name)
         stop.set()
 
-    children = start_flower(args, give_up, stop, revocations)
+    children = start_flower(settings, give_up, stop, revocations)
     stop.wait()
-    log.info("client %s: shutting down", args.client_id)
+    log.info("client %s: shutting down", client_id)
     for child in children:
         child.stop_restarting()
     for child in children:
@@ -489,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         revocations.stop()
     server.stop(grace=2.0)
     if given_up:
-        log.error("client %s: its %s kept failing; exiting", args.client_id, given_up[0])
+        log.error("client %s: its %s kept failing; exiting", client_id, given_up[0])
         return exit_status.FAILURE
     return exit_status.OK
 

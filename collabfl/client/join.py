@@ -5,7 +5,7 @@ The token never comes on the command line (kernel/token_source.py says why). The
 made here and never leave: a fresh TLS key (its certificate comes back from the
 coordinator, kernel/join_client.py) and a fresh SuperNode key (the coordinator registers its
 public half before the SuperNode first starts). What comes back is written to ``DIR/tls``
-and the daemon's flags to ``DIR`` (kernel/saved_args.py), so a restart is
+and the daemon's settings to ``DIR`` (kernel/daemon_settings.py), so a restart is
 ``collabfl-client --state-dir DIR``. Flags after the join's own go to the daemon as they
 are (``--device cuda:1``, ``--runtime subprocess``, ...).
 
@@ -34,10 +34,10 @@ from collabfl.flower.supernode_key import PRIVATE_NAME, PUBLIC_NAME, ensure_supe
 from collabfl.kernel import exit_status
 from collabfl.kernel.atomic import keep_private, sync_folder, write_bytes
 from collabfl.kernel.daemon_help import daemon_parser
+from collabfl.kernel.daemon_settings import save
 from collabfl.kernel.identity import identity_of_certificate
 from collabfl.kernel.join_client import JoinFailed, NotYet, coordinator_address, join
 from collabfl.kernel.pki import write_private_key
-from collabfl.kernel.saved_args import save
 from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
 from collabfl.kernel.user_code import check_allowed, parse_allowed
 
@@ -142,8 +142,11 @@ def main(argv: list[str]) -> int:
     from collabfl.client import daemon  # the daemon's imports, only once enrolled
 
     if args.no_start:
-        flags = daemon.parser()
-        save(flags, flags.parse_args([*daemon_argv, *daemon_flags]), args.state_dir)
+        from collabfl.client.settings import ParticipantSettings
+        from collabfl.client.settings import parser as daemon_flags_parser
+
+        flags = daemon_flags_parser().parse_args([*daemon_argv, *daemon_flags])
+        save(ParticipantSettings.from_flags(flags))
         print(f"collabfl-client: enrolled; start it with `{restart}`", flush=True)
         return exit_status.OK
     print(f"collabfl-client: enrolled; restart it later with `{restart}`", flush=True)

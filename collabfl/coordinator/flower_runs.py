@@ -40,13 +40,14 @@ def submitted_run_id(output: str) -> int:
     return int(run_id)
 
 
-def submit_run(app_dir: Path, connection: str, overrides: str, env: Mapping[str, str]) -> str:
-    """Submit the app with run-config ``overrides``; return flwr's output as it is.
+def submit_run(app_dir: Path, connection: str, run_config: Path, env: Mapping[str, str]) -> str:
+    """Submit the app with the run config in the TOML file ``run_config`` (launch.py,
+    ``write_run_config``); return flwr's output as it is.
 
     ``submitted_run_id`` reads the id from it (or says why it cannot), now or later from a
     kept copy.
     """
-    return _flwr(["run", str(app_dir), connection, "-c", overrides], env)
+    return _flwr(["run", str(app_dir), connection, "-c", str(run_config)], env)
 
 
 def stop_run(run_id: int, connection: str, env: Mapping[str, str]) -> None:

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.substep_client import SessionFeeder
 from collabfl.kernel.atomic import write_text
@@ -93,6 +95,16 @@ def write_enrolled_sizes(state_dir: Path, run_id: str, sizes: Mapping[int, int])
     """Keep the sizes declared at enrolment for ``run_id``'s ServerApp (0600, like its token)."""
     path = state_dir / LAUNCH_DIR / f"{run_id}.sizes.json"
     write_text(path, json.dumps({str(k): v for k, v in sorted(sizes.items())}))
+    return path.resolve()
+
+
+def write_run_config(state_dir: Path, run_id: str, values: Mapping[str, str | int | float]) -> Path:
+    """Keep the Flower run config of ``run_id``'s launch as a TOML file (0600: it holds the
+    run ticket), the form of ``flwr run -c`` that takes any value. Given inline, ``-c`` reads
+    ``key=value`` pairs whose values are TOML cut out of the line by a pattern: a path with a
+    double quote in it (a state or runs dir) could not pass, whatever its quoting."""
+    path = state_dir / LAUNCH_DIR / f"{run_id}.run-config.toml"
+    write_text(path, tomli_w.dumps(dict(values)))
     return path.resolve()
 
 

@@ -35,8 +35,9 @@ from typing import Any, Protocol, TypeVar
 from rich.console import Console
 
 from collabfl.client.data.client_file import save_client_file
-from collabfl.coordinator.daemon import PUBLIC_KEY_FILE, grant_signer
+from collabfl.coordinator.daemon import grant_signer
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
+from collabfl.coordinator.settings import PUBLIC_KEY_FILE
 from collabfl.engine.config import ConfigError, ExperimentConfig, user_code
 from collabfl.engine.experiment import check_user_code, prepare_data
 from collabfl.engine.methods import MethodSpec, run_request

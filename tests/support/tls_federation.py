@@ -15,7 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from collabfl.coordinator.daemon import PUBLIC_KEY_FILE, flower_home
+from collabfl.coordinator.settings import PUBLIC_KEY_FILE
+from collabfl.coordinator.superlink import flower_home
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import generate_private_key, save_public_key
 from collabfl.kernel.supervisor import stop_group

@@ -4,7 +4,6 @@ for tests and measurements of what its state keeps across a restart."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -12,15 +11,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.daemon import (
+from collabfl.coordinator.fleet_gateway import free_loopback_port
+from collabfl.coordinator.settings import CoordinatorSettings
+from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.superlink import (
     key_restorer,
     superlink_command,
     superlink_control,
     supernode_registry,
     write_flower_home,
 )
-from collabfl.coordinator.fleet_gateway import free_loopback_port
-from collabfl.coordinator.state import CoordinatorState
 from collabfl.coordinator.superlink_control import ControlError
 from collabfl.coordinator.supernode_restore import KeyRestorer
 from collabfl.flower.processes import flower_env
@@ -33,10 +33,9 @@ class TlsSuperLink:
 
     def __init__(self, state_dir: Path, superlink_state: str = "memory") -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.args = argparse.Namespace(
+        self.args = CoordinatorSettings(
             state_dir=state_dir,
             superlink_internal_port=free_loopback_port(),
-            insecure=False,
             superlink_state=superlink_state,
         )
         self.env = {**os.environ, **flower_env(write_flower_home(self.args))}

@@ -1,0 +1,292 @@
+"""Launching the ServerApp of every active run: ``flwr run`` against the coordinator's
+SuperLink, a fresh launch token each time, and the Flower run's log followed into the run's
+folder.
+
+A run whose ServerApp dies while the run is still active (a SuperLink or coordinator
+restart) is launched again and resumes after its last completed round, ``MAX_LAUNCHES``
+times at most.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from collabfl.coordinator.coordinator_pki import CoordinatorTLSFiles
+from collabfl.coordinator.doorbell import Doorbell
+from collabfl.coordinator.flower_runs import (
+    FlowerCliError,
+    follow_command,
+    stop_run,
+    submit_run,
+    submitted_run_id,
+)
+from collabfl.coordinator.launch import (
+    Launch,
+    flower_run_file,
+    launch_app_config,
+    write_enrolled_sizes,
+    write_launch_token,
+    write_run_config,
+)
+from collabfl.coordinator.settings import CoordinatorSettings, public_names
+from collabfl.coordinator.state import CoordinatorState, Run
+from collabfl.coordinator.superlink import CONNECTION
+from collabfl.engine.run_options import flower_app_config
+from collabfl.flower.binding import format_bindings
+from collabfl.flower.serverapp_launcher import SubmittedRuns
+from collabfl.kernel.atomic import write_text
+from collabfl.kernel.log_rotation import rotate_copy
+from collabfl.kernel.supervisor import stop_group
+from collabfl.kernel.tickets import TicketSigner
+
+log = logging.getLogger("collabfl.coordinator")
+
+APP_NAME = "collabfl-federation"
+MAX_LAUNCHES = 4
+CHECK_RUNS_S = 1.0
+"""How often the launcher looks for runs to launch when nothing tells it: a new run rings
+the ``runs`` doorbell and is launched at once; a ServerApp that died is noticed on this clock."""
+
+
+def write_app(state_dir: Path) -> Path:
+    """The Flower app folder ``flwr run`` submits: components live in the installed package."""
+    app_dir = state_dir / "app"
+    app_dir.mkdir(parents=True, exist_ok=True)
+    write_text(
+        app_dir / "pyproject.toml",
+        f"""[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "{APP_NAME}"
+version = "1.0.0"
+description = "collabfl round protocols (components come from the installed collabfl)"
+license = "Apache-2.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "collabfl"
+
+[tool.flwr.app.components]
+serverapp = "collabfl.apps.server_app:app"
+clientapp = "collabfl.apps.client_app:app"
+
+[tool.flwr.app.config]
+{launch_app_config()}
+{flower_app_config()}
+""",
+    )
+    return app_dir
+
+
+def service_launch(
+    settings: CoordinatorSettings, files: CoordinatorTLSFiles | None, port: int
+) -> Launch:
+    """The launch entries every ServerApp gets: where the service is and, with TLS
+    (``files``), the coordinator's own certificate to dial it with."""
+    address = settings.advertise or f"{public_names(settings)[0]}:{port}"
+    if files is None:
+        return Launch(coordinator=address)
+    return Launch(
+        coordinator=address,
+        coordinator_ca=str(files.ca.resolve()),
+        coordinator_cert=str(files.cert.resolve()),
+        coordinator_key=str(files.key.resolve()),
+    )
+
+
+class RunLauncher:
+    """Starts (and restarts) the ServerApp of every active run and follows its log.
+
+    Each launch mints the run's launch token (older ServerApps of the run can no longer
+    write), submits the app with ``flwr run``, keeps flwr's JSON reply in the state directory
+    (``flower_run_file``) and follows the Flower run's log into serverapp.log; when the
+    follower ends (the run ended, or the SuperLink went away) and the run is still active, it
+    launches again.
+
+    ``service``: the launch entries every ServerApp gets (service address, TLS files).
+    ``wake``: rung when a run is created, so that it launches without waiting for the clock.
+    ``superlink_ready``: clear while a restarted SuperLink is given the SuperNode keys again
+    (coordinator/supernode_restore.py); nothing launches then, so that no ServerApp gets the
+    node ids of the SuperLink that died.
+    """
+
+    def __init__(
+        self,
+        state: CoordinatorState,
+        state_dir: Path,
+        runs_dir: Path,
+        app_dir: Path,
+        env: dict[str, str],
+        service: Launch,
+        tickets: TicketSigner,
+        ticket_ttl_s: float,
+        wake: Doorbell | None = None,
+        check_every_s: float = CHECK_RUNS_S,
+        submitted: SubmittedRuns | None = None,
+        enrolled_sizes: Callable[[], Mapping[int, int]] = dict,
+        superlink_ready: threading.Event | None = None,
+    ) -> None:
+        self.state = state
+        if superlink_ready is None:
+            superlink_ready = threading.Event()
+            superlink_ready.set()
+        self.superlink_ready = superlink_ready
+        self.enrolled_sizes = enrolled_sizes
+        self.submitted = submitted or SubmittedRuns()
+        self.wake = wake or Doorbell()
+        self.check_every_s = check_every_s
+        self.tickets = tickets
+        self.ticket_ttl_s = ticket_ttl_s
+        self.state_dir = state_dir
+        self.runs_dir = runs_dir
+        self.app_dir = app_dir
+        self.env = env
+        self.service = service
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}  # run id -> its serverapp.log, rotated by size
+        self.launches: dict[str, int] = {}
+        self.stop_event = threading.Event()
+
+    def loop(self) -> None:
+        seen = self.wake.count
+        while not self.stop_event.is_set():
+            try:
+                self.check_runs()
+            except Exception:  # e.g. the database went away: keep trying
+                log.exception("run launcher: checking runs failed; retrying")
+            seen = self.wake.wait(seen, self.check_every_s)
+
+    def check_runs(self) -> None:
+        """Launch every active run that has no live ServerApp (new, or its ServerApp died).
+
+        Each run on its own: one that cannot launch (a stored request no ServerApp could run)
+        is failed with the reason, and the others still launch.
+        """
+        for run in self.state.runs():
+            process = self.running.get(run.run_id)
+            if process is not None and process.poll() is None:
+                rotate_copy(self.logs[run.run_id])
+            if not run.active or (process is not None and process.poll() is None):
+                continue
+            if not self.superlink_ready.is_set():
+                continue
+            if self.launches.get(run.run_id, 0) >= MAX_LAUNCHES:
+                self.state.finish_run(run.run_id, "failed", "the ServerApp kept dying")
+                continue
+            try:
+                self.launch(run)
+            except ValueError as error:
+                log.error("run %s cannot be launched: %s", run.run_id, error)
+                self.state.finish_run(run.run_id, "failed", f"invalid run request: {error}")
+            except Exception:
+                log.exception("run %s: launching failed; retrying", run.run_id)
+
+    def launch(self, run: Run) -> None:
+        """Launch the run's ServerApp; ValueError if its stored request cannot run."""
+        # Imported at the first launch, if the service's CreateRun has not done it yet (a run
+        # resumed after a restart): it imports torch, whose CPU-second clients starting
+        # beside the coordinator need to join.
+        from collabfl.engine.methods import read_run_request
+
+        count = self.launches[run.run_id] = self.launches.get(run.run_id, 0) + 1
+        _, options = read_run_request(run.method, run.config)
+        out_dir = options.run_dir(self.runs_dir, run.run_id)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        options = options.model_copy(update={"out_dir": str(out_dir)})
+        token = self.state.new_launch(run.run_id)  # from here on, older ServerApps are stale
+        launch = replace(
+            self.service,
+            run_id=run.run_id,
+            launch_token_file=str(write_launch_token(self.state_dir, run.run_id, token)),
+            run_ticket=self.tickets.issue(run.run_id, self.ticket_ttl_s),
+            node_bindings=format_bindings(self.state.supernode_bindings()),
+            enrolled_sizes_file=str(
+                write_enrolled_sizes(self.state_dir, run.run_id, self.enrolled_sizes())
+            ),
+        )
+        settings = {**launch.to_run_config(), **options.to_run_config()}
+        run_config = write_run_config(self.state_dir, run.run_id, settings)
+        reply_path = flower_run_file(self.state_dir, run.run_id)
+        self.stop_previous(run.run_id, reply_path)
+        log.info("launching run %s (attempt %s)", run.run_id, count)
+        self.submitted.expect()  # its task may reach the ServerApp launcher before its id
+        try:
+            reply = submit_run(self.app_dir, CONNECTION, run_config, self.env)
+            flower_run = submitted_run_id(reply)
+            self.submitted.add(flower_run)  # its ServerApp may start now
+        except FlowerCliError as error:
+            self.submitted.abandon()
+            log.error("run %s: the ServerApp was not started: %s", run.run_id, error)
+            return  # no follower: the next check launches it again, up to MAX_LAUNCHES
+        write_text(reply_path, reply)
+        log.info("run %s: Flower run %s, log in %s", run.run_id, flower_run, out_dir)
+        self.logs[run.run_id] = out_dir / "serverapp.log"
+        with open(self.logs[run.run_id], "ab") as log_file:
+            self.running[run.run_id] = subprocess.Popen(
+                follow_command(flower_run, CONNECTION),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+
+    def stop_previous(self, run_id: str, reply_path: Path) -> None:
+        """Stop the Flower run a previous launch of this run started, if it still runs.
+
+        After a crash its ServerApp may survive and reconnect; two ServerApps must never
+        drive the same run. The previous launch kept flwr's reply, which names that run.
+        """
+        if not reply_path.exists():
+            return
+        try:
+            previous = submitted_run_id(reply_path.read_text(errors="replace"))
+        except FlowerCliError as error:
+            log.warning(
+                "run %s: cannot read the previous launch's Flower run id from %s (%s); if its "
+                "ServerApp still runs, stop it with `flwr stop <run id>`",
+                run_id, reply_path, error,
+            )  # fmt: skip
+            return
+        try:
+            stop_run(previous, CONNECTION, self.env)
+        except FlowerCliError as error:
+            log.info("run %s: previous Flower run %s not stopped: %s", run_id, previous, error)
+        else:
+            log.info("run %s: stopped previous Flower run %s", run_id, previous)
+
+    def foreign_run(self, flower_run_id: int) -> None:
+        """A Flower run someone else submitted reached the ServerApp launcher: name it in an
+        event and stop it, so it neither stays pending nor is claimed again."""
+        self.state.record_event(
+            "",
+            "foreign_run_refused",
+            f"Flower run {flower_run_id} was submitted to the SuperLink by someone other than "
+            "this coordinator; its ServerApp was refused (nothing of it ran) and it is stopped",
+        )
+        threading.Thread(
+            target=self._stop_foreign, args=(flower_run_id,), name="foreign-run-stop", daemon=True
+        ).start()
+
+    def _stop_foreign(self, flower_run_id: int) -> None:
+        try:
+            stop_run(flower_run_id, CONNECTION, self.env)
+        except FlowerCliError as error:
+            log.warning("foreign Flower run %s not stopped: %s", flower_run_id, error)
+        else:
+            log.warning("stopped foreign Flower run %s", flower_run_id)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.wake.ring()  # the loop ends now, not at its next check
+        for process in self.running.values():
+            stop_group(process, grace_s=5.0)
