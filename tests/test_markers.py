@@ -61,6 +61,11 @@ class Uses:
     """The string "netns" (an ``ip netns`` command)."""
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def uses(tree: ast.AST) -> Uses:
     found = Uses()
     modules: dict[str, str] = {}  # local alias -> the imported module's last name
@@ -104,7 +109,7 @@ def helper_launchers(files: tuple[Path, ...]) -> Launchers:
     namespace, directly or through another such helper (to a fixed point)."""
     definitions: dict[tuple[str, str], Uses] = {}
     for path in files:
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in parsed(path).body:
             if isinstance(node, ast.FunctionDef | ast.ClassDef):
                 definitions[(path.stem, node.name)] = uses(node)
     netns = {key for key, used in definitions.items() if used.netns}
@@ -145,7 +150,7 @@ def module_markers(tree: ast.Module) -> set[str]:
 
 def needed(path: Path, launchers: Launchers) -> set[str]:
     """The markers the module at ``path`` needs, by what it starts."""
-    used = uses(ast.parse(path.read_text(), str(path)))
+    used = uses(parsed(path))
     markers = set()
     if used.qualified & launchers.netns:
         markers.add("netns")
@@ -163,7 +168,7 @@ def test_modules_that_start_processes_carry_their_markers() -> None:
         if path.name == SCANNER:
             continue  # its examples are strings
         want = needed(path, launchers)
-        have = module_markers(ast.parse(path.read_text(), str(path)))
+        have = module_markers(parsed(path))
         missing += [f"{path.name}: {m}" for m in sorted(want - have)]
         if "federation" in have and "federation" not in want:
             needless.append(path.name)
@@ -181,7 +186,7 @@ def test_the_allowances_name_modules_the_scan_flags() -> None:
     """An allowance for a module that no longer starts a process would hide a new one."""
     launchers = helper_launchers(HELPER_FILES)
     for name in NOT_A_FEDERATION:
-        used = uses(ast.parse((TESTS / name).read_text()))
+        used = uses(parsed(TESTS / name))
         assert starts_federation(used) or used.qualified & launchers.federation, name
 
 
