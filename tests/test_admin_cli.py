@@ -12,7 +12,7 @@ from support.coordinator import served, valid_request
 from typer.testing import CliRunner, Result
 
 from collabfl.cli import admin
-from collabfl.cli.admin import admin_app
+from collabfl.cli.admin import admin_app, tables
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.state import CoordinatorState, Member
@@ -56,7 +56,7 @@ def state(tmp_path: Path) -> Iterator[CoordinatorState]:
 @pytest.fixture
 def address(state: CoordinatorState, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A live coordinator holding members, a run with two rounds, and events."""
-    monkeypatch.setattr(admin, "console", Console(width=200))  # no wrapped table cells
+    monkeypatch.setattr(tables, "console", Console(width=200))  # no wrapped table cells
     state.register_members([Member(c, 1000 + c, f"10.0.0.{c}:9400", 50) for c in range(4)])
     state.create_run("exp-1", "dpfl", {"budget": 1})
     for round_index, edges in ROUNDS.items():
@@ -288,7 +288,7 @@ def test_members_and_events_read_at_80_columns(
     """At 80 columns rich folded every cell a few letters a line; a table too wide prints
     its rows as records, so addresses and messages stay whole (issue #42, 7)."""
     monkeypatch.setenv("COLUMNS", "80")
-    monkeypatch.setattr(admin, "console", Console())
+    monkeypatch.setattr(tables, "console", Console())
     state.register_members([Member(7, 10**18 + 7, f"{LONG_HOST}:9200", 50)])
     state.record_event("exp-1", "peer_skipped", LONG_MESSAGE, round=1, client_id=3)
     members = _ok(address, "members").splitlines()
@@ -343,7 +343,7 @@ def test_run_ids_stay_whole_at_80_columns(
     state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every command takes a run id: a table that cuts it (``dpfl_budget…``) is no use."""
-    monkeypatch.setattr(admin, "console", Console(width=80))
+    monkeypatch.setattr(tables, "console", Console(width=80))
     state.create_run(LONG_RUN_ID, "dpfl:budget=0.1", {})
     state.finish_run(LONG_RUN_ID, "failed", "the ServerApp kept dying")
     for command in ("runs", "status"):

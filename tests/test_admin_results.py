@@ -13,8 +13,8 @@ from support.coordinator import served, valid_request
 from support.pki import TestCA
 from typer.testing import CliRunner, Result
 
-from collabfl.cli import admin_results
 from collabfl.cli.admin import admin_app
+from collabfl.cli.admin import results as admin_results
 from collabfl.coordinator.run_files import CHUNK_BYTES
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
 from collabfl.coordinator.state import CoordinatorState

@@ -23,8 +23,7 @@ from rich.console import Console
 from support.coordinator import served
 from typer.testing import CliRunner, Result
 
-from collabfl.cli import admin
-from collabfl.cli.admin import admin_app
+from collabfl.cli.admin import admin_app, tables
 from collabfl.coordinator.enrolment_store import Enrolment, EnrolmentStore
 from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.state import CoordinatorState, Member
@@ -80,11 +79,11 @@ def _admin(address: str, *args: str) -> Result:
 def test_status_lists_members_by_client_id_and_host(
     state: CoordinatorState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(admin, "console", Console(width=80))
+    monkeypatch.setattr(tables, "console", Console(width=80))
     with served(state, supernodes=SupernodeList(lambda: NODES)) as address:
         document = json.loads(_admin(address, "status", "--json").stdout)
         text = _admin(address, "status").stdout
-        monkeypatch.setattr(admin, "console", Console(width=160))
+        monkeypatch.setattr(tables, "console", Console(width=160))
         members = _admin(address, "members").stdout
         members_json = json.loads(_admin(address, "members", "--json").stdout)
     assert document["num_members"] == 5

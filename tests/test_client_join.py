@@ -25,7 +25,6 @@ from support.coordinator import FakeSigner
 from test_enrolment import Coordinator, coordinator  # noqa: F401  (the fixture)
 from typer.testing import CliRunner
 
-from collabfl.cli import admin_enrolment  # noqa: F401  (registers invite and login)
 from collabfl.cli.admin import admin_app
 from collabfl.client import join
 from collabfl.client.data import ArrayDataset, ClientData

@@ -17,7 +17,6 @@ import pytest
 from support.coordinator import FakeSigner, valid_request
 from typer.testing import CliRunner
 
-from collabfl.cli import admin_enrolment  # noqa: F401  (registers invite and enrolments)
 from collabfl.cli.admin import admin_app
 from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.service import serve

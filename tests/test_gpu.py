@@ -42,10 +42,13 @@ from collabfl.kernel.samples import TensorData
 from collabfl.kernel.training import TrainingConfig, evaluate, train
 from tests.support.runtime_equality import settings
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason=f"needs a CUDA device; torch {torch.__version__} sees none (runs on a GPU machine)",
-)
+pytestmark = [
+    pytest.mark.federation,  # the federation runs (`federation up`) beside the in-process ones
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason=f"needs a CUDA device; torch {torch.__version__} sees none (runs on a GPU machine)",
+    ),
+]
 
 CLIENTS, ROUNDS = 2, 2
 TOLERANCE = 0.05

@@ -20,8 +20,7 @@ from support.coordinator import served
 from typer.testing import CliRunner
 
 from collabfl.apps.server_app import missing_clients, wait_for_nodes
-from collabfl.cli import admin
-from collabfl.cli.admin import admin_app
+from collabfl.cli.admin import admin_app, tables
 from collabfl.coordinator.service import CoordinatorService
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
 from collabfl.coordinator.state import CoordinatorState
@@ -68,7 +67,7 @@ def test_a_short_start_names_the_missing_clients() -> None:
 def test_the_status_line_reaches_admin_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(admin, "console", Console(width=80))
+    monkeypatch.setattr(tables, "console", Console(width=80))
     with CoordinatorState(tmp_path / "c.db") as state, served(state) as address:
         state.create_run("r", "dpfl", {})
         with CoordinatorClient(address, launch_token="stale") as server_app:

@@ -9,10 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
-pytestmark = pytest.mark.federation
-
 
 def test_importing_the_coordinator_daemon_does_not_import_torch():
     probe = "import sys, collabfl.coordinator.daemon; print('torch' in sys.modules)"

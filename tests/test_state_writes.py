@@ -38,7 +38,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("client/join.py", "enrol", "replace"): "an accepted enrolment's keys, from .enrolling",
     # Outputs for people, rebuilt from the run's records whenever they are missing.
     ("engine/report/plots.py", "_save", "savefig"): "a plot (PNG)",
-    ("cli/admin.py", "export", "write_graphml"): "a graph export the user asked for",
+    ("cli/admin/graphs.py", "export", "write_graphml"): "a graph export the user asked for",
     # The developer's tool that regenerates the gRPC modules into the source tree.
     ("proto/generate.py", "generate", "copy"): "the .proto sources into a scratch folder",
     ("proto/generate.py", "main", "copy"): "generated modules into the source tree",

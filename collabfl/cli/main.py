@@ -19,11 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from collabfl.cli import (
-    admin_enrolment,  # noqa: F401 (registers invite, login, revoke, enrolments)
-    admin_results,  # noqa: F401 (registers results)
-)
-from collabfl.cli.admin import admin_app
+from collabfl.cli.admin import admin_app  # the package registers every admin command
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 from collabfl.kernel import exit_status
 

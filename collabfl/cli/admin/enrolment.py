@@ -17,17 +17,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from collabfl.cli.admin import (
+from collabfl.cli.admin import tables
+from collabfl.cli.admin.connection import (
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
-    AsJson,
-    _client,
-    _fail,
-    _print_json,
-    _time,
     admin_app,
-    console,
+    coordinator_client,
+    fail,
 )
+from collabfl.cli.admin.tables import AsJson, clock, print_json
+from collabfl.coordinator.operator_credential import OperatorCredential, default_path
 from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
 
 DEFAULT_TTL = "24h"
@@ -92,7 +91,7 @@ def invite(
     role, subject = _identity(client_id, operator)
     if samples is not None and role != "member":
         raise typer.BadParameter("--samples declares a participant's data: use it with --client-id")
-    with _client(ctx) as client:
+    with coordinator_client(ctx) as client:
         made = client.invite(role, subject, host or [], parse_duration(ttl), samples)
     if role == "member":
         command = (
@@ -103,9 +102,10 @@ def invite(
         command = f"{ENV_VAR}={made.token} collabfl admin login {made.join_address}"
     if as_json:
         fields = {"token": made.token, "token_id": made.token_id, "expires_at": made.expires_at}
-        _print_json({**fields, "role": role, "subject": subject, "command": command})
+        print_json({**fields, "role": role, "subject": subject, "command": command})
         return
-    expires = _time(made.expires_at)
+    console = tables.console
+    expires = clock(made.expires_at)
     console.print(f"{role} {subject}: token {made.token_id}, single use, expires {expires}")
     if role == "member" and data == DATA_PLACEHOLDER:
         console.print(DATA_NOTE, highlight=False)
@@ -131,9 +131,9 @@ def login(
     """Enrol as an operator with the token `admin invite --operator` printed (from
     COLLABFL_JOIN_TOKEN or --token-file): make a key here, get its certificate, save the
     credential."""
+    # cryptography and gRPC load here, not at start-up
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from collabfl.coordinator.operator_credential import OperatorCredential, default_path
     from collabfl.kernel.join_client import JoinFailed, NotYet, join
     from collabfl.kernel.pki import private_key_pem
 
@@ -147,9 +147,9 @@ def login(
     try:
         joined = join(coordinator, secret, key)
     except JoinFailed as error:
-        _fail(error, EXIT_UNREACHABLE if isinstance(error, NotYet) else EXIT_REFUSED)
+        fail(error, EXIT_UNREACHABLE if isinstance(error, NotYet) else EXIT_REFUSED)
     if joined.role != "operator":
-        _fail(
+        fail(
             f"this token enrols {joined.role} {joined.subject}: use `collabfl-client join`",
             EXIT_REFUSED,
         )
@@ -157,7 +157,9 @@ def login(
     OperatorCredential(joined.service, joined.ca, joined.certificate, private_key_pem(key)).save(
         path
     )
-    console.print(f"logged in as operator {joined.subject} at {joined.service}; saved {path}")
+    tables.console.print(
+        f"logged in as operator {joined.subject} at {joined.service}; saved {path}"
+    )
 
 
 @admin_app.command()
@@ -169,24 +171,24 @@ def revoke(
     """Take a participant (or operator) out: its certificate is refused by the coordinator
     and every peer, its SuperNode unregistered. A fresh invite enrols it again."""
     role, subject = _identity(client_id, operator)
-    with _client(ctx) as client:
+    with coordinator_client(ctx) as client:
         revoked = client.revoke(role, subject)
-    console.print(f"{role} {subject}: revoked (certificate serial {revoked.cert_serial})")
+    tables.console.print(f"{role} {subject}: revoked (certificate serial {revoked.cert_serial})")
 
 
 @admin_app.command()
 def enrolments(ctx: typer.Context, as_json: AsJson = False) -> None:
     """Every identity that joined by token: host, certificate expiry, revoked or not."""
-    with _client(ctx) as client:
+    with coordinator_client(ctx) as client:
         found = client.list_enrolments()
     if as_json:
-        _print_json(found)
+        print_json(found)
         return
     table = Table("role", "name", "host", "samples", "certificate expires", "enrolled", "status")
     now = time.time()
     for e in found:
         status = "revoked" if e.revoked else ("expired" if e.cert_not_after < now else "active")
         declared = "" if e.samples is None else str(e.samples)
-        table.add_row(e.role, e.subject, e.host, declared, _time(e.cert_not_after),
-                      _time(e.enrolled_at), status)  # fmt: skip
-    console.print(table if found else "nobody enrolled by token yet")
+        table.add_row(e.role, e.subject, e.host, declared, clock(e.cert_not_after),
+                      clock(e.enrolled_at), status)  # fmt: skip
+    tables.console.print(table if found else "nobody enrolled by token yet")

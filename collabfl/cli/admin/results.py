@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from collabfl.cli.admin import EXIT_REFUSED, AsJson, _client, _fail, _print_json, admin_app, console
+from collabfl.cli.admin import tables
+from collabfl.cli.admin.connection import EXIT_REFUSED, admin_app, coordinator_client, fail
+from collabfl.cli.admin.tables import AsJson, print_json
 from collabfl.engine.report.table import human_bytes
 from collabfl.kernel.atomic import replacing
 
@@ -40,26 +42,26 @@ def results(
 ) -> None:
     """The run's results table (results.md) and the files its folder holds on the
     coordinator; `--download DIR` copies them here."""
-    with _client(ctx) as client:
+    with coordinator_client(ctx) as client:
         run = client.get_run(run_id)
         found = client.run_results(run_id)
         if download is not None:
             found = replace(found, files=_download(client, run_id, found.files, download))
     if as_json:
-        _print_json(found)
+        print_json(found)
         return
     if found.results_md:
         typer.echo(found.results_md.rstrip("\n"))  # markdown, as written: copy it anywhere
     else:
         last = "none" if run.last_completed_round is None else str(run.last_completed_round)
-        console.print(
+        tables.console.print(
             f"run {run_id} has no results table yet ({run.status}, last round {last})",
             highlight=False,
         )
     total = human_bytes(sum(f.size for f in found.files))
     more = " (more not listed)" if found.truncated else ""
     where = f"copied to {download}" if download is not None else "--download DIR copies them"
-    console.print(
+    tables.console.print(
         f"{len(found.files)} files{more}, {total}, in the run's folder: {where}",
         highlight=False,
         soft_wrap=True,  # a path to copy is never broken
@@ -109,5 +111,5 @@ def _target(root: Path, path: str) -> Path:
     pure = PurePosixPath(path)
     target = (root / pure).resolve()
     if pure.is_absolute() or ".." in pure.parts or not target.is_relative_to(root):
-        _fail(f"the coordinator named a file outside the run's folder: {path!r}", EXIT_REFUSED)
+        fail(f"the coordinator named a file outside the run's folder: {path!r}", EXIT_REFUSED)
     return target
