@@ -23,7 +23,7 @@ from pathlib import Path
 from _common import REPO_ROOT, format_table, median, write_results
 
 from collabfl.coordinator.service import serve
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 
 ENTRY = "import sys; sys.argv[0] = 'collabfl'; from collabfl.cli.main import main; main()"
 

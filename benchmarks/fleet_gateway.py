@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 from _common import format_table, median, write_results
 
-from collabfl.coordinator.fleet_gateway import FleetGateway, GatewayTLS, LoopbackTLS
+from collabfl.coordinator.gateway.fleet_gateway import FleetGateway, GatewayTLS, LoopbackTLS
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.supervisor import stop_group
 from collabfl.launcher.federation import free_ports

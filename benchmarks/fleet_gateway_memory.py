@@ -34,7 +34,7 @@ def serve(port_file: Path) -> None:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from collabfl.coordinator.fleet_gateway import FleetGateway
+    from collabfl.coordinator.gateway.fleet_gateway import FleetGateway
 
     async def answer(request):
         return Response(b"", media_type="application/protobuf")

@@ -6,7 +6,7 @@ and starts a fresh one, then times the daemon's key restorer (coordinator/
 supernode_restore.py) from the fresh SuperLink's start until every key is bound to its new
 node id, registering one key at a time (``--workers 1``) and a few at once (the daemon's
 REGISTER_WORKERS). Each registration is one Control API call of the daemon's process
-(coordinator/superlink_control.py); before, each was a ``flwr supernode register`` process
+(coordinator/superlink/superlink_control.py); before, each was a ``flwr supernode register`` process
 (benchmarks/results/key_restore-flwr-cli.json).
 
     python benchmarks/key_restore.py [--keys 4,16] [--workers 1,4] [--repeat 3]
@@ -22,7 +22,7 @@ from typing import Any
 
 from _common import exit_on_sigterm, format_table, median, write_results
 
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.flower.supernode_key import ensure_supernode_key
 from tests.support.tls_superlink import TlsSuperLink
 

@@ -1,5 +1,6 @@
 """Refused SuperNode activations become rationed ``impostor`` events
-(coordinator/activation_refusals.py); the real refusals are in tests/test_fleet_gateway.py."""
+(coordinator/gateway/activation_refusals.py); the real refusals are in
+tests/test_fleet_gateway.py."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from flwr.proto.fleet_pb2 import ActivateNodeRequest
 
-from collabfl.coordinator.activation_refusals import ActivationRefusals, key_fingerprint
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.gateway.activation_refusals import ActivationRefusals, key_fingerprint
+from collabfl.coordinator.store.state import CoordinatorState
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -65,7 +66,7 @@ def test_junk_is_recorded_as_carrying_no_key(tmp_path):
 
 def test_a_member_refused_while_its_key_is_registered_again_is_no_impostor(tmp_path):
     """After a restart of an in-memory SuperLink a member's own SuperNode is refused until
-    its key is back (coordinator/supernode_restore.py): not a copied key."""
+    its key is back (coordinator/superlink/supernode_restore.py): not a copied key."""
     member = _key()
     with CoordinatorState(tmp_path / "c.db") as state:
         state.bind_supernode(3, 77, _openssh(member))

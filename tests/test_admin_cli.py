@@ -15,7 +15,7 @@ from collabfl.cli import admin
 from collabfl.cli.admin import admin_app, tables
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
-from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.coordinator.store.state import CoordinatorState, Member
 from collabfl.engine.recording import ROW_KEYS
 from collabfl.kernel import exit_status
 

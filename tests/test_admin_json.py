@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from collabfl.cli.admin import admin_app
-from collabfl.coordinator.launch import flower_run_file
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.settings import CoordinatorSettings
-from collabfl.coordinator.state import CoordinatorState, Member
-from collabfl.coordinator.superlink import write_flower_home
+from collabfl.coordinator.store.state import CoordinatorState, Member
+from collabfl.coordinator.superlink.launch import flower_run_file
+from collabfl.coordinator.superlink.local_superlink import write_flower_home
 from collabfl.launcher.federation import free_ports
 
 METRICS = {0: {"test_acc": 0.5, "utility": 1.0, "gain": 2.0}, 1: {"test_acc": 0.75}}

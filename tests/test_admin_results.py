@@ -15,9 +15,9 @@ from typer.testing import CliRunner, Result
 
 from collabfl.cli.admin import admin_app
 from collabfl.cli.admin import results as admin_results
-from collabfl.coordinator.run_files import CHUNK_BYTES
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.run_files import CHUNK_BYTES
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 
 TABLE = "| Method | Test acc (%) |\n|:---|---:|\n| dpfl | 90.92 ± 8.13 |\n"

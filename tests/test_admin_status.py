@@ -24,9 +24,9 @@ from support.coordinator import served
 from typer.testing import CliRunner, Result
 
 from collabfl.cli.admin import admin_app, tables
-from collabfl.coordinator.enrolment_store import Enrolment, EnrolmentStore
 from collabfl.coordinator.member_status import SupernodeList
-from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.coordinator.store.enrolment_store import Enrolment, EnrolmentStore
+from collabfl.coordinator.store.state import CoordinatorState, Member
 
 NODE = {0: 5000, 1: 5001, 2: 5002}
 """Registered SuperNode keys: client id -> the Flower node id the key got."""

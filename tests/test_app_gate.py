@@ -12,7 +12,7 @@ import pytest
 from flwr.cli.build import build_fab_from_disk
 
 from collabfl.apps import client_app
-from collabfl.coordinator.run_launcher import write_app
+from collabfl.coordinator.superlink.run_launcher import write_app
 from collabfl.flower.app_gate import (
     COLLABFL_APP,
     RefusedTask,

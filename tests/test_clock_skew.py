@@ -22,7 +22,7 @@ from flwr.superlink.routers.fleet import node_auth
 from flwr.supernode import fleet_http_connection
 from starlette.requests import Request
 
-from collabfl.coordinator.fleet_gateway import ACTIVATE_PATH, FleetOnlyProxy
+from collabfl.coordinator.gateway.fleet_gateway import ACTIVATE_PATH, FleetOnlyProxy
 from collabfl.flower.supernode_diagnosis import Probe, SupernodeReasons, Where
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, InvalidGrant, generate_private_key
 from collabfl.kernel.sealed import CLOCK_LEEWAY_S

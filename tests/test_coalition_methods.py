@@ -24,7 +24,7 @@ from collabfl.client.discriminator import (
     sgd_step,
 )
 from collabfl.client.node import ClientSplits
-from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
+from collabfl.coordinator.store.checkpoints import load_checkpoint, save_checkpoint
 from collabfl.engine.inprocess import InProcessFederation, build_federation
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model

@@ -19,14 +19,14 @@ from support.pki import Credential, TestCA
 
 from collabfl.coordinator import service_client
 from collabfl.coordinator.authorization import POLICY
-from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.launch import Launch
+from collabfl.coordinator.gateway.doorbell import FleetActivity
 from collabfl.coordinator.service_client import (
     CoordinatorClient,
     CoordinatorError,
     CoordinatorUnreachable,
 )
-from collabfl.coordinator.state import CoordinatorState, Member
+from collabfl.coordinator.store.state import CoordinatorState, Member
+from collabfl.coordinator.superlink.launch import Launch
 from collabfl.kernel.identity import Role
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
@@ -207,7 +207,7 @@ def test_forged_record_round_with_a_wrong_or_stale_token_is_refused_and_recorded
 
 def test_only_the_runs_server_app_signals_the_fleet_transport(federation: Federation) -> None:
     """The signals only wake pulls, but still: no one else may send them, a wait is bounded,
-    and a ServerApp's signal reaches the gateway's side (coordinator/doorbell.py)."""
+    and a ServerApp's signal reaches the gateway's side (coordinator/gateway/doorbell.py)."""
     with federation.operator() as operator:
         operator.create_run("r", "dpfl", valid_request())
         _refused(

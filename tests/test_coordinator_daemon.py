@@ -16,16 +16,16 @@ from flwr.common.config import parse_config_args
 from support.coordinator import served, valid_request
 from support.pki import TestCA
 
-from collabfl.coordinator import run_launcher
-from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.flower_runs import FlowerCliError
-from collabfl.coordinator.flower_status import flower_run_id
-from collabfl.coordinator.launch import Launch
-from collabfl.coordinator.run_launcher import RunLauncher
+from collabfl.coordinator.gateway.doorbell import FleetActivity
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.coordinator.settings import CoordinatorSettings, parser
-from collabfl.coordinator.state import CoordinatorState, CorruptDatabase
-from collabfl.coordinator.superlink import superlink_command
+from collabfl.coordinator.store.state import CoordinatorState, CorruptDatabase
+from collabfl.coordinator.superlink import run_launcher
+from collabfl.coordinator.superlink.flower_runs import FlowerCliError
+from collabfl.coordinator.superlink.flower_status import flower_run_id
+from collabfl.coordinator.superlink.launch import Launch
+from collabfl.coordinator.superlink.local_superlink import superlink_command
+from collabfl.coordinator.superlink.run_launcher import RunLauncher
 from collabfl.kernel.grants import generate_private_key
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ClientTLS

@@ -14,8 +14,8 @@ from flwr.cli.flower_config import read_superlink_connection
 from support.coordinator import valid_request
 
 from collabfl.coordinator.settings import CoordinatorSettings
-from collabfl.coordinator.state import CoordinatorState
-from collabfl.coordinator.superlink import (
+from collabfl.coordinator.store.state import CoordinatorState
+from collabfl.coordinator.superlink.local_superlink import (
     CONNECTION,
     local_superlink_control,
     loopback_tls,

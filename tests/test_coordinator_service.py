@@ -22,7 +22,7 @@ from collabfl.coordinator.service_client import (
     CoordinatorUnreachable,
 )
 from collabfl.coordinator.service_codec import run_to_pb
-from collabfl.coordinator.state import CoordinatorState, Member, Run
+from collabfl.coordinator.store.state import CoordinatorState, Member, Run
 from collabfl.kernel.tls import ClientTLS, ServerTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc

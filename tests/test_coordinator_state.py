@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collabfl.coordinator.database import MIGRATIONS
-from collabfl.coordinator.state import (
+from collabfl.coordinator.store.database import MIGRATIONS
+from collabfl.coordinator.store.state import (
     CoordinatorState,
     InvalidRecord,
     Member,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from collabfl.coordinator.database import MIGRATIONS, Database, SchemaMismatch
-from collabfl.coordinator.enrolment_store import EnrolmentStore, JoinToken
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.database import MIGRATIONS, Database, SchemaMismatch
+from collabfl.coordinator.store.enrolment_store import EnrolmentStore, JoinToken
+from collabfl.coordinator.store.state import CoordinatorState
 
 EDGES = [(0, 1, 0.5), (1, 0, 0.25)]
 METRICS = {0: {"test_acc": 0.8}, 1: {"test_acc": 0.6}}

@@ -26,7 +26,7 @@ from collabfl.cli.main import app as collabfl_cli
 from collabfl.client import daemon as client_daemon
 from collabfl.client import join as client_join
 from collabfl.coordinator import daemon as coordinator_daemon
-from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
+from collabfl.coordinator.enrolment.operator_credential import FILE_NAME as OPERATOR_FILE
 from collabfl.kernel import daemon_settings
 from collabfl.kernel.devices import check_spec
 from tests.support.pki import TestCA

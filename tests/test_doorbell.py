@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from collabfl.coordinator.doorbell import Doorbell
+from collabfl.coordinator.gateway.doorbell import Doorbell
 
 LONG_S = 120.0
 

@@ -18,8 +18,8 @@ from support.coordinator import FakeSigner, valid_request
 from typer.testing import CliRunner
 
 from collabfl.cli.admin import admin_app
-from collabfl.coordinator.launch import Launch
 from collabfl.coordinator.service import serve
+from collabfl.coordinator.superlink.launch import Launch
 from collabfl.flower.reported_sizes import DeclaredSizes, declared_sizes
 from collabfl.kernel.identity import Role
 from collabfl.kernel.join_client import join

@@ -33,12 +33,12 @@ from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
 from collabfl.client.peers import PeerUnavailable
 from collabfl.client.revocations import RevocationPoller
-from collabfl.coordinator.coordinator_pki import CoordinatorTLSFiles, ensure_pki
-from collabfl.coordinator.enrolment import Enroller, JoinThrottle, SuperNodeRegistry
-from collabfl.coordinator.enrolment_store import EnrolmentStore
-from collabfl.coordinator.fleet_gateway import FleetGateway, GatewayTLS
-from collabfl.coordinator.join_endpoint import JoinEndpoint
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.enrolment.coordinator_pki import CoordinatorTLSFiles, ensure_pki
+from collabfl.coordinator.enrolment.enrolment import Enroller, JoinThrottle, SuperNodeRegistry
+from collabfl.coordinator.gateway.fleet_gateway import FleetGateway, GatewayTLS
+from collabfl.coordinator.gateway.join_endpoint import JoinEndpoint
+from collabfl.coordinator.store.enrolment_store import EnrolmentStore
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.kernel.identity import Identity, Role, identity_of_certificate
 from collabfl.kernel.join_client import JoinFailed, join

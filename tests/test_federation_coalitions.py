@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.engine.recording import safe_name
 from collabfl.engine.report.run_dir import MESSAGES_FILE, read_run
 from tests.support.cli_runs import IN_THIS_PROCESS

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.engine.report.graph_stats import adjacency
 from collabfl.engine.report.run_dir import read_run
 from tests.support.cli_runs import IN_THIS_PROCESS

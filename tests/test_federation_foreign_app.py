@@ -3,8 +3,8 @@
 A real TLS federation of two clients runs a collabfl run while ``nobody`` (another local
 user: needs root to switch to it; CI runs as root) submits a foreign app with ``flwr run``
 to the coordinator's loopback SuperLink, with an FLWR_HOME that holds only the SuperLink's
-address and CA: the SuperLink answers it 403 (coordinator/owner_gated_superlink.py). The same
-submission from the coordinator's own user is accepted by Flower (its Control API asks for no
+address and CA: the SuperLink answers it 403 (coordinator/superlink/owner_gated_superlink.py). The
+same submission from the coordinator's own user is accepted by Flower (its Control API asks for no
 credential), but the coordinator starts ServerApps only for the runs it submitted: the
 foreign ServerApp never starts (its modules would leave a marker file when imported), so no
 participant is asked anything, and the coordinator logs the refusal. Meanwhile no process
@@ -35,7 +35,7 @@ import pytest
 from federation_faults import fault_config, start_run, wait_for
 
 from collabfl.coordinator.settings import CoordinatorSettings
-from collabfl.coordinator.superlink import flower_home, loopback_tls
+from collabfl.coordinator.superlink.local_superlink import flower_home, loopback_tls
 from collabfl.launcher.federation import LocalFederation, write_client_files
 from tests.support.foreign_app import write_foreign_app
 from tests.support.task_claims import claim_task
@@ -149,7 +149,8 @@ def test_a_foreign_app_from_another_local_user_runs_nowhere(tmp_path, outside):
         assert stranger.returncode != 0  # the SuperLink answers the coordinator's user only
         assert "403" in stranger.stdout + stranger.stderr, stranger
         # A run the coordinator did not submit, from its own user (what the stranger's was
-        # before coordinator/owner_gated_superlink.py): Flower accepts it, nothing runs it.
+        # before coordinator/superlink/owner_gated_superlink.py): Flower accepts it, nothing runs
+        # it.
         done = subprocess.run(
             _with_home([SYSTEM_PYTHON, *submit], home),
             capture_output=True, text=True, timeout=120, check=False, cwd=home,

@@ -19,7 +19,7 @@ from federation_faults import (
     wait_for,
 )
 
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.engine.report.run_dir import read_run
 
 pytestmark = pytest.mark.federation

@@ -14,7 +14,7 @@ import signal
 import pytest
 from federation_faults import fault_config, rounds_of, start_run, wait_for
 
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.launcher.federation import LocalFederation, write_client_files
 
 pytestmark = pytest.mark.federation

@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from collabfl.coordinator.service_client import CoordinatorUnreachable
-from collabfl.coordinator.state import Run
+from collabfl.coordinator.store.state import Run
 from collabfl.engine.config import load_config
 from collabfl.engine.methods import parse_method_spec
 from collabfl.kernel.supervisor import RestartPolicy

@@ -12,7 +12,7 @@ from collabfl.client import daemon as client_daemon
 from collabfl.coordinator import daemon as coordinator_daemon
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.kernel.grants import GrantSigner, generate_private_key
 from collabfl.kernel.identity import Identity, Role, identity_of_pem
 from collabfl.kernel.tls import ServerTLS

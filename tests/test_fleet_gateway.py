@@ -27,10 +27,10 @@ from flwr.proto.control_pb2 import StopRunRequest
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app as cli_app
-from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
-from collabfl.coordinator.operator_credential import OperatorCredential
-from collabfl.coordinator.state import CoordinatorState
-from collabfl.coordinator.superlink import flower_home, local_superlink_control
+from collabfl.coordinator.enrolment.operator_credential import FILE_NAME as OPERATOR_FILE
+from collabfl.coordinator.enrolment.operator_credential import OperatorCredential
+from collabfl.coordinator.store.state import CoordinatorState
+from collabfl.coordinator.superlink.local_superlink import flower_home, local_superlink_control
 from collabfl.flower.processes import SUPERNODE_CONNECTED, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.supervisor import stop_group

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from test_fleet_long_poll import FakeFleet, _serve
 
 from collabfl.coordinator import daemon
-from collabfl.coordinator.fleet_gateway import (
+from collabfl.coordinator.gateway.fleet_gateway import (
     PULL_PATH,
     PUSH_PATH,
     FleetGateway,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from collabfl.coordinator.fleet_gateway import (
+from collabfl.coordinator.gateway.fleet_gateway import (
     ACTIVATE_PATH,
     HEALTH_PATH,
     PULL_PATH,

@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.fleet_gateway import (
+from collabfl.coordinator.gateway.doorbell import FleetActivity
+from collabfl.coordinator.gateway.fleet_gateway import (
     PROTOBUF,
     PULL_OBJECT_PATH,
     PULL_PATH,

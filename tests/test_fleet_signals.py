@@ -11,9 +11,9 @@ from pathlib import Path
 from support.coordinator import served, valid_request
 
 from collabfl.apps.fleet_signals import REPLY_WAIT_S, CoordinatorSignals
-from collabfl.coordinator.doorbell import FleetActivity
+from collabfl.coordinator.gateway.doorbell import FleetActivity
 from collabfl.coordinator.service_client import CoordinatorClient
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 
 
 def test_signals_travel_through_the_coordinator_service(tmp_path: Path):

@@ -1,5 +1,5 @@
 """Contract (fails loudly on a Flower upgrade): the SuperLink's in-memory state by name, and
-what the daemon's key restorer (coordinator/supernode_restore.py) relies on.
+what the daemon's key restorer (coordinator/superlink/supernode_restore.py) relies on.
 
 ``collabfl-coordinator --superlink-state memory`` (the default) gives ``flower-superlink
 --database`` Flower's special name for its in-memory state; ``disk`` gives a SQLite file
@@ -22,7 +22,7 @@ from flwr.supercore.object_store import ObjectStoreFactory
 from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
 from flwr.superlink.federation import NoOpFederationManager
 
-from collabfl.coordinator.superlink import IN_MEMORY_DATABASE
+from collabfl.coordinator.superlink.local_superlink import IN_MEMORY_DATABASE
 
 KEY = b"ecdsa-sha2-nistp384 AAAA-a-key"
 

@@ -21,7 +21,7 @@ from collabfl.apps.fleet_signals import Polling
 from collabfl.apps.pool import NOTICES, FlowerClientPool
 from collabfl.apps.substeps import SessionEnd
 from collabfl.apps.timing import MessageTiming
-from collabfl.coordinator.state import Member
+from collabfl.coordinator.store.state import Member
 from collabfl.flower.codec import PROGRAM_MESSAGE, decode_program, encode_replies
 from collabfl.flower.reply_pull import NODE_GONE, lost_content, pull_replies
 from collabfl.strategies.protocol import Instruction, Reply

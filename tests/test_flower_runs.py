@@ -2,7 +2,7 @@
 
 import pytest
 
-from collabfl.coordinator.flower_runs import FlowerCliError, submitted_run_id
+from collabfl.coordinator.superlink.flower_runs import FlowerCliError, submitted_run_id
 
 STARTED = """{
   "success": true,

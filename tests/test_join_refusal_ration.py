@@ -12,11 +12,16 @@ from pathlib import Path
 import pytest
 from test_enrolment import Clock, FakeSuperLink
 
-from collabfl.coordinator.coordinator_pki import ensure_pki
-from collabfl.coordinator.enrolment import Enroller, JoinRefused, JoinRequest, JoinThrottle
-from collabfl.coordinator.enrolment_store import EnrolmentStore
-from collabfl.coordinator.event_ration import EventRation
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.enrolment.coordinator_pki import ensure_pki
+from collabfl.coordinator.enrolment.enrolment import (
+    Enroller,
+    JoinRefused,
+    JoinRequest,
+    JoinThrottle,
+)
+from collabfl.coordinator.store.enrolment_store import EnrolmentStore
+from collabfl.coordinator.store.event_ration import EventRation
+from collabfl.coordinator.store.state import CoordinatorState
 
 FORGED = JoinRequest(token="cfj1.forged", csr_pem=b"")
 
@@ -44,7 +49,7 @@ def test_a_flood_from_many_addresses_writes_ten_events_a_minute(tmp_path, caplog
     clock = Clock()
     enroller = _enroller(tmp_path, clock)
     try:
-        with caplog.at_level(logging.WARNING, logger="collabfl.coordinator.enrolment"):
+        with caplog.at_level(logging.WARNING, logger="collabfl.coordinator.enrolment.enrolment"):
             _refused(enroller, range(500))  # before: 500 events and 500 warnings
             assert len(_events(enroller)) == 10
             assert len(caplog.records) == 10

@@ -23,7 +23,7 @@ from collabfl.apps.server_app import missing_clients, wait_for_nodes
 from collabfl.cli.admin import admin_app, tables
 from collabfl.coordinator.service import CoordinatorService
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 
 
 class ArrivingGrid:

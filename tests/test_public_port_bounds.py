@@ -23,13 +23,17 @@ from starlette.routing import Route
 from test_enrolment import Clock, FakeSuperLink
 from test_fleet_long_poll import FakeFleet, _serve
 
-from collabfl.coordinator.coordinator_pki import ensure_pki
-from collabfl.coordinator.enrolment import Enroller
-from collabfl.coordinator.enrolment_store import EnrolmentStore
-from collabfl.coordinator.fleet_gateway import PUSH_PATH, FleetGateway, GatewayLimits
-from collabfl.coordinator.join_endpoint import JOIN_PATH, JoinEndpoint
-from collabfl.coordinator.join_slots import MAX_JOINS_IN_FLIGHT, MAX_JOINS_PER_ADDRESS, JoinSlots
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.enrolment.coordinator_pki import ensure_pki
+from collabfl.coordinator.enrolment.enrolment import Enroller
+from collabfl.coordinator.gateway.fleet_gateway import PUSH_PATH, FleetGateway, GatewayLimits
+from collabfl.coordinator.gateway.join_endpoint import JOIN_PATH, JoinEndpoint
+from collabfl.coordinator.gateway.join_slots import (
+    MAX_JOINS_IN_FLIGHT,
+    MAX_JOINS_PER_ADDRESS,
+    JoinSlots,
+)
+from collabfl.coordinator.store.enrolment_store import EnrolmentStore
+from collabfl.coordinator.store.state import CoordinatorState
 
 LIMITS = GatewayLimits(per_peer=6, max_concurrency=16, header_timeout_s=5.0, body_timeout_s=3.0)
 """Room for 16 connections in all: 20 slow joins from one address would take every one."""

@@ -27,7 +27,7 @@ from support.ledger import FakeLedger
 
 from collabfl.apps.pool import FlowerClientPool
 from collabfl.apps.reply_checks import refusal
-from collabfl.coordinator.state import Member
+from collabfl.coordinator.store.state import Member
 from collabfl.engine.builders import build_method
 from collabfl.engine.config import ConfigError, load_config, validate_config
 from collabfl.engine.methods import parse_method_spec

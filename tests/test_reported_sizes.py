@@ -21,7 +21,7 @@ from support.ledger import FakeLedger
 from collabfl.apps import server_app
 from collabfl.apps.fleet_signals import POLLING
 from collabfl.apps.pool import FlowerClientPool
-from collabfl.coordinator.state import Member
+from collabfl.coordinator.store.state import Member
 from collabfl.engine.config import ConfigError, validate_config
 from collabfl.engine.methods import parse_method_spec, run_request
 from collabfl.engine.run_options import RunOptions

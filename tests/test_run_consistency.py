@@ -13,7 +13,7 @@ import torch
 from support.ledger import FakeLedger
 
 from collabfl.apps.pool import FlowerClientPool
-from collabfl.coordinator.state import Member
+from collabfl.coordinator.store.state import Member
 from collabfl.flower.reported_sizes import DeclaredSizes
 from collabfl.flower.run_consistency import FirstCounts
 from collabfl.strategies.metrics import ClientMetrics

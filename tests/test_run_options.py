@@ -8,8 +8,8 @@ import tomllib
 import pytest
 from pydantic import ValidationError
 
-from collabfl.coordinator.launch import Launch
-from collabfl.coordinator.run_launcher import write_app
+from collabfl.coordinator.superlink.launch import Launch
+from collabfl.coordinator.superlink.run_launcher import write_app
 from collabfl.engine.config import ExperimentConfig
 from collabfl.engine.methods import parse_method_spec, run_request
 from collabfl.engine.run_options import InvalidRunOptions, RunOptions

@@ -23,7 +23,7 @@ from flwr.cli.build import build_fab_from_disk
 from collabfl.apps.client_app import RunNotAuthorized
 from collabfl.client.revocations import RevocationPoller
 from collabfl.coordinator.daemon import ended_runs
-from collabfl.coordinator.run_launcher import write_app
+from collabfl.coordinator.superlink.run_launcher import write_app
 from collabfl.flower.app_gate import RefusedTask, check_task, verify_ticket
 from collabfl.kernel.tickets import InvalidTicket, TicketSigner, run_key
 from tests.test_client_app_tickets import KEY, _context, _setup, flower_task  # noqa: F401

@@ -26,7 +26,11 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # file per line would cost a copy of the log each time.
     ("engine/report/run_dir.py", "_append", "open"): "metrics.jsonl, one record a line",
     ("launcher/federation.py", "LocalFederation._spawn", "open"): "a daemon's log (stdout)",
-    ("coordinator/daemon.py", "RunLauncher.launch", "open"): "the ServerApp's log (stdout)",
+    (
+        "coordinator/superlink/run_launcher.py",
+        "RunLauncher.launch",
+        "open",
+    ): "the ServerApp's log (stdout)",
     ("flower/serverapp_launcher.py", "ServerAppLauncher._launch", "open"): "the ServerApps' log",
     ("kernel/supervisor.py", "Supervisor._spawn", "open"): "a supervised process's log",
     # Rotation of those logs and of messages.jsonl by size: whole files moved or copied

@@ -33,12 +33,9 @@ from collabfl.apps.substeps import (
     encode_served,
     serve_seat,
 )
-from collabfl.coordinator import substep_client
-from collabfl.coordinator.service import serve
-from collabfl.coordinator.service_client import CoordinatorError
-from collabfl.coordinator.state import CoordinatorState
-from collabfl.coordinator.substep_client import SeatPoller, SessionFeeder
-from collabfl.coordinator.substep_relay import (
+from collabfl.coordinator.relay import substep_client
+from collabfl.coordinator.relay.substep_client import SeatPoller, SessionFeeder
+from collabfl.coordinator.relay.substep_relay import (
     Relayed,
     SeatRefused,
     StepResult,
@@ -46,6 +43,9 @@ from collabfl.coordinator.substep_relay import (
     UnknownSession,
     Work,
 )
+from collabfl.coordinator.service import serve
+from collabfl.coordinator.service_client import CoordinatorError
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.flower.codec import (
     content_bytes,
     content_from_bytes,

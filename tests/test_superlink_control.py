@@ -1,6 +1,6 @@
 """Contract (fails loudly on a Flower upgrade): the daemon's in-process Control API calls
-(coordinator/superlink_control.py) against a real SuperLink started as the TLS daemon starts
-it. They use Flower's ControlHttpClient, its request and answer messages, the PEM form
+(coordinator/superlink/superlink_control.py) against a real SuperLink started as the TLS daemon
+starts it. They use Flower's ControlHttpClient, its request and answer messages, the PEM form
 ``flwr supernode register`` sends a key in, and the runtime-version headers the SuperLink
 checks; that a SuperNode with a key registered this way joins is shown by the TLS
 federation tests (tests/test_federation_tls.py)."""
@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app as cli_app
-from collabfl.coordinator.fleet_gateway import LoopbackTLS, free_loopback_port
+from collabfl.coordinator.gateway.fleet_gateway import LoopbackTLS, free_loopback_port
 from collabfl.coordinator.member_status import _timestamp
-from collabfl.coordinator.superlink_control import ControlError, SuperLinkControl, _utc
+from collabfl.coordinator.superlink.superlink_control import ControlError, SuperLinkControl, _utc
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel import exit_status
 from collabfl.kernel.supervisor import stop_group

@@ -1,6 +1,6 @@
 """Contract (fails loudly on a Flower or uvicorn upgrade): what the owner-gated SuperLink
-(coordinator/owner_gated_superlink.py) relies on. Flower installs ``flower-superlink`` as a
-console script; uvicorn serves every connection with the protocol class ``Config.load`` leaves
+(coordinator/superlink/owner_gated_superlink.py) relies on. Flower installs ``flower-superlink`` as
+a console script; uvicorn serves every connection with the protocol class ``Config.load`` leaves
 in ``http_protocol_class``, so that a class set there sees each connection before any request.
 The gate against a real SuperLink and a real other user: tests/test_fleet_gateway.py."""
 
@@ -18,14 +18,14 @@ import pytest
 import uvicorn
 from uvicorn.config import Config
 
-from collabfl.coordinator import superlink
-from collabfl.coordinator.owner_gated_superlink import (
+from collabfl.coordinator.store.state import CoordinatorState
+from collabfl.coordinator.superlink import local_superlink
+from collabfl.coordinator.superlink.local_superlink import superlink_program
+from collabfl.coordinator.superlink.owner_gated_superlink import (
     FLOWER_ENTRY_POINT,
     flower_superlink,
     install_owner_gate,
 )
-from collabfl.coordinator.state import CoordinatorState
-from collabfl.coordinator.superlink import superlink_program
 from collabfl.flower.processes import flower_binary
 from collabfl.kernel.socket_owner import owner_lookup_available
 
@@ -89,20 +89,24 @@ def test_contract_flower_installs_the_superlink_as_a_console_script():
 
 
 def test_the_coordinator_starts_the_gated_superlink():
-    assert superlink_program()[1:] == ["-m", "collabfl.coordinator.owner_gated_superlink"]
+    assert superlink_program()[1:] == ["-m", "collabfl.coordinator.superlink.owner_gated_superlink"]
 
 
 def test_a_start_that_cannot_gate_the_superlink_says_so(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(superlink, "owner_lookup_available", lambda: False)
+    monkeypatch.setattr(local_superlink, "owner_lookup_available", lambda: False)
     state = CoordinatorState(tmp_path / "coordinator.db")
     try:
-        superlink.report_control_api_access(state, 41234)
+        local_superlink.report_control_api_access(state, 41234)
         events = state.events()
     finally:
         state.close()
-    assert superlink.superlink_program() == [flower_binary("flower-superlink")]
+    assert local_superlink.superlink_program() == [flower_binary("flower-superlink")]
     (event,) = events
-    assert (event.kind, event.level, event.run_id) == (superlink.CONTROL_API_OPEN, "warning", "")
+    assert (event.kind, event.level, event.run_id) == (
+        local_superlink.CONTROL_API_OPEN,
+        "warning",
+        "",
+    )
     assert "127.0.0.1:41234 answers every local user of this host" in event.message
     assert event.message in caplog.text
 
@@ -111,7 +115,7 @@ def test_a_start_that_gates_it_says_whose_it_is(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="collabfl.coordinator")
     state = CoordinatorState(tmp_path / "coordinator.db")
     try:
-        superlink.report_control_api_access(state, 41234)
+        local_superlink.report_control_api_access(state, 41234)
         assert state.events() == []
     finally:
         state.close()

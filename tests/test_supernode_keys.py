@@ -8,7 +8,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from collabfl.coordinator.state import CoordinatorState, InvalidRecord
+from collabfl.coordinator.store.state import CoordinatorState, InvalidRecord
 from collabfl.flower.supernode_key import ensure_supernode_key
 
 BIG_NODE_ID = 2**64 - 5

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from collabfl.coordinator.state import CoordinatorState, Member
-from collabfl.coordinator.supernode_restore import KeyRestorer
+from collabfl.coordinator.store.state import CoordinatorState, Member
+from collabfl.coordinator.superlink.supernode_restore import KeyRestorer
 from collabfl.flower.supernode_key import ensure_supernode_key
 from tests.support.tls_superlink import TlsSuperLink
 

@@ -1,4 +1,4 @@
-"""The Fleet gateway's client to the SuperLink (coordinator/upstream_http.py), against a raw
+"""The Fleet gateway's client to the SuperLink (coordinator/gateway/upstream_http.py), against a raw
 loopback HTTP server whose bytes the test writes: kept-alive connections are reused, a
 connection the server closed while idle is replaced, chunked and sized bodies are read,
 and each failure is the httpx error the gateway turns into its answer."""
@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from collabfl.coordinator.upstream_http import UpstreamClient
+from collabfl.coordinator.gateway.upstream_http import UpstreamClient
 
 SIZED = b"HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\ncontent-length: 5\r\n\r\nhello"
 CHUNKED = (

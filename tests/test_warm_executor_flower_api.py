@@ -111,7 +111,7 @@ def test_a_failing_message_becomes_an_error_reply():
 
 def test_the_executor_preloads_the_client_app_the_app_names(tmp_path: Path) -> None:
     """Preloading pays off only if Flower's loader later asks for that very module."""
-    from collabfl.coordinator.run_launcher import write_app
+    from collabfl.coordinator.superlink.run_launcher import write_app
     from collabfl.flower.warm_executor import PRELOADED
 
     app = tomllib.loads((write_app(tmp_path) / "pyproject.toml").read_text())

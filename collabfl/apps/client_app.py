@@ -57,7 +57,7 @@ from collabfl.client.node import ClientNode
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_limits import MAX_PEER_WEIGHT
 from collabfl.client.peers import PeerModelSource, PeerUnavailable
-from collabfl.coordinator.substep_client import SeatPoller
+from collabfl.coordinator.relay.substep_client import SeatPoller
 from collabfl.flower.app_gate import verify_ticket
 from collabfl.flower.codec import (
     MESSAGE_PREFIX,

@@ -4,7 +4,7 @@ Pushing messages, the ServerApp says so (``pushed``): the coordinator's Fleet ga
 asks the SuperLink again for every SuperNode pull it holds. Waiting for replies, it waits
 until the gateway has seen a SuperNode push one (``await_replies``), then pulls; without
 it, it would ask the SuperLink ten times a second. Both go through the coordinator service
-(coordinator/doorbell.py holds the daemon's side). ``Polling`` is the clock these replace,
+(coordinator/gateway/doorbell.py holds the daemon's side). ``Polling`` is the clock these replace,
 kept for grids with no coordinator behind them (tests' in-memory grids) and as the fallback
 when a signal cannot be sent.
 """

@@ -27,7 +27,7 @@ from collabfl.apps.reply_checks import refusal
 from collabfl.apps.run_ledger import Grants, RunLedger
 from collabfl.apps.substeps import RelayedSteps, is_substep
 from collabfl.apps.timing import MessageTiming, message_timing
-from collabfl.coordinator.records import Member
+from collabfl.coordinator.store.records import Member
 from collabfl.engine.driver import RunStopped
 from collabfl.engine.quorum import Quorum, await_quorum
 from collabfl.engine.step_failures import StepLedger

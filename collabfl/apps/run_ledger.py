@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from collabfl.coordinator.records import Edge, Member
 from collabfl.coordinator.service_client import CoordinatorClient
+from collabfl.coordinator.store.records import Edge, Member
 
 log = logging.getLogger(__name__)
 

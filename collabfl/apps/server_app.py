@@ -46,9 +46,9 @@ from collabfl.apps.run_setup import (
     encode_settings,
 )
 from collabfl.apps.substeps import RelayedSteps
-from collabfl.coordinator.checkpoints import load_checkpoint, save_checkpoint
-from collabfl.coordinator.launch import Launch
-from collabfl.coordinator.records import Member
+from collabfl.coordinator.store.checkpoints import load_checkpoint, save_checkpoint
+from collabfl.coordinator.store.records import Member
+from collabfl.coordinator.superlink.launch import Launch
 from collabfl.engine.builders import build_method
 from collabfl.engine.config import ConfigError, model_name, validate_config
 from collabfl.engine.driver import RunStopped, drive

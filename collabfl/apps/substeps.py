@@ -2,7 +2,7 @@
 
 FedCollab's distance estimation and SPO's search ask every client for up to hundreds of
 small steps within a round (DISCRIMINATE, GRADIENT), and a Flower message costs seconds. So
-the ServerApp opens a relay session (coordinator/substep_relay.py) and sends each client one
+the ServerApp opens a relay session (coordinator/relay/substep_relay.py) and sends each client one
 Flower message, a *seat*: the session, a random token and where the relay listens. The
 client's ClientApp then polls its seat for steps and runs them on its node until the session
 closes, and the ServerApp relays each step over a connection that is already open. The
@@ -27,8 +27,8 @@ from flwr.serverapp import Grid
 from collabfl.apps.exchange import Answer, collect, push
 from collabfl.apps.fleet_signals import POLLING, FleetSignals
 from collabfl.apps.timing import WORK_FIELDS, MessageTiming, seat_timing
-from collabfl.coordinator.substep_client import SeatPoller, SessionFeeder
-from collabfl.coordinator.substep_relay import MAX_SEATS, StepResult
+from collabfl.coordinator.relay.substep_client import SeatPoller, SessionFeeder
+from collabfl.coordinator.relay.substep_relay import MAX_SEATS, StepResult
 from collabfl.flower.codec import (
     MESSAGE_PREFIX,
     content_bytes,

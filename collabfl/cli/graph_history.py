@@ -16,7 +16,7 @@ from typing import Any
 
 import networkx as nx
 
-from collabfl.coordinator.records import RoundGraph, Run
+from collabfl.coordinator.store.records import RoundGraph, Run
 
 
 def history_document(run: Run, history: Sequence[RoundGraph]) -> dict[str, Any]:

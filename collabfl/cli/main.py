@@ -362,7 +362,7 @@ def doctor(
 def _member_peer_addresses() -> list[str]:
     """Every member's peer address, from the coordinator the saved operator credential
     names (exit 2 without one, 3 when the coordinator does not answer)."""
-    from collabfl.coordinator.operator_credential import OperatorCredential, default_path
+    from collabfl.coordinator.enrolment.operator_credential import OperatorCredential, default_path
     from collabfl.coordinator.service_client import (
         CoordinatorClient,
         CoordinatorError,

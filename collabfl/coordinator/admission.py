@@ -15,16 +15,16 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from collabfl.coordinator.authorization import Forbidden, Unauthenticated, authorize
-from collabfl.coordinator.coordinator_pki import CannotIssue
+from collabfl.coordinator.enrolment.coordinator_pki import CannotIssue
+from collabfl.coordinator.relay.substep_relay import SeatRefused, UnknownSession
 from collabfl.coordinator.service_codec import MAX_REQUEST_BYTES, MAX_STEP_BYTES
-from collabfl.coordinator.state import (
+from collabfl.coordinator.store.state import (
     CoordinatorState,
     NotFound,
     RunConflict,
     RunNotActive,
     StaleLaunch,
 )
-from collabfl.coordinator.substep_relay import SeatRefused, UnknownSession
 from collabfl.kernel.identity import caller_identity
 
 log = logging.getLogger(__name__)

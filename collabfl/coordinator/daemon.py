@@ -2,19 +2,19 @@
 
 It supervises a Flower SuperLink (no runtime dependency installation) listening on loopback
 only, for the coordinator's own user alone where the platform tells who calls
-(coordinator/owner_gated_superlink.py), faces the network with a Fleet-only gateway in front
-of it (coordinator/fleet_gateway.py: SuperNodes get in, ``flwr run`` and the Control API do not),
-serves the coordinator gRPC service (members, runs, rounds, graphs, metrics, events,
-grants; SQLite under ``--state-dir``) and launches the Flower ServerApp of every active run
-with ``flwr run``, each with a run ticket the clients check (kernel/tickets.py) and the
-registered SuperNode node ids of its members. With TLS the SuperLink requires SuperNode
+(coordinator/superlink/owner_gated_superlink.py), faces the network with a Fleet-only gateway in
+front of it (coordinator/gateway/fleet_gateway.py: SuperNodes get in, ``flwr run`` and the
+Control API do not), serves the coordinator gRPC service (members, runs, rounds, graphs,
+metrics, events, grants; SQLite under ``--state-dir``) and launches the Flower ServerApp of
+every active run with ``flwr run``, each with a run ticket the clients check (kernel/tickets.py)
+and the registered SuperNode node ids of its members. With TLS the SuperLink requires SuperNode
 authentication: only SuperNodes whose key an operator registered (``collabfl admin
 register-supernode``) join; the SuperLink keeps its state in memory unless ``--superlink-state
-disk``, so each of its starts gets every bound key again (coordinator/supernode_restore.py).
-A run whose ServerApp dies while the run is still active (a SuperLink or
-coordinator restart) is launched again and resumes after its last completed round; a
-restarted coordinator first kills what its killed predecessor left running, such as that
-ServerApp retrying the dead SuperLink (kernel/leftovers.py).
+disk``, so each of its starts gets every bound key again
+(coordinator/superlink/supernode_restore.py). A run whose ServerApp dies while the run is still
+active (a SuperLink or coordinator restart) is launched again and resumes after its last
+completed round; a restarted coordinator first kills what its killed predecessor left running,
+such as that ServerApp retrying the dead SuperLink (kernel/leftovers.py).
 
 Every launch gets a fresh token (``launch``): only the latest launch's ServerApp may write
 the run's rounds and events. With TLS, the service admits callers by the role their
@@ -22,9 +22,10 @@ certificate (from ``--ssl-ca-certfile``) names, and the ServerApp dials it with 
 coordinator's own certificate.
 
 This module starts the parts and stops them; each part is its own module: the settings
-(coordinator/settings.py: the flags, one model built once), the SuperLink (superlink.py:
-its command, its Control API, the ``flwr`` connection to it) and the launches
-(run_launcher.py).
+(coordinator/settings.py: the flags, one model built once), the SuperLink
+(superlink/local_superlink.py: its command, its Control API, the ``flwr`` connection to it)
+and the launches (superlink/run_launcher.py). The rooms of coordinator/ are described in
+their ``__init__``: store/, enrolment/, gateway/ (the public port), relay/ and superlink/.
 """
 
 from __future__ import annotations
@@ -41,23 +42,21 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 
-from collabfl.coordinator.activation_refusals import ActivationRefusals
-from collabfl.coordinator.coordinator_pki import (
+from collabfl.coordinator.enrolment.coordinator_pki import (
     CERT_DAYS,
     LOCAL_OPERATOR,
     CannotIssue,
     CoordinatorTLSFiles,
 )
-from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.enrolment import Enroller, SuperNodeRegistry
-from collabfl.coordinator.enrolment_store import EnrolmentStore
-from collabfl.coordinator.fleet_gateway import FleetGateway, GatewayTLS, free_loopback_port
-from collabfl.coordinator.join_endpoint import JoinEndpoint
+from collabfl.coordinator.enrolment.enrolment import Enroller, SuperNodeRegistry
+from collabfl.coordinator.enrolment.operator_credential import FILE_NAME as OPERATOR_FILE
+from collabfl.coordinator.enrolment.operator_credential import OperatorCredential
+from collabfl.coordinator.enrolment.operator_credential import default_path as default_operator_path
+from collabfl.coordinator.gateway.activation_refusals import ActivationRefusals
+from collabfl.coordinator.gateway.doorbell import FleetActivity
+from collabfl.coordinator.gateway.fleet_gateway import FleetGateway, GatewayTLS, free_loopback_port
+from collabfl.coordinator.gateway.join_endpoint import JoinEndpoint
 from collabfl.coordinator.member_status import SupernodeList
-from collabfl.coordinator.operator_credential import FILE_NAME as OPERATOR_FILE
-from collabfl.coordinator.operator_credential import OperatorCredential
-from collabfl.coordinator.operator_credential import default_path as default_operator_path
-from collabfl.coordinator.run_launcher import RunLauncher, service_launch, write_app
 from collabfl.coordinator.service import serve
 from collabfl.coordinator.settings import (
     PUBLIC_KEY_FILE,
@@ -68,8 +67,9 @@ from collabfl.coordinator.settings import (
     public_names,
     with_tls_files,
 )
-from collabfl.coordinator.state import CoordinatorState, CorruptDatabase, SchemaMismatch
-from collabfl.coordinator.superlink import (
+from collabfl.coordinator.store.enrolment_store import EnrolmentStore
+from collabfl.coordinator.store.state import CoordinatorState, CorruptDatabase, SchemaMismatch
+from collabfl.coordinator.superlink.local_superlink import (
     LOOPBACK,
     SUPERLINK_RESTARTS,
     key_restorer,
@@ -81,6 +81,7 @@ from collabfl.coordinator.superlink import (
     supernode_registry,
     write_flower_home,
 )
+from collabfl.coordinator.superlink.run_launcher import RunLauncher, service_launch, write_app
 from collabfl.flower.processes import flower_env
 from collabfl.flower.serverapp_launcher import ServerAppLauncher
 from collabfl.flower.superexec_auth import ensure_secret

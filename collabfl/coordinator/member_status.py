@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collabfl.coordinator.enrolment_store import Enrolment
-from collabfl.coordinator.records import Member
+from collabfl.coordinator.store.enrolment_store import Enrolment
+from collabfl.coordinator.store.records import Member
 
 ONLINE, OFFLINE, UNKNOWN = "online", "offline", "unknown"
 
 NodeReader = Callable[[], list[dict[str, Any]]]
 """Reads the SuperLink's node list, each node as ``flwr supernode list --format json`` prints
-it (coordinator/superlink_control.py)."""
+it (coordinator/superlink/superlink_control.py)."""
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,17 @@ from collabfl.coordinator.admission import (
     admitted,
     check_launch,
 )
-from collabfl.coordinator.coordinator_pki import CannotIssue
-from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.enrolment import (
+from collabfl.coordinator.enrolment.coordinator_pki import CannotIssue
+from collabfl.coordinator.enrolment.enrolment import (
     DEFAULT_TOKEN_TTL_S,
     Enroller,
     EnrolmentUnavailable,
     enrolling_role,
 )
-from collabfl.coordinator.enrolment_store import EnrolmentStore
+from collabfl.coordinator.gateway.doorbell import FleetActivity
 from collabfl.coordinator.member_status import SupernodeList, member_statuses
-from collabfl.coordinator.record_rules import InvalidRecord, check_run_id
-from collabfl.coordinator.run_files import read_chunk, run_folder, run_results
+from collabfl.coordinator.relay.substep_relay import SubstepRelay
+from collabfl.coordinator.relay.substep_service import WORKERS, SubstepService
 from collabfl.coordinator.service_codec import (
     SERVER_OPTIONS,
     coalitions_fields,
@@ -58,9 +57,10 @@ from collabfl.coordinator.service_codec import (
     run_status_from_pb,
     run_to_pb,
 )
-from collabfl.coordinator.state import CoordinatorState, RoundWindow
-from collabfl.coordinator.substep_relay import SubstepRelay
-from collabfl.coordinator.substep_service import WORKERS, SubstepService
+from collabfl.coordinator.store.enrolment_store import EnrolmentStore
+from collabfl.coordinator.store.record_rules import InvalidRecord, check_run_id
+from collabfl.coordinator.store.run_files import read_chunk, run_folder, run_results
+from collabfl.coordinator.store.state import CoordinatorState, RoundWindow
 from collabfl.flower.reported_sizes import undeclared, undeclared_message
 
 if TYPE_CHECKING:
@@ -498,7 +498,8 @@ def serve(
     With ``tls`` the service admits only callers whose certificate its ``client_ca`` signed,
     by their role; without, anyone who reaches the port (loopback tests only). ``runs_dir``
     (default: ``runs`` next to the database) is the only folder runs may write into.
-    ``activity``: the signals shared with the daemon's Fleet gateway (coordinator/doorbell.py).
+    ``activity``: the signals shared with the daemon's Fleet gateway
+    (coordinator/gateway/doorbell.py).
     ``supernodes``: the SuperLink's node list, for ``Status`` (coordinator/member_status.py).
     """
     if tls is not None and tls.client_ca is None:

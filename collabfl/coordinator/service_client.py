@@ -15,18 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.member_status import MemberStatus
-from collabfl.coordinator.records import (
-    Coalitions,
-    Edge,
-    Event,
-    Member,
-    RoundGraph,
-    RoundRecord,
-    Run,
-)
-from collabfl.coordinator.run_files import RunResults
 from collabfl.coordinator.service_codec import (
     CHANNEL_OPTIONS,
     coalitions_fields,
@@ -45,6 +34,17 @@ from collabfl.coordinator.service_codec import (
     run_results_from_pb,
     run_status_to_pb,
 )
+from collabfl.coordinator.store.enrolment_store import Enrolment
+from collabfl.coordinator.store.records import (
+    Coalitions,
+    Edge,
+    Event,
+    Member,
+    RoundGraph,
+    RoundRecord,
+    Run,
+)
+from collabfl.coordinator.store.run_files import RunResults
 from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import coordinator_pb2 as pb
 from collabfl.proto import coordinator_pb2_grpc as pb_grpc
@@ -332,7 +332,7 @@ class CoordinatorClient:
     def invite(
         self, role: str, subject: str, hosts: list[str], ttl_s: float, samples: int | None = None
     ) -> pb.Invitation:
-        """A single-use join token for ``role``/``subject`` (coordinator/enrolment.py);
+        """A single-use join token for ``role``/``subject`` (coordinator/enrolment/enrolment.py);
         ``samples``: a member's declared training samples."""
         request = pb.InviteRequest(
             role=role, subject=subject, hosts=hosts, ttl_s=ttl_s, samples=samples or 0

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
-from collabfl.coordinator.enrolment_store import Enrolment
 from collabfl.coordinator.member_status import MemberStatus
-from collabfl.coordinator.record_rules import InvalidRecord, json_scalar
-from collabfl.coordinator.records import Coalitions, Edge, Event, Member, Run
-from collabfl.coordinator.run_files import RunFile, RunResults
+from collabfl.coordinator.store.enrolment_store import Enrolment
+from collabfl.coordinator.store.record_rules import InvalidRecord, json_scalar
+from collabfl.coordinator.store.records import Coalitions, Edge, Event, Member, Run
+from collabfl.coordinator.store.run_files import RunFile, RunResults
 from collabfl.proto import coordinator_pb2 as pb
 
 MAX_REPLY_BYTES = 64 * 1024 * 1024

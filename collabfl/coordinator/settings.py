@@ -15,9 +15,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from collabfl import __version__
-from collabfl.coordinator.coordinator_pki import CoordinatorTLSFiles, ensure_pki
-from collabfl.coordinator.fleet_gateway import GatewayLimits
-from collabfl.coordinator.state import KEEP_ENDED_RUNS
+from collabfl.coordinator.enrolment.coordinator_pki import CoordinatorTLSFiles, ensure_pki
+from collabfl.coordinator.gateway.fleet_gateway import GatewayLimits
+from collabfl.coordinator.store.state import KEEP_ENDED_RUNS
 from collabfl.kernel.daemon_help import daemon_parser
 from collabfl.kernel.daemon_settings import DaemonSettings, Port, Seconds
 

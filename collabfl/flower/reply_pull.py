@@ -5,7 +5,7 @@ objects that hold its content follow a few milliseconds later. Flower's
 ``HttpGrid.pull_messages`` asks for a missing object again after 1 s, then 2 s, so a reply
 pulled in that gap cost its round a second, most rounds once a federation had a few
 clients. Here a missing object is asked for again after 5 ms, growing to 50 ms, as the Fleet
-gateway does for SuperNodes (coordinator/fleet_gateway.py).
+gateway does for SuperNodes (coordinator/gateway/fleet_gateway.py).
 
 This reads the runtime client of Flower's ``HttpGrid``, which is not public API;
 tests/test_reply_pull.py names what it relies on and fails when an upgrade changes it. A

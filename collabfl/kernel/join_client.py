@@ -1,4 +1,4 @@
-"""Spend a join token: the joining machine's side of enrolment (coordinator/enrolment.py).
+"""Spend a join token: the joining machine's side of enrolment (coordinator/enrolment/enrolment.py).
 
 Two HTTPS calls to the coordinator's public port. The first reads the federation CA over
 a connection that trusts nothing yet, and accepts it only if its public key hashes to the

@@ -1,5 +1,5 @@
 """The join token's text form, shared by the coordinator that mints it and the machine
-that spends it (coordinator/enrolment.py says what it admits).
+that spends it (coordinator/enrolment/enrolment.py says what it admits).
 
 ``cfj1.<id>.<secret>.<pin>``: ``id`` names the token (8 hex digits, safe to log),
 ``secret`` is 128 random bits in URL-safe base64 (the coordinator keeps only its hash),

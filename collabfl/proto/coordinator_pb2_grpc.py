@@ -300,7 +300,7 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Invite(self, request, context):
-        """Enrolment (coordinator/enrolment.py): a single-use join token for one member or
+        """Enrolment (coordinator/enrolment/enrolment.py): a single-use join token for one member or
         operator; the joining machine spends it on the Fleet gateway's /collabfl/v1/join.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -329,7 +329,7 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRunResults(self, request, context):
-        """What a run wrote in its folder on the coordinator machine (coordinator/run_files.py):
+        """What a run wrote in its folder on the coordinator machine (coordinator/store/run_files.py):
         its results table and the files there, for an operator elsewhere. ReadRunFile reads
         one listed file a chunk at a time; a path that leaves the run's folder is refused.
         """

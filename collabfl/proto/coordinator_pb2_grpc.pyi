@@ -92,7 +92,7 @@ class CoordinatorStub:
     after timeout_s (at most 5 s): the ServerApp pulls replies when there are new ones.
     """
     Invite: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.InviteRequest, _coordinator_pb2.Invitation]
-    """Enrolment (coordinator/enrolment.py): a single-use join token for one member or
+    """Enrolment (coordinator/enrolment/enrolment.py): a single-use join token for one member or
     operator; the joining machine spends it on the Fleet gateway's /collabfl/v1/join.
     """
     Revoke: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.RevokeRequest, _coordinator_pb2.Enrolment]
@@ -103,7 +103,7 @@ class CoordinatorStub:
     and bind the node id Flower gives it; a key registered for the member before goes.
     """
     GetRunResults: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.RunRef, _coordinator_pb2.RunResults]
-    """What a run wrote in its folder on the coordinator machine (coordinator/run_files.py):
+    """What a run wrote in its folder on the coordinator machine (coordinator/store/run_files.py):
     its results table and the files there, for an operator elsewhere. ReadRunFile reads
     one listed file a chunk at a time; a path that leaves the run's folder is refused.
     """
@@ -161,7 +161,7 @@ class CoordinatorAsyncStub(CoordinatorStub):
     after timeout_s (at most 5 s): the ServerApp pulls replies when there are new ones.
     """
     Invite: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.InviteRequest, _coordinator_pb2.Invitation]  # type: ignore[assignment]
-    """Enrolment (coordinator/enrolment.py): a single-use join token for one member or
+    """Enrolment (coordinator/enrolment/enrolment.py): a single-use join token for one member or
     operator; the joining machine spends it on the Fleet gateway's /collabfl/v1/join.
     """
     Revoke: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.RevokeRequest, _coordinator_pb2.Enrolment]  # type: ignore[assignment]
@@ -172,7 +172,7 @@ class CoordinatorAsyncStub(CoordinatorStub):
     and bind the node id Flower gives it; a key registered for the member before goes.
     """
     GetRunResults: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.RunRef, _coordinator_pb2.RunResults]  # type: ignore[assignment]
-    """What a run wrote in its folder on the coordinator machine (coordinator/run_files.py):
+    """What a run wrote in its folder on the coordinator machine (coordinator/store/run_files.py):
     its results table and the files there, for an operator elsewhere. ReadRunFile reads
     one listed file a chunk at a time; a path that leaves the run's folder is refused.
     """
@@ -347,7 +347,7 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.InviteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.Invitation, _abc.Awaitable[_coordinator_pb2.Invitation]]:
-        """Enrolment (coordinator/enrolment.py): a single-use join token for one member or
+        """Enrolment (coordinator/enrolment/enrolment.py): a single-use join token for one member or
         operator; the joining machine spends it on the Fleet gateway's /collabfl/v1/join.
         """
 
@@ -382,7 +382,7 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.RunRef,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.RunResults, _abc.Awaitable[_coordinator_pb2.RunResults]]:
-        """What a run wrote in its folder on the coordinator machine (coordinator/run_files.py):
+        """What a run wrote in its folder on the coordinator machine (coordinator/store/run_files.py):
         its results table and the files there, for an operator elsewhere. ReadRunFile reads
         one listed file a chunk at a time; a path that leaves the run's folder is refused.
         """

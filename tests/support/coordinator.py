@@ -9,10 +9,10 @@ from typing import Any
 
 import grpc
 
-from collabfl.coordinator.doorbell import FleetActivity
+from collabfl.coordinator.gateway.doorbell import FleetActivity
 from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.service import serve
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.engine.config import load_config
 from collabfl.engine.methods import parse_method_spec, run_request
 from collabfl.engine.run_options import RunOptions

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collabfl.coordinator.records import Edge, Member
+from collabfl.coordinator.store.records import Edge, Member
 
 
 @dataclass(frozen=True)

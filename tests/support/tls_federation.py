@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from collabfl.coordinator.settings import PUBLIC_KEY_FILE
-from collabfl.coordinator.superlink import flower_home
+from collabfl.coordinator.superlink.local_superlink import flower_home
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import generate_private_key, save_public_key
 from collabfl.kernel.supervisor import stop_group

@@ -11,18 +11,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.fleet_gateway import free_loopback_port
+from collabfl.coordinator.gateway.fleet_gateway import free_loopback_port
 from collabfl.coordinator.settings import CoordinatorSettings
-from collabfl.coordinator.state import CoordinatorState
-from collabfl.coordinator.superlink import (
+from collabfl.coordinator.store.state import CoordinatorState
+from collabfl.coordinator.superlink.local_superlink import (
     key_restorer,
     superlink_command,
     superlink_control,
     supernode_registry,
     write_flower_home,
 )
-from collabfl.coordinator.superlink_control import ControlError
-from collabfl.coordinator.supernode_restore import KeyRestorer
+from collabfl.coordinator.superlink.superlink_control import ControlError
+from collabfl.coordinator.superlink.supernode_restore import KeyRestorer
 from collabfl.flower.processes import flower_env
 from collabfl.kernel.supervisor import stop_group
 

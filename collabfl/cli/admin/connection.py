@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from collabfl.coordinator.operator_credential import FILE_NAME, OperatorCredential, default_path
+from collabfl.coordinator.enrolment.operator_credential import (
+    FILE_NAME,
+    OperatorCredential,
+    default_path,
+)
 from collabfl.kernel import exit_status
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ participant runs, with the token in its environment, never its arguments
 (kernel/token_source.py says why); `login` spends an operator's token from any machine and
 saves the
 credential every other `admin` command then uses; `revoke` takes an identity out
-everywhere. coordinator/enrolment.py says what the coordinator checks.
+everywhere. coordinator/enrolment/enrolment.py says what the coordinator checks.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collabfl.cli.admin.connection import (
     fail,
 )
 from collabfl.cli.admin.tables import AsJson, clock, print_json
-from collabfl.coordinator.operator_credential import OperatorCredential, default_path
+from collabfl.coordinator.enrolment.operator_credential import OperatorCredential, default_path
 from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
 
 DEFAULT_TTL = "24h"

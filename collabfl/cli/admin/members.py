@@ -52,7 +52,7 @@ def status(
     flower_runs = None
     if state_dir is not None:
         # reads the SuperLink's state: gRPC, protobuf and SQLite load only here
-        from collabfl.coordinator.flower_status import flower_run_id
+        from collabfl.coordinator.superlink.flower_status import flower_run_id
 
         flower_runs = {run.run_id: flower_run_id(state_dir, run) for run in state.active_runs}
     if as_json:

@@ -2,7 +2,7 @@
 
 A run writes its folder on the coordinator machine (results.md, summary.json, metrics,
 plots); an operator on a laptop reads it through the coordinator service, which lists the
-folder and reads its files a chunk at a time (coordinator/run_files.py keeps every request
+folder and reads its files a chunk at a time (coordinator/store/run_files.py keeps every request
 inside the folder). `--download DIR` copies the files under DIR at the paths they have in the
 run's folder, and writes nothing outside DIR whatever path the coordinator names.
 """
@@ -22,8 +22,8 @@ from collabfl.engine.report.table import human_bytes
 from collabfl.kernel.atomic import replacing
 
 if TYPE_CHECKING:
-    from collabfl.coordinator.run_files import RunFile
     from collabfl.coordinator.service_client import CoordinatorClient
+    from collabfl.coordinator.store.run_files import RunFile
 
 
 @admin_app.command()

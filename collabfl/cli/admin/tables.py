@@ -28,7 +28,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from collabfl.coordinator.records import Run
+    from collabfl.coordinator.store.records import Run
 
 console = Console()
 

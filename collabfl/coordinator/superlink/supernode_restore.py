@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from collabfl.coordinator.doorbell import Doorbell
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.gateway.doorbell import Doorbell
+from collabfl.coordinator.store.state import CoordinatorState
 
 log = logging.getLogger(__name__)
 

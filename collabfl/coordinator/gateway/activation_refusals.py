@@ -6,9 +6,10 @@ the binding check that records impostors (flower/binding.py) never sees it. The 
 gateway does: it hands each refused ``activate-node`` call here, which names the member
 whose registered key was shown, when it was one, and keeps a federation-wide event.
 
-While a restarted SuperLink is being given the keys again (coordinator/supernode_restore.py)
-a member's own SuperNode is refused too, for no fault of anyone's: that refusal is an
-``info`` event of its own kind, ``key_not_back``, not an impostor.
+While a restarted SuperLink is being given the keys again
+(coordinator/superlink/supernode_restore.py) a member's own SuperNode is refused too, for no
+fault of anyone's: that refusal is an ``info`` event of its own kind, ``key_not_back``, not an
+impostor.
 
 The activation call is open to anyone who reaches the port, so events are rationed: at most
 one per key every ``per_key_s`` and ``max_per_minute`` in all; the rest are counted in the
@@ -28,7 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from flwr.proto.fleet_pb2 import ActivateNodeRequest
 from google.protobuf.message import DecodeError
 
-from collabfl.coordinator.state import CoordinatorState
+from collabfl.coordinator.store.state import CoordinatorState
 
 log = logging.getLogger(__name__)
 

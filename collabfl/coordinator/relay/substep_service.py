@@ -19,9 +19,9 @@ import grpc
 
 from collabfl.coordinator.admission import admitted, check_launch
 from collabfl.coordinator.authorization import Forbidden
+from collabfl.coordinator.relay.substep_relay import MAX_SEATS, StepResult, SubstepRelay
 from collabfl.coordinator.service_codec import MAX_STEP_BYTES
-from collabfl.coordinator.state import CoordinatorState
-from collabfl.coordinator.substep_relay import MAX_SEATS, StepResult, SubstepRelay
+from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.kernel.identity import caller_identity
 from collabfl.proto import substeps_pb2 as pb
 from collabfl.proto import substeps_pb2_grpc as pb_grpc

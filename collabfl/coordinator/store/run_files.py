@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from collabfl.coordinator.state import InvalidRecord, NotFound, Run
+from collabfl.coordinator.store.state import InvalidRecord, NotFound, Run
 from collabfl.engine.run_options import RunOptions
 
 RESULTS_FILE = "results.md"

@@ -5,7 +5,7 @@ A coordinator started without ``--ssl-*`` files keeps a federation CA in
 for the names participants dial (``--name``, plus loopback for its own calls), and a local
 operator credential (``operator.json``) so that ``collabfl admin`` on this machine needs no
 files from anywhere. Participants and further operators get their certificates by joining
-with a token (coordinator/enrolment.py); the CA key never leaves this folder.
+with a token (coordinator/enrolment/enrolment.py); the CA key never leaves this folder.
 
 An organisation that brings its own CA passes ``--ssl-ca-certfile``/``--ssl-certfile``/
 ``--ssl-keyfile`` and, to let the coordinator enrol members, ``--ca-keyfile``.

@@ -16,16 +16,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from collabfl.coordinator.coordinator_pki import CoordinatorTLSFiles
-from collabfl.coordinator.doorbell import Doorbell
-from collabfl.coordinator.flower_runs import (
+from collabfl.coordinator.enrolment.coordinator_pki import CoordinatorTLSFiles
+from collabfl.coordinator.gateway.doorbell import Doorbell
+from collabfl.coordinator.settings import CoordinatorSettings, public_names
+from collabfl.coordinator.store.state import CoordinatorState, Run
+from collabfl.coordinator.superlink.flower_runs import (
     FlowerCliError,
     follow_command,
     stop_run,
     submit_run,
     submitted_run_id,
 )
-from collabfl.coordinator.launch import (
+from collabfl.coordinator.superlink.launch import (
     Launch,
     flower_run_file,
     launch_app_config,
@@ -33,9 +35,7 @@ from collabfl.coordinator.launch import (
     write_launch_token,
     write_run_config,
 )
-from collabfl.coordinator.settings import CoordinatorSettings, public_names
-from collabfl.coordinator.state import CoordinatorState, Run
-from collabfl.coordinator.superlink import CONNECTION
+from collabfl.coordinator.superlink.local_superlink import CONNECTION
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.serverapp_launcher import SubmittedRuns
@@ -116,8 +116,8 @@ class RunLauncher:
     ``service``: the launch entries every ServerApp gets (service address, TLS files).
     ``wake``: rung when a run is created, so that it launches without waiting for the clock.
     ``superlink_ready``: clear while a restarted SuperLink is given the SuperNode keys again
-    (coordinator/supernode_restore.py); nothing launches then, so that no ServerApp gets the
-    node ids of the SuperLink that died.
+    (coordinator/superlink/supernode_restore.py); nothing launches then, so that no ServerApp gets
+    the node ids of the SuperLink that died.
     """
 
     def __init__(

@@ -12,7 +12,7 @@ SuperNode. No private key crosses the network, and no file is copied by hand.
 
 A token is single use, bound to one identity, and expires; a replayed, expired or unknown
 token is refused and recorded as an event (ten a minute in all, the rest counted in the next
-one: coordinator/event_ration.py), and an address that keeps failing is refused for a while
+one: coordinator/store/event_ration.py), and an address that keeps failing is refused for a while
 (``JoinThrottle``). ``revoke`` takes an identity out everywhere: its
 SuperNode key is unregistered from the SuperLink and its certificate's serial goes on the
 deny list that the coordinator service and every peer consult (kernel/revocation.py).
@@ -33,15 +33,15 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
-from collabfl.coordinator.coordinator_pki import CoordinatorTLSFiles
-from collabfl.coordinator.enrolment_store import (
+from collabfl.coordinator.enrolment.coordinator_pki import CoordinatorTLSFiles
+from collabfl.coordinator.store.enrolment_store import (
     Enrolment,
     EnrolmentStore,
     JoinToken,
     TokenRefused,
 )
-from collabfl.coordinator.event_ration import EventRation
-from collabfl.coordinator.state import CoordinatorState, NotFound
+from collabfl.coordinator.store.event_ration import EventRation
+from collabfl.coordinator.store.state import CoordinatorState, NotFound
 from collabfl.flower.supernode_key import supernode_key_pem
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.join_token import TokenParts

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from collabfl.coordinator.records import Coalitions, Edge
+from collabfl.coordinator.store.records import Coalitions, Edge
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """Run ids end up in file names, grants and URLs, so they stay plain."""

@@ -1,8 +1,8 @@
 """The coordinator's durable records: members, runs, rounds, graphs, coalitions, events.
 
 A restarted coordinator reopens the same file and carries on, so every change is committed
-before the call returns. The record types are coordinator/records.py's; the file, its one
-connection and its migrations are coordinator/database.py's.
+before the call returns. The record types are coordinator/store/records.py's; the file, its one
+connection and its migrations are coordinator/store/database.py's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.database import CorruptDatabase, Database, SchemaMismatch
-from collabfl.coordinator.record_rules import (
+from collabfl.coordinator.store.database import CorruptDatabase, Database, SchemaMismatch
+from collabfl.coordinator.store.record_rules import (
     InvalidRecord,
     NotFound,
     RunConflict,
@@ -36,7 +36,7 @@ from collabfl.coordinator.record_rules import (
     json_scalar,
     non_negative,
 )
-from collabfl.coordinator.records import (
+from collabfl.coordinator.store.records import (
     ACTIVE_STATUSES,
     END_STATUSES,
     EVENT_LEVELS,

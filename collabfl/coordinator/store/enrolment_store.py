@@ -1,5 +1,5 @@
 """Join tokens and enrolled identities, kept in the coordinator's SQLite file (its tables
-and migrations: coordinator/database.py).
+and migrations: coordinator/store/database.py).
 
 A join token is stored only as the SHA-256 of its secret: a copy of the database admits no
 one. A token names one identity (a member's client id or an operator's name), expires, and
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from collabfl.coordinator.database import Database
+from collabfl.coordinator.store.database import Database
 
 
 @dataclass(frozen=True)

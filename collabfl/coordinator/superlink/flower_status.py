@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collabfl.coordinator.flower_runs import FlowerCliError, submitted_run_id
-from collabfl.coordinator.launch import flower_run_file
-from collabfl.coordinator.records import Run
+from collabfl.coordinator.store.records import Run
+from collabfl.coordinator.superlink.flower_runs import FlowerCliError, submitted_run_id
+from collabfl.coordinator.superlink.launch import flower_run_file
 
 
 def flower_run_id(state_dir: Path, run: Run) -> int | None:

@@ -1,7 +1,7 @@
 """The coordinator's SQLite file: one connection for every store in it, and the ordered
 migrations that bring a file of any earlier version to this one.
 
-The stores (coordinator/state.py: runs, rounds, events, SuperNode keys; coordinator/
+The stores (coordinator/store/state.py: runs, rounds, events, SuperNode keys; coordinator/
 enrolment_store.py: join tokens, enrolments) share one ``Database``, so one lock serialises
 their writers and one ``PRAGMA user_version`` says what the file holds. A migration is
 appended to ``MIGRATIONS``, never edited: file version N has had the first N applied.
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from collabfl.coordinator.records import EVENT_LEVELS, RUN_STATUSES
+from collabfl.coordinator.store.records import EVENT_LEVELS, RUN_STATUSES
 
 
 class SchemaMismatch(RuntimeError):

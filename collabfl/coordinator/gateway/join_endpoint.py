@@ -1,13 +1,13 @@
 """The enrolment endpoint on the coordinator's public port, beside the Fleet API.
 
-Three calls under ``/collabfl/v1/``, served by the Fleet gateway (coordinator/fleet_gateway.py)
-over its TLS, with no client certificate required:
+Three calls under ``/collabfl/v1/``, served by the Fleet gateway
+(coordinator/gateway/fleet_gateway.py) over its TLS, with no client certificate required:
 
 - ``GET ca``: the federation CA, which a joining machine checks against its token's pin
   before it trusts anything else;
 - ``POST join``: a join token, a CSR and a member's SuperNode key (JSON, at most
   ``MAX_JOIN_BODY`` bytes), answered with the certificate, CA, grant key and where the
-  service is (coordinator/enrolment.py);
+  service is (coordinator/enrolment/enrolment.py);
 - ``GET revoked``: the revoked certificate serials and the runs that ended within a ticket's
   lifetime (with how and when; named by their id's hash, kernel/tickets.py ``run_key``),
   which every client daemon asks for again every little while, so that its peer server
@@ -15,11 +15,11 @@ over its TLS, with no client certificate required:
 
 Nothing else is reachable through it: every other path under the prefix is 404, and the
 body of a join is read only up to its limit. At most ``MAX_JOINS_IN_FLIGHT`` joins are served
-at once, ``MAX_JOINS_PER_ADDRESS`` of them from one address (coordinator/join_slots.py; 503
+at once, ``MAX_JOINS_PER_ADDRESS`` of them from one address (coordinator/gateway/join_slots.py; 503
 with ``Retry-After`` beyond, which a joining machine waits out): joins run one at a time
-(coordinator/enrolment.py), each on a worker thread, so more would only hold connections and
-threads that SuperNodes need. The port's per-address bound and header and
-body deadlines (coordinator/public_protocol.py) apply here as on the Fleet API.
+(coordinator/enrolment/enrolment.py), each on a worker thread, so more would only hold connections
+and threads that SuperNodes need. The port's per-address bound and header and
+body deadlines (coordinator/gateway/public_protocol.py) apply here as on the Fleet API.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from collabfl.coordinator.enrolment import (
+from collabfl.coordinator.enrolment.enrolment import (
     Enroller,
     EnrolmentUnavailable,
     JoinRefused,
     JoinRequest,
     TooManyAttempts,
 )
-from collabfl.coordinator.join_slots import JoinSlots
+from collabfl.coordinator.gateway.join_slots import JoinSlots
 from collabfl.kernel.tickets import RunEnd, published_run_ends
 
 PREFIX = "/collabfl/v1/"

@@ -1,6 +1,7 @@
 """What the coordinator records: members, runs, rounds with their graphs and coalitions, and
 events. The ServerApp, the CLI and the service client use these types; the store that keeps
-them (coordinator/state.py) and its file (coordinator/database.py) are the daemon's alone.
+them (coordinator/store/state.py) and its file (coordinator/store/database.py) are the daemon's
+alone.
 """
 
 from __future__ import annotations

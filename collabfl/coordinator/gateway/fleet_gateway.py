@@ -16,7 +16,7 @@ The gateway also holds a SuperNode's empty pull (``LongPoll``). A Flower 1.41 Su
 sleeps a fixed 3 s after every pull that brings no message, so a message pushed just after
 a pull waited up to 3 s, three times per DPFL round. Here an empty pull is asked again on
 loopback when the ServerApp says it pushed messages (the ``messages`` doorbell of
-coordinator/doorbell.py, rung through the coordinator service), and at growing intervals
+coordinator/gateway/doorbell.py, rung through the coordinator service), and at growing intervals
 in case a signal is lost, until a message arrives or the hold ends; its 3 s sleep comes
 only after a hold of ``hold_s`` with nothing to do. The answer the SuperNode gets is the
 SuperLink's own, unchanged. A SuperNode's reply rings the ``replies`` doorbell, which the
@@ -33,8 +33,8 @@ signature in the SuperLink), so the gateway bounds what a stranger can make it h
 (``GatewayLimits``): a request body beyond the largest Fleet call is refused with 413 while
 it streams in, before it is buffered; on every route, the enrolment calls too, one peer
 address holds a bounded number of connections, and a request's headers and body each have
-a deadline (coordinator/public_protocol.py); the joins in flight have a bound of their own
-(coordinator/join_endpoint.py), far below uvicorn's, so that joins never take the
+a deadline (coordinator/gateway/public_protocol.py); the joins in flight have a bound of their own
+(coordinator/gateway/join_endpoint.py), far below uvicorn's, so that joins never take the
 SuperNodes' share; a connection idle after a response is closed; uvicorn's
 ``limit_concurrency`` bounds the rest.
 """
@@ -70,10 +70,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from collabfl.coordinator.doorbell import FleetActivity
-from collabfl.coordinator.join_endpoint import JoinEndpoint, with_enrolment
-from collabfl.coordinator.public_protocol import public_protocol
-from collabfl.coordinator.upstream_http import UpstreamClient
+from collabfl.coordinator.gateway.doorbell import FleetActivity
+from collabfl.coordinator.gateway.join_endpoint import JoinEndpoint, with_enrolment
+from collabfl.coordinator.gateway.public_protocol import public_protocol
+from collabfl.coordinator.gateway.upstream_http import UpstreamClient
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.pki import issue, make_ca, write_certificate, write_private_key
 
@@ -203,7 +203,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 RefusedActivation = Callable[[bytes, int, str], None]
 """Told of each ``activate-node`` call the SuperLink refused: the request's body, the
-answer's status and text (coordinator/activation_refusals.py records it)."""
+answer's status and text (coordinator/gateway/activation_refusals.py records it)."""
 
 
 FleetAnswer = TypeVar("FleetAnswer", PullMessagesResponse, PullObjectResponse, PushMessagesResponse)
@@ -351,7 +351,7 @@ class FleetOnlyProxy:
         self.upstream = upstream
         self.keys_ready = keys_ready
         """False while a restarted SuperLink is being given the SuperNode keys again
-        (coordinator/supernode_restore.py): activations wait, up to ``start_wait_s``."""
+        (coordinator/superlink/supernode_restore.py): activations wait, up to ``start_wait_s``."""
         self.verify = verify
         self.long_poll = long_poll
         self.object_wait = object_wait

@@ -1,6 +1,6 @@
 """The Fleet gateway's HTTP/1.1 client to the SuperLink on loopback.
 
-Every Fleet call a SuperNode makes is forwarded once or more (coordinator/fleet_gateway.py),
+Every Fleet call a SuperNode makes is forwarded once or more (coordinator/gateway/fleet_gateway.py),
 so this client's cost is paid about twenty times per client and round. httpx spent most of
 the gateway's CPU on its layers (auth, redirects, cookies, its connection pool's anyio
 events) for one fixed upstream that needs none of them. This one keeps connections alive

@@ -1,11 +1,11 @@
 """The coordinator's SuperLink: its command, its Control API and the ``flwr`` connection to it.
 
 The SuperLink listens on loopback only (``LOOPBACK``), for the coordinator's own user alone
-where the platform tells who calls (coordinator/owner_gated_superlink.py); other hosts reach
-it only through the Fleet gateway. It starts no ServerApp itself: the coordinator's
+where the platform tells who calls (coordinator/superlink/owner_gated_superlink.py); other hosts
+reach it only through the Fleet gateway. It starts no ServerApp itself: the coordinator's
 ServerAppLauncher claims its tasks, signed with the state dir's SuperExec secret. With TLS
 it requires SuperNode authentication, and each of its starts gets the bound SuperNode keys
-again (coordinator/supernode_restore.py).
+again (coordinator/superlink/supernode_restore.py).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import tomli_w
 
-from collabfl.coordinator.enrolment import SuperNodeRegistry
-from collabfl.coordinator.fleet_gateway import LoopbackTLS
+from collabfl.coordinator.enrolment.enrolment import SuperNodeRegistry
+from collabfl.coordinator.gateway.fleet_gateway import LoopbackTLS
 from collabfl.coordinator.settings import CoordinatorSettings
-from collabfl.coordinator.state import CoordinatorState
-from collabfl.coordinator.superlink_control import ControlError, SuperLinkControl
-from collabfl.coordinator.supernode_restore import KeyRestorer
+from collabfl.coordinator.store.state import CoordinatorState
+from collabfl.coordinator.superlink.superlink_control import ControlError, SuperLinkControl
+from collabfl.coordinator.superlink.supernode_restore import KeyRestorer
 from collabfl.flower.processes import flower_binary
 from collabfl.flower.superexec_auth import ensure_secret, rotate_secret
 from collabfl.kernel.atomic import write_text
@@ -101,9 +101,9 @@ def superlink_command(settings: CoordinatorSettings) -> list[str]:
 
 def superlink_program() -> list[str]:
     """Flower's SuperLink, gated on this user where the kernel names the owners of loopback
-    connections (coordinator/owner_gated_superlink.py); Flower's own program elsewhere."""
+    connections (coordinator/superlink/owner_gated_superlink.py); Flower's own program elsewhere."""
     if owner_lookup_available():
-        return [sys.executable, "-m", "collabfl.coordinator.owner_gated_superlink"]
+        return [sys.executable, "-m", "collabfl.coordinator.superlink.owner_gated_superlink"]
     return [flower_binary("flower-superlink")]
 
 

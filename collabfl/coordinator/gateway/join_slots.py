@@ -2,8 +2,8 @@
 
 A join holds a worker thread and its connection until its body is in (the port's body
 deadline, a minute) and the enrolment is done; joins are admitted one at a time anyway
-(coordinator/enrolment.py). With only a bound in all, one address held every slot with slow
-bodies and kept every other machine from joining; with a share per address, it takes that
+(coordinator/enrolment/enrolment.py). With only a bound in all, one address held every slot with
+slow bodies and kept every other machine from joining; with a share per address, it takes that
 many addresses. Several labs behind one NAT share an address: beyond their share they get a
 503 with ``Retry-After``, which ``collabfl-client join`` waits out.
 """

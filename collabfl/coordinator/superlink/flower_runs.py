@@ -1,5 +1,5 @@
 """Flower runs, driven through the ``flwr`` CLI and read back from its JSON output (SuperNode
-registrations are calls of the daemon itself: coordinator/superlink_control.py).
+registrations are calls of the daemon itself: coordinator/superlink/superlink_control.py).
 
 ``flwr run --format json`` submits the app and prints one JSON object::
 

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from collabfl.coordinator.relay.substep_relay import Relayed, StepResult, Work
 from collabfl.coordinator.service_client import CoordinatorError, CoordinatorUnreachable
 from collabfl.coordinator.service_codec import MAX_STEP_BYTES, RELAY_CHANNEL_OPTIONS
-from collabfl.coordinator.substep_relay import Relayed, StepResult, Work
 from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import substeps_pb2 as pb
 from collabfl.proto import substeps_pb2_grpc as pb_grpc

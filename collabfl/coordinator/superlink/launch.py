@@ -17,8 +17,8 @@ from typing import Any
 
 import tomli_w
 
+from collabfl.coordinator.relay.substep_client import SessionFeeder
 from collabfl.coordinator.service_client import CoordinatorClient
-from collabfl.coordinator.substep_client import SessionFeeder
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.tls import ClientTLS
 

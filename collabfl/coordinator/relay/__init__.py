@@ -1,0 +1,3 @@
+"""The sub-step relay: the ServerApp's and members' exchange of sub-step messages through the
+coordinator.
+"""
