@@ -31,6 +31,7 @@ from collabfl.launcher.federation import federation_up
 from collabfl.strategies.protocol import Instruction, StepFailed
 from collabfl.strategies.verbs import Collaborate, Evaluate, Train, Verb
 from tests.support.cli_runs import IN_THIS_PROCESS, SMALL
+from tests.support.ledger import FakeLedger
 from tests.support.runtime_equality import settings
 
 pytestmark = pytest.mark.federation
@@ -156,11 +157,11 @@ class FailingGrid(ScriptedGrid):
 
 
 def test_a_federated_client_error_is_a_failed_step_of_the_round():
-    grid, events, timings = FailingGrid(), [], []
-    pool = _pool(grid, events, timings)
+    grid, ledger, timings = FailingGrid(), FakeLedger(), []
+    pool = _pool(grid, ledger, timings)
     answered = pool.send_programs(_round(3))
     assert sorted(answered) == [0, 1]
-    assert (3, "client_error", 2) in events
+    assert (3, "client_error", 2) in [(e.round, e.kind, e.client_id) for e in ledger.events]
     (failure,) = pool.step_ledger.take()
     assert (failure.round, failure.client, failure.step, failure.clients_sent) == (
         3,
