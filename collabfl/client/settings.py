@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator
 
@@ -101,11 +101,8 @@ class ParticipantSettings(DaemonSettings):
         return ca, cert, key
 
 
-def _default(name: str) -> Any:
-    return ParticipantSettings.model_fields[name].default
-
-
 def parser() -> argparse.ArgumentParser:
+    default = ParticipantSettings.default
     p = daemon_parser("collabfl-client", DESCRIPTION, EXAMPLE)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--client-id", type=int, help="this participant's index")
@@ -118,7 +115,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, required=True, help="models, state, logs")
     p.add_argument("--superlink", help="the coordinator's participant port, HOST:PORT")
     p.add_argument(
-        "--peer-listen", default=_default("peer_listen"), help="peer server bind address"
+        "--peer-listen",
+        default=default("peer_listen"),
+        help="peer server bind address",
     )
     p.add_argument("--peer-address", help="HOST:PORT other participants reach this one's models at")
     p.add_argument(
@@ -127,61 +126,61 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runtime-port",
         type=int,
-        default=_default("runtime_port"),
+        default=default("runtime_port"),
         help="loopback port between this participant's own processes",
     )
     p.add_argument(
         "--runtime",
         choices=CLIENT_RUNTIMES,
-        default=_default("runtime"),
+        default=default("runtime"),
         help="warm: one process serves every message (fastest); subprocess: a fresh one each",
     )
     p.add_argument(
         "--coordinator-service",
-        default=_default("coordinator_service"),
+        default=default("coordinator_service"),
         help="HOST:PORT of the coordinator service "
         "(default: the address the coordinator gives its runs, its --advertise)",
     )
     p.add_argument(
         "--device",
-        default=_default("device"),
+        default=default("device"),
         help="cpu, cuda, cuda:N or auto (default: the run's)",
     )
     p.add_argument(
         "--keep-rounds",
         type=int,
-        default=_default("keep_rounds"),
+        default=default("keep_rounds"),
         help="published rounds kept per run",
     )
     p.add_argument(
         "--max-peer-weight",
         type=float,
-        default=_default("max_peer_weight"),
+        default=default("max_peer_weight"),
         help="a peer model with a weight of larger magnitude is refused for the round",
     )
     limits = p.add_argument_group("peer server limits")
     limits.add_argument(
         "--peer-send-timeout",
         type=float,
-        default=_default("peer_send_timeout"),
+        default=default("peer_send_timeout"),
         help="seconds a fetcher may take to read one chunk before its stream is cut",
     )
     limits.add_argument(
         "--peer-streams-per-fetcher",
         type=int,
-        default=_default("peer_streams_per_fetcher"),
+        default=default("peer_streams_per_fetcher"),
         help="concurrent model streams one member may hold",
     )
     limits.add_argument(
         "--peer-max-streams",
         type=int,
-        default=_default("peer_max_streams"),
+        default=default("peer_max_streams"),
         help="concurrent model streams of all members together",
     )
     limits.add_argument(
         "--peer-publish-wait",
         type=float,
-        default=_default("peer_publish_wait"),
+        default=default("peer_publish_wait"),
         help="seconds a fetch of a round this node has not published yet waits for it",
     )
     p.add_argument(
@@ -209,17 +208,19 @@ def parser() -> argparse.ArgumentParser:
     restarts.add_argument(
         "--max-restarts",
         type=int,
-        default=_default("max_restarts"),
+        default=default("max_restarts"),
         help="give up (and exit 1) after this many failed restarts in a row; 0 (default): "
         "never, the daemon waits for its SuperLink and registration for as long as it takes",
     )
     restarts.add_argument(
         "--restart-backoff-max",
         type=float,
-        default=_default("restart_backoff_max"),
+        default=default("restart_backoff_max"),
         help="seconds between restarts grow 1, 2, 4, ... up to this",
     )
     p.add_argument(
-        "--log-level", default=_default("log_level"), help="DEBUG, INFO, WARNING or ERROR"
+        "--log-level",
+        default=default("log_level"),
+        help="DEBUG, INFO, WARNING or ERROR",
     )
     return p

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, get_args
 
 from pydantic import Field
 
@@ -34,7 +34,8 @@ EXAMPLE = (
 )
 PUBLIC_KEY_FILE = "grant_key.pub.pem"
 """The grant verification key members load with ``collabfl-client --coordinator-key``."""
-SUPERLINK_STATES = ("memory", "disk")
+SuperLinkState = Literal["memory", "disk"]
+SUPERLINK_STATES = get_args(SuperLinkState)
 
 
 class CoordinatorSettings(DaemonSettings):
@@ -43,7 +44,7 @@ class CoordinatorSettings(DaemonSettings):
     host: str = "127.0.0.1"
     superlink_port: Port = 9093
     superlink_internal_port: Port = 0
-    superlink_state: Literal["memory", "disk"] = "memory"
+    superlink_state: SuperLinkState = "memory"
     run_ticket_ttl: Seconds = 7 * 24 * 3600.0
     keep_ended_runs: int = KEEP_ENDED_RUNS
     fleet_max_body_mib: int = GatewayLimits.max_body_bytes >> 20
@@ -61,78 +62,77 @@ class CoordinatorSettings(DaemonSettings):
     ssl_keyfile: Path | None = None
 
 
-def _default(name: str) -> Any:
-    return CoordinatorSettings.model_fields[name].default
-
-
 def parser() -> argparse.ArgumentParser:
+    default = CoordinatorSettings.default
     p = daemon_parser("collabfl-coordinator", DESCRIPTION, EXAMPLE)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--state-dir", type=Path, required=True, help="databases, keys, logs, runs")
     p.add_argument(
-        "--host", default=_default("host"), help="address to listen on (0.0.0.0: every interface)"
+        "--host",
+        default=default("host"),
+        help="address to listen on (0.0.0.0: every interface)",
     )
     p.add_argument(
         "--superlink-port",
         type=int,
-        default=_default("superlink_port"),
+        default=default("superlink_port"),
         help="port participants connect to",
     )
     p.add_argument(
         "--superlink-internal-port",
         type=int,
-        default=_default("superlink_internal_port"),
+        default=default("superlink_internal_port"),
         help="internal loopback port behind the participants' port (0: a free one)",
     )
     p.add_argument(
         "--superlink-state",
         choices=SUPERLINK_STATES,
-        default=_default("superlink_state"),
+        default=default("superlink_state"),
         help="where the SuperLink keeps its state: memory costs less than half the CPU per "
         "client-round; disk (STATE/superlink.db) also keeps Flower's run history across restarts",
     )
     p.add_argument(
         "--run-ticket-ttl",
         type=float,
-        default=_default("run_ticket_ttl"),
+        default=default("run_ticket_ttl"),
         help="seconds a launch's run ticket stays valid at most: participants refuse it once "
         "its run has ended (a relaunch issues a new one)",
     )
     p.add_argument(
         "--keep-ended-runs",
         type=int,
-        default=_default("keep_ended_runs"),
+        default=default("keep_ended_runs"),
         help="ended runs whose rounds and events the database keeps, latest first; older "
         "ones keep their status line (their records are in their run folders)",
     )
     p.add_argument(
         "--fleet-max-body-mib",
         type=int,
-        default=_default("fleet_max_body_mib"),
+        default=default("fleet_max_body_mib"),
         help="largest request (MiB) accepted on the participants' port",
     )
     p.add_argument(
         "--fleet-per-peer",
         type=int,
-        default=_default("fleet_per_peer"),
+        default=default("fleet_per_peer"),
         help="connections one address may hold open on the participants' port (every "
         "route, joins too; SuperNodes behind one NAT share it)",
     )
     p.add_argument(
         "--fleet-body-timeout",
         type=float,
-        default=_default("fleet_body_timeout"),
+        default=default("fleet_body_timeout"),
         help="seconds a request's body may take on the participants' port; a slower one is dropped",
     )
     p.add_argument(
         "--service-port",
         type=int,
-        default=_default("service_port"),
+        default=default("service_port"),
         help="port of the coordinator service (collabfl admin, participants)",
     )
     p.add_argument(
         "--advertise",
-        default=_default("advertise"),
+        default=default("advertise"),
         help="service address to give the runs (default: the first --name, at SERVICE_PORT)",
     )
     p.add_argument(
@@ -169,7 +169,9 @@ def parser() -> argparse.ArgumentParser:
     )
     tls.add_argument("--ssl-keyfile", type=Path, help="its private key")
     p.add_argument(
-        "--log-level", default=_default("log_level"), help="DEBUG, INFO, WARNING or ERROR"
+        "--log-level",
+        default=default("log_level"),
+        help="DEBUG, INFO, WARNING or ERROR",
     )
     return p
 

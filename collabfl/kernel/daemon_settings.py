@@ -55,6 +55,11 @@ class DaemonSettings(BaseModel):
         except ValidationError as error:
             raise ValueError(one_line(error)) from None
 
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of field ``name``: the one value the parser shows and the model holds."""
+        return cls.model_fields[name].default
+
     def saved(self) -> Path:
         """The settings file of this state dir."""
         return self.state_dir / FILE_NAME

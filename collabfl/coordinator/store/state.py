@@ -111,8 +111,7 @@ class CoordinatorState:
         with self._transaction() as conn:
             for member in members:
                 node_id = non_negative("member flower_node_id", member.flower_node_id)
-                if node_id >= 2**64:
-                    raise InvalidRecord(f"flower_node_id {node_id} exceeds uint64")
+                check_node_id(node_id)
                 conn.execute(
                     """INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)
                     ON CONFLICT (client_id) DO UPDATE SET flower_node_id = excluded.flower_node_id,
