@@ -57,8 +57,10 @@ def role(cmdline: list[str]) -> str:
     text = " ".join(cmdline)
     for needle, name in (
         ("flower-superlink", "superlink"),
+        ("owner_gated_superlink", "superlink"),
         ("flower-supernode", "supernode"),
         ("flwr-serverapp", "serverapp"),
+        ("serverapp_template", "serverapp"),
         ("collabfl.flower.warm_executor", "executor"),
         ("collabfl.coordinator.daemon", "coordinator_daemon"),
         ("collabfl.client.daemon", "client_daemon"),

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import pytest
 from flwr.proto.runtime_pb2 import AcquireTaskResponse
 
-from collabfl.flower import serverapp_launcher
 from collabfl.flower.serverapp_launcher import (
     CLAIM_POLL_S,
     IDLE_CLAIM_S,
@@ -154,11 +153,12 @@ def test_a_pending_foreign_run_does_not_delay_a_relaunch(
     )  # fmt: skip
     started: list[list[str]] = []
 
-    def popen(command: list[str], **kwargs: object) -> SimpleNamespace:
-        started.append(command)
+    def fork(flags: list[str], log_path: Path, timeout_s: float) -> SimpleNamespace:
+        started.append(flags)
         return SimpleNamespace(poll=lambda: None, terminate=lambda: None, wait=lambda timeout=0: 0)
 
-    monkeypatch.setattr(serverapp_launcher.subprocess, "Popen", popen)
+    monkeypatch.setattr(launcher.template, "fork", fork)
+    monkeypatch.setattr(launcher.template, "start", lambda: None)
     offered = {"turn": 0}
 
     def acquire(request: object) -> AcquireTaskResponse:

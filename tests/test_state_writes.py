@@ -31,7 +31,10 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "RunLauncher.launch",
         "open",
     ): "the ServerApp's log (stdout)",
-    ("flower/serverapp_launcher.py", "ServerAppLauncher._launch", "open"): "the ServerApps' log",
+    ("flower/serverapp_template.py", "ServerAppTemplate._ensure_running", "open"): (
+        "the ServerApp template's log (stderr)"
+    ),
+    ("flower/serverapp_template.py", "_serve", "os.open"): "a ServerApp's log (stdout)",
     ("kernel/supervisor.py", "Supervisor._spawn", "open"): "a supervised process's log",
     # Rotation of those logs and of messages.jsonl by size: whole files moved or copied
     # aside; losing a rotated log to a power cut costs no state.

@@ -81,7 +81,12 @@ from collabfl.coordinator.superlink.local_superlink import (
     supernode_registry,
     write_flower_home,
 )
-from collabfl.coordinator.superlink.run_launcher import RunLauncher, service_launch, write_app
+from collabfl.coordinator.superlink.run_launcher import (
+    SERVERAPP,
+    RunLauncher,
+    service_launch,
+    write_app,
+)
 from collabfl.flower.processes import flower_env
 from collabfl.flower.serverapp_launcher import ServerAppLauncher
 from collabfl.flower.superexec_auth import ensure_secret
@@ -316,6 +321,7 @@ def run(settings: CoordinatorSettings, files: CoordinatorTLSFiles | None) -> int
         state_dir / "serverapps.log",
         {**os.environ, **env},
         on_foreign=launcher.foreign_run,
+        preload=[SERVERAPP.split(":")[0]],
     )
     serverapps.start()
     thread = threading.Thread(target=launcher.loop, name="run-launcher", daemon=True)

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -28,7 +27,7 @@ from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
 
-from collabfl.flower.processes import flower_binary
+from collabfl.flower.serverapp_template import ForkedServerApp, ServerAppTemplate
 from collabfl.flower.superexec_auth import claim_signer
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.log_rotation import rotate_copy
@@ -52,6 +51,9 @@ OWN_RUN_WAIT_S = 60.0
 """How long a claimed task may wait for ``flwr run`` to tell the coordinator its run id: the
 task can reach the launcher before the submitting command returns. Also how long an
 announced submission keeps the launcher asking every ``CLAIM_POLL_S``."""
+TEMPLATE_WAIT_S = 300.0
+"""How long a claimed task may wait for the ServerApp template to fork its ServerApp: the
+template imports the ServerApp first (seconds; on a loaded 2-core machine, tens)."""
 
 
 class SubmittedRuns:
@@ -144,9 +146,11 @@ class ServerAppLauncher:
         log_path: Path,
         env: Mapping[str, str],
         on_foreign: Callable[[int], None] = lambda flower_run_id: None,
+        preload: Sequence[str] = (),
     ) -> None:
         """``on_foreign`` hears of each foreign Flower run once, when it is first refused
-        (the coordinator records an event naming it and stops it)."""
+        (the coordinator records an event naming it and stops it). ``preload``: the modules
+        every ServerApp imports (the app's own), which the template imports once."""
         self.on_foreign = on_foreign
         self.refused: set[int] = set()
         self.runtime_api = runtime_api
@@ -154,9 +158,9 @@ class ServerAppLauncher:
         self.submitted = submitted
         self.token_dir = token_dir
         self.log_path = log_path
-        self.env = dict(env)
+        self.template = ServerAppTemplate(preload, env, log_path)
         self.stopping = threading.Event()
-        self.children: dict[Path, subprocess.Popen[bytes]] = {}
+        self.children: dict[Path, ForkedServerApp] = {}
         once = make_simple_http_retry_invoker()
         once.max_tries = 1  # the claim loop asks again itself (``UNREACHABLE_RETRY_S``)
         self.client = RuntimeHttpClient.from_server_address(
@@ -173,6 +177,7 @@ class ServerAppLauncher:
 
     def start(self) -> None:
         self.token_dir.mkdir(mode=0o700, exist_ok=True)
+        self.template.start()
         self._thread.start()
 
     def stop(self) -> None:
@@ -185,10 +190,10 @@ class ServerAppLauncher:
         for token_file, child in self.children.items():
             try:
                 child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+            except TimeoutError:
                 child.kill()
-                child.wait()
             token_file.unlink(missing_ok=True)
+        self.template.stop()
         self.client.close()
 
     def _serve(self) -> None:
@@ -226,19 +231,25 @@ class ServerAppLauncher:
         self.submitted.claimed()
         token_file = self.token_dir / f"task-{task_id}.token"
         write_text(token_file, token)  # 0600
-        command = [
-            flower_binary("flwr-serverapp"), "--runtime-api-address", self.runtime_api,
+        flags = [
+            "--runtime-api-address", self.runtime_api,
             "--token-file", str(token_file), "--parent-pid", str(os.getpid()),
         ]  # fmt: skip
         if self.root_certificates is None:
-            command.append("--insecure")
+            flags.append("--insecure")
         else:
-            command += ["--root-certificates", str(self.root_certificates)]
-        with open(self.log_path, "ab") as output:
-            self.children[token_file] = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, env=self.env
-            )
-        log.info("started the ServerApp of Flower run %s (task %s)", flower_run_id, task_id)
+            flags += ["--root-certificates", str(self.root_certificates)]
+        try:
+            child = self.template.fork(flags, self.log_path, TEMPLATE_WAIT_S)
+        except RuntimeError as error:
+            log.error("the ServerApp of Flower run %s did not start: %s", flower_run_id, error)
+            token_file.unlink(missing_ok=True)
+            return
+        self.children[token_file] = child
+        log.info(
+            "started the ServerApp of Flower run %s (task %s, pid %s)",
+            flower_run_id, task_id, child.pid,
+        )  # fmt: skip
 
     def _refuse(self, flower_run_id: int) -> None:
         """Never start a run the coordinator did not submit, and never wait on it again."""

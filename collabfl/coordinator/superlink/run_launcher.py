@@ -47,6 +47,8 @@ from collabfl.kernel.tickets import TicketSigner
 log = logging.getLogger("collabfl.coordinator")
 
 APP_NAME = "collabfl-federation"
+SERVERAPP = "collabfl.apps.server_app:app"
+"""The app's ServerApp component: a module of the installed collabfl, and its object."""
 MAX_LAUNCHES = 4
 CHECK_RUNS_S = 1.0
 """How often the launcher looks for runs to launch when nothing tells it: a new run rings
@@ -77,7 +79,7 @@ packages = ["."]
 publisher = "collabfl"
 
 [tool.flwr.app.components]
-serverapp = "collabfl.apps.server_app:app"
+serverapp = "{SERVERAPP}"
 clientapp = "collabfl.apps.client_app:app"
 
 [tool.flwr.app.config]
