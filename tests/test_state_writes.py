@@ -27,10 +27,10 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("engine/report/run_dir.py", "_append", "open"): "metrics.jsonl, one record a line",
     ("launcher/federation.py", "LocalFederation._spawn", "open"): "a daemon's log (stdout)",
     (
-        "coordinator/superlink/run_launcher.py",
-        "RunLauncher.launch",
+        "coordinator/superlink/flower_runs.py",
+        "LogFollower._copy",
         "open",
-    ): "the ServerApp's log (stdout)",
+    ): "the ServerApp's log, as the SuperLink streams it",
     ("flower/serverapp_launcher.py", "ServerAppLauncher._launch", "open"): "the ServerApps' log",
     ("kernel/supervisor.py", "Supervisor._spawn", "open"): "a supervised process's log",
     # Rotation of those logs and of messages.jsonl by size: whole files moved or copied
