@@ -5,7 +5,8 @@ daemon, N client daemons), runs DPFL in a setting where every steady round fetch
 models, and reads the CPU time (user + system, /proc/PID/stat) of every process of the
 coordinator's tree when round ``--warmup`` has completed and again ``--rounds`` rounds
 later: the SuperLink, the coordinator daemon (its gRPC service, Fleet gateway, run and
-ServerApp launchers), the run's ServerApp and the ``flwr log`` follower. Each figure is CPU
+ServerApp launchers, the run's log follower), the run's ServerApp and, in a ``--baseline``
+tree from before the daemon followed logs itself, its ``flwr log`` process. Each figure is CPU
 milliseconds per client and round; the total is the coordinator side's cost of one more
 participant. The launcher polls the run's status only every ``POLL_S`` (an operator watching,
 a few milliseconds a call; it counts against the daemon).

@@ -57,7 +57,7 @@ def role(cmdline: list[str]) -> str:
     text = " ".join(cmdline)
     for needle, name in (
         ("flower-superlink", "superlink"),
-        ("owner_gated_superlink", "superlink"),
+        ("owner_gated_superlink", "superlink"),  # the daemon's SuperLink, gated on its user
         ("flower-supernode", "supernode"),
         ("flwr-serverapp", "serverapp"),
         ("serverapp_template", "serverapp"),
@@ -90,7 +90,7 @@ def process_tree(roots: list[int]) -> dict[int, list[str]]:
 
 def cpu_by_role(roots: list[int]) -> dict[str, float]:
     """CPU seconds so far of every process under ``roots``, by role: each one's own and its
-    reaped children's (a ``flwr run`` the coordinator ran counts as the coordinator's)."""
+    reaped children's (a short-lived process a daemon ran counts as that daemon's)."""
     used = dict.fromkeys(ROLES, 0.0)
     for pid, cmdline in process_tree(roots).items():
         with contextlib.suppress(OSError):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import os
+import signal
 import socket
 import stat
 import subprocess
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from flwr.common.config import parse_config_args
+from flwr.proto.fab_pb2 import Fab
 from support.coordinator import served, valid_request
 from support.pki import TestCA
 
@@ -20,15 +21,17 @@ from collabfl.coordinator.gateway.doorbell import FleetActivity
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorUnreachable
 from collabfl.coordinator.settings import CoordinatorSettings, parser
 from collabfl.coordinator.store.state import CoordinatorState, CorruptDatabase
-from collabfl.coordinator.superlink import run_launcher
-from collabfl.coordinator.superlink.flower_runs import FlowerCliError
+from collabfl.coordinator.superlink.flower_runs import app_fab
 from collabfl.coordinator.superlink.flower_status import flower_run_id
 from collabfl.coordinator.superlink.launch import Launch
 from collabfl.coordinator.superlink.local_superlink import superlink_command
-from collabfl.coordinator.superlink.run_launcher import RunLauncher
+from collabfl.coordinator.superlink.run_launcher import RunLauncher, write_app
+from collabfl.coordinator.superlink.superlink_control import ControlError
 from collabfl.kernel.grants import generate_private_key
+from collabfl.kernel.supervisor import stop_group
 from collabfl.kernel.tickets import TicketSigner
 from collabfl.kernel.tls import ClientTLS
+from tests.support.tls_superlink import TlsSuperLink
 
 pytestmark = pytest.mark.federation
 
@@ -117,18 +120,10 @@ def test_tls_daemon_admits_only_certified_callers(tmp_path: Path) -> None:
         process.wait(timeout=30)
 
 
-def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_check_runs_fails_a_bad_run_and_still_launches_the_others(tmp_path: Path) -> None:
     """A stored request no ServerApp could run (written before CreateRun checked requests)
     fails that run with the reason; the next run gets its launch, token and TLS files."""
-    submitted: list[Path] = []
-
-    def submit(app_dir: Path, connection: str, run_config: Path, env: dict) -> str:
-        submitted.append(run_config)
-        raise FlowerCliError("no SuperLink in this test")
-
-    monkeypatch.setattr(run_launcher, "submit_run", submit)
+    flower = FakeFlower(refuse="no SuperLink in this test")
     service = Launch(
         coordinator="127.0.0.1:9300",
         coordinator_ca="/etc/ca.pem",
@@ -139,56 +134,82 @@ def test_check_runs_fails_a_bad_run_and_still_launches_the_others(
         state.create_run("bad", "dpfl", {**valid_request(), "expected_clients": "three"})
         state.create_run("outside", "dpfl", valid_request(out_dir="/etc"))
         state.create_run("good", "dpfl", valid_request())
-        tickets = TicketSigner(generate_private_key())
-        launcher = RunLauncher(
-            state, tmp_path, tmp_path / "runs", tmp_path / "app", {}, service, tickets, 60.0
-        )
+        launcher = _launcher(state, tmp_path, flower, service=service)
         launcher.check_runs()
         assert state.run("bad").status == "failed"
         assert "expected_clients must be int" in state.run("bad").message
         assert state.run("outside").status == "failed"
         assert "outside the coordinator's runs directory" in state.run("outside").message
         assert state.run("good").status == "running"
-        [run_config] = submitted
-        settings = parse_config_args([str(run_config)])  # as `flwr run -c` reads it
+        [settings] = flower.submitted
         assert settings["run-id"] == "good"
         assert settings["run-ticket"] != "" and settings["node-bindings"] == ""
         assert settings["coordinator-ca"] == "/etc/ca.pem"
         assert settings["out-dir"] == str((tmp_path / "runs" / "good").resolve())
+        assert isinstance(settings["expected-clients"], int)  # typed, as the app declares it
         token_file = Path(settings["launch-token-file"])
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         state.check_launch("good", token_file.read_text())  # the latest launch's token
-        assert token_file.read_text() not in run_config.read_text()  # only its path travels
-        assert stat.S_IMODE(run_config.stat().st_mode) == 0o600  # it holds the run ticket
+        assert token_file.read_text() not in settings.values()  # only its path travels
+        assert "good" not in launcher.running  # not started: nothing to follow
+
+
+class FakeLogStream:
+    """A Flower run's log stream that yields ``lines`` and ends (the run ended), or, with
+    ``hold``, waits until closed (a live run)."""
+
+    def __init__(self, run_id: int, lines: list[str], hold: bool) -> None:
+        self.run_id = run_id
+        self.lines = lines
+        self.closed = threading.Event()
+        self.hold = hold
+
+    def __iter__(self):
+        yield from self.lines
+        if self.hold:
+            self.closed.wait()
+
+    def close(self) -> None:
+        self.closed.set()
 
 
 class FakeFlower:
-    """Stands in for the ``flwr`` commands the launcher runs: each submit starts Flower run
-    101, 102, ...; stops are recorded; a launch's log follower exits at once."""
+    """Stands in for the SuperLink's Control API the launcher calls: each start starts
+    Flower run 101, 102, ...; stops are recorded; a launch's log stream yields ``log`` and
+    ends at once (its ServerApp died), or with ``hold`` stays open until closed."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, log: list[str] | None = None, hold: bool = False, refuse: str = "") -> None:
         self.submitted: list[dict] = []  # each launch's run config
         self.stopped: list[int] = []
-        monkeypatch.setattr(run_launcher, "submit_run", self.submit)
-        monkeypatch.setattr(run_launcher, "stop_run", self.stop)
-        monkeypatch.setattr(
-            run_launcher, "follow_command", lambda run, _: [sys.executable, "-c", ""]
-        )
+        self.streams: list[FakeLogStream] = []
+        self.log = log or []
+        self.hold = hold
+        self.refuse = refuse
 
-    def submit(self, app_dir: Path, connection: str, run_config: Path, env: dict) -> str:
-        self.submitted.append(parse_config_args([str(run_config)]))  # as `flwr run -c` does
-        return json.dumps({"success": True, "run-id": str(100 + len(self.submitted))})
+    def start_run(self, fab: Fab, config: dict) -> int:
+        self.submitted.append(dict(config))
+        if self.refuse:
+            raise ControlError(self.refuse)
+        return 100 + len(self.submitted)
 
-    def stop(self, run_id: int, connection: str, env: dict) -> None:
+    def stop_run(self, run_id: int) -> None:
         self.stopped.append(run_id)
 
+    def log_stream(self, run_id: int) -> FakeLogStream:
+        self.streams.append(FakeLogStream(run_id, self.log, self.hold))
+        return self.streams[-1]
 
-def _launcher(state: CoordinatorState, tmp_path: Path, **kwargs) -> RunLauncher:
+
+def _launcher(
+    state: CoordinatorState, tmp_path: Path, flower: FakeFlower | None = None, **kwargs
+) -> RunLauncher:
     tickets = TicketSigner(generate_private_key())
+    kwargs.setdefault("service", Launch())
     return RunLauncher(
-        state, tmp_path, tmp_path / "runs", tmp_path / "app", {}, Launch(), tickets, 60.0, **kwargs
-    )
+        state, tmp_path, tmp_path / "runs", Fab(), flower or FakeFlower(), tickets=tickets,
+        ticket_ttl_s=60.0, **kwargs,
+    )  # fmt: skip
 
 
 def test_runs_sharing_a_run_directory_keep_their_own_flower_run(
@@ -197,16 +218,16 @@ def test_runs_sharing_a_run_directory_keep_their_own_flower_run(
     """``federation up --methods a,b`` puts both runs in one directory. Launching b must not
     stop a's Flower run (a relaunch stops its own run's previous one), and status names
     each run's own Flower run."""
-    flower = FakeFlower(monkeypatch)
+    flower = FakeFlower()
     with CoordinatorState(tmp_path / "coordinator.db") as state:
-        launcher = _launcher(state, tmp_path)
+        launcher = _launcher(state, tmp_path, flower)
         state.create_run("a", "dpfl", valid_request(out_dir="shared"))
         launcher.check_runs()
         state.finish_run("a", "finished", "")
         state.create_run("b", "pfedgraph", valid_request("pfedgraph", out_dir="shared"))
         launcher.check_runs()
         assert flower.stopped == []
-        launcher.running["b"].wait(timeout=60)  # b's ServerApp "died": launch it again
+        launcher.running["b"].thread.join(timeout=60)  # b's ServerApp "died": launch it again
         launcher.check_runs()
         assert flower.stopped == [102]
         runs = {run.run_id: run for run in state.runs()}
@@ -220,10 +241,10 @@ def test_a_created_run_is_launched_without_waiting_for_the_clock(
 ) -> None:
     """CreateRun rings the launcher: the run launches long before the launcher's own next
     check (here an hour away), and stopping the launcher ends its loop at once too."""
-    flower = FakeFlower(monkeypatch)
+    flower = FakeFlower()
     activity = FleetActivity()
     with CoordinatorState(tmp_path / "coordinator.db") as state:
-        launcher = _launcher(state, tmp_path, wake=activity.runs, check_every_s=3600.0)
+        launcher = _launcher(state, tmp_path, flower, wake=activity.runs, check_every_s=3600.0)
         loop = threading.Thread(target=launcher.loop, daemon=True)
         loop.start()
         with served(state, runs_dir=tmp_path / "runs", activity=activity) as address:
@@ -243,10 +264,10 @@ def test_nothing_launches_until_a_restarted_superlink_has_the_keys(
 ) -> None:
     """A ServerApp launched before the SuperNode keys are registered again would get the
     dead SuperLink's node ids and refuse every node for its run: the launcher waits."""
-    flower = FakeFlower(monkeypatch)
+    flower = FakeFlower()
     ready = threading.Event()
     with CoordinatorState(tmp_path / "coordinator.db") as state:
-        launcher = _launcher(state, tmp_path, superlink_ready=ready)
+        launcher = _launcher(state, tmp_path, flower, superlink_ready=ready)
         state.create_run("r", "dpfl", valid_request())
         launcher.check_runs()
         assert flower.submitted == []
@@ -269,3 +290,74 @@ def test_the_superlink_state_is_memory_unless_disk_is_asked(
     with pytest.raises(SystemExit):
         database("--superlink-state", "ram")
     assert "--superlink-state: invalid choice: 'ram' (choose from" in capsys.readouterr().err
+
+
+def test_the_serverapps_log_is_appended_to_the_run_folder_while_the_run_lives(
+    tmp_path: Path,
+) -> None:
+    """The follower copies the stream into serverapp.log after what earlier launches wrote;
+    while its stream is open the ServerApp counts as live (no second launch), and stopping
+    the launcher closes it at once."""
+    flower = FakeFlower(log=["INFO : Starting ServerApp\n", "INFO : round 0\n"], hold=True)
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        launcher = _launcher(state, tmp_path, flower)
+        state.create_run("r", "dpfl", valid_request())
+        log = tmp_path / "runs" / "r" / "serverapp.log"
+        log.parent.mkdir(parents=True)
+        log.write_text("earlier launch\n")
+        launcher.check_runs()
+        deadline = time.monotonic() + 30
+        while log.read_text().count("\n") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log.read_text() == "earlier launch\nINFO : Starting ServerApp\nINFO : round 0\n"
+        launcher.check_runs()
+        assert len(flower.submitted) == 1  # its stream is open: the ServerApp lives
+        started = time.monotonic()
+        launcher.stop()
+        assert not launcher.running["r"].alive() and time.monotonic() - started < 5
+        assert flower.streams[0].closed.is_set()
+
+
+def test_a_launch_starts_no_flwr_process_and_a_stopped_launcher_holds_no_superlink(
+    tmp_path: Path,
+) -> None:
+    """Each launch is a StartRun and a log stream from the daemon's own process, not a
+    ``flwr run`` and a ``flwr log`` process (~1.5 CPU-s each); stopping the launcher closes
+    the stream, so the SuperLink still stops on SIGTERM."""
+    with (
+        TlsSuperLink(tmp_path / "coordinator") as superlink,
+        CoordinatorState(tmp_path / "coordinator.db") as state,
+    ):
+        superlink.nodes()  # answers
+        launcher = RunLauncher(
+            state, tmp_path, tmp_path / "runs", app_fab(write_app(tmp_path)), superlink.control,
+            Launch(), TicketSigner(generate_private_key()), 60.0,
+        )  # fmt: skip
+        state.create_run("r", "dpfl", valid_request())
+        launcher.check_runs()
+        assert _flwr_children() == []
+        [run] = state.runs()
+        flower_run = flower_run_id(tmp_path, run)
+        assert flower_run is not None
+        assert launcher.running["r"].alive()  # pending: no ServerApp claims it here
+        launcher.stop()
+        assert not launcher.running["r"].alive()
+        superlink.control.stop_run(flower_run)
+        assert superlink.process is not None
+        stop_group(superlink.process, grace_s=8.0)
+        assert superlink.process.returncode != -signal.SIGKILL
+
+
+def _flwr_children() -> list[str]:
+    """Command lines of this process's children that run the ``flwr`` CLI."""
+    found = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat_file.read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
+                continue
+            command = (stat_file.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+        if "/flwr " in command:
+            found.append(command)
+    return found

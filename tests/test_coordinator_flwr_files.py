@@ -1,10 +1,11 @@
-"""What the coordinator hands ``flwr`` names paths in its state and runs dirs, and any path
-passes, a backslash, a double quote or a space included: the connection for its own ``flwr
-run``/``stop``/``log`` (FLWR_HOME/config.toml, the SuperLink's CA), written by hand into TOML
-(a ``\\`` was an escape, a ``"`` ended the string), and each launch's run config (its token
-and sizes files, its out dir), once ``key=value`` pairs cut out by Flower's pattern (a ``"``
-could not pass). Flower's own readers read them here, as ``flwr`` does: on a Flower upgrade
-that reads them differently, these contract tests fail."""
+"""What the coordinator writes and hands Flower names paths in its state and runs dirs, and
+any path passes, a backslash, a double quote or a space included: the ``flwr`` connection to
+its SuperLink (FLWR_HOME/config.toml, the SuperLink's CA: an operator's ``flwr ls`` and the
+admin commands read it), once written by hand into TOML (a ``\\`` was an escape, a ``"``
+ended the string), and each launch's run config (its token and sizes files, its out dir),
+once ``key=value`` pairs cut out by Flower's pattern (a ``"`` could not pass), now typed
+values in the StartRun request. Flower's own reader reads the connection here, as ``flwr``
+does: on a Flower upgrade that reads it differently, these contract tests fail."""
 
 from __future__ import annotations
 
@@ -46,12 +47,12 @@ def test_an_insecure_coordinators_connection_says_so(tmp_path, monkeypatch):
     assert connection.insecure and connection.root_certificates is None
 
 
-def test_contract_flwr_run_reads_the_run_config_of_any_folder(tmp_path, monkeypatch):
-    flower = FakeFlower(monkeypatch)  # it reads each run config with Flower's parser
+def test_a_launchs_run_config_names_any_folder(tmp_path, monkeypatch):
+    flower = FakeFlower()
     state_dir = tmp_path / AWKWARD
     state_dir.mkdir()
     with CoordinatorState(state_dir / "coordinator.db") as state:
-        launcher = _launcher(state, state_dir)
+        launcher = _launcher(state, state_dir, flower)
         state.create_run("r", "dpfl", valid_request(out_dir='out "1" \\ x'))
         launcher.check_runs()
         [config] = flower.submitted

@@ -74,9 +74,9 @@ def test_each_launch_hands_the_serverapp_the_enrolled_sizes_in_a_private_file(
     monkeypatch,
     coordinator,  # noqa: F811
 ):
-    flower = FakeFlower(monkeypatch)
+    flower = FakeFlower()
     state = coordinator.state
-    launcher = _launcher(state, tmp_path, enrolled_sizes=lambda: {0: 1200, 2: 80})
+    launcher = _launcher(state, tmp_path, flower, enrolled_sizes=lambda: {0: 1200, 2: 80})
     state.create_run("r", "fedavg", valid_request("fedavg"))
     launcher.check_runs()
     [settings] = flower.submitted

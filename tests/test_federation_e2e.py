@@ -102,3 +102,12 @@ def test_run_directory_matches_simulate_layout(runs):
     }
     produced = {p.relative_to(real).as_posix() for p in real.rglob("*") if p.is_file()}
     assert expected <= produced
+
+
+def test_each_serverapps_log_is_followed_into_the_run_folder(runs):
+    """The daemon streams each Flower run's log (no ``flwr log`` process) into serverapp.log
+    of the run's folder, here one folder for the three methods."""
+    log = (runs[0] / "serverapp.log").read_text()
+    assert log.count("Start `flwr-serverapp` process") == 3, log
+    for method in ("dpfl", "pfedgraph", "ipfl"):
+        assert f"run {method}-" in log, log

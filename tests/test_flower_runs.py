@@ -1,10 +1,13 @@
-"""Reading the Flower run id from ``flwr run --format json`` (samples captured from flwr 1.41)."""
+"""Reading back the Flower run a launch kept (``flower_runs.flower_run_record``), in its own
+form and in the reply of ``flwr run --format json`` that releases before the in-process
+launch kept (sample captured from flwr 1.41): a daemon upgraded mid-run still stops the
+Flower run its predecessor started."""
 
 import pytest
 
-from collabfl.coordinator.superlink.flower_runs import FlowerCliError, submitted_run_id
+from collabfl.coordinator.superlink.flower_runs import flower_run_record, recorded_flower_run
 
-STARTED = """{
+KEPT_BY_FLWR_RUN = """{
   "success": true,
   "run-id": "9719863562065456825",
   "federation-id": "@none/default",
@@ -15,43 +18,21 @@ STARTED = """{
   "fab-filename": "collabfl.collabfl-federation.1-0-0.21b983f7.fab"
 }
 """
-"""``flwr run <app> collabfl --format json`` against a running SuperLink."""
-
-NO_SUPERLINK = """{
-  "success": false,
-  "error-message": "Using SuperLink: collabfl (127.0.0.1:40591)\\n\\nConnection to the \
-SuperLink is unavailable. Please check your network connection and 'address' in the \
-SuperLink connection configuration."
-}
-"""
-"""The same with no SuperLink listening: flwr still exits 0."""
 
 
-def test_run_id_of_a_started_run() -> None:
-    assert submitted_run_id(STARTED) == 9719863562065456825
+def test_a_record_reads_back_its_run():
+    assert recorded_flower_run(flower_run_record(9719863562065456825)) == 9719863562065456825
 
 
-def test_a_failed_submission_says_why() -> None:
-    with pytest.raises(FlowerCliError) as raised:
-        submitted_run_id(NO_SUPERLINK)
-    assert str(raised.value) == (
-        "flwr run failed: Using SuperLink: collabfl (127.0.0.1:40591) Connection to the "
-        "SuperLink is unavailable. Please check your network connection and 'address' in the "
-        "SuperLink connection configuration."
-    )
+def test_an_older_releases_flwr_reply_still_names_its_run():
+    assert recorded_flower_run(KEPT_BY_FLWR_RUN) == 9719863562065456825
 
 
 @pytest.mark.parametrize(
-    ("output", "message"),
-    [
-        ("", "printed no JSON object"),
-        ("Successfully started run 12\n", "printed no JSON object"),
-        ('["success", true]', "printed no JSON object"),
-        ('{"success": true}', "reported success but no run id"),
-        ('{"success": true, "run-id": "twelve"}', "reported success but no run id"),
-        ('{"run-id": "12"}', "flwr run failed: no reason given"),
-    ],
-)
-def test_anything_else_is_refused_with_a_reason(output: str, message: str) -> None:
-    with pytest.raises(FlowerCliError, match=message):
-        submitted_run_id(output)
+    "record",
+    ["", "Successfully started run 12\n", '["run-id", "12"]', '{"success": true}',
+     '{"run-id": "twelve"}', '{"run-id": 12}'],
+)  # fmt: skip
+def test_anything_else_is_refused_with_what_it_was(record: str):
+    with pytest.raises(ValueError, match="no Flower run id in"):
+        recorded_flower_run(record)

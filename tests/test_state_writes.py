@@ -27,10 +27,10 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("engine/report/run_dir.py", "_append", "open"): "metrics.jsonl, one record a line",
     ("launcher/federation.py", "LocalFederation._spawn", "open"): "a daemon's log (stdout)",
     (
-        "coordinator/superlink/run_launcher.py",
-        "RunLauncher.launch",
+        "coordinator/superlink/flower_runs.py",
+        "LogFollower._copy",
         "open",
-    ): "the ServerApp's log (stdout)",
+    ): "the ServerApp's log, as the SuperLink streams it",
     ("flower/serverapp_template.py", "ServerAppTemplate._ensure_running", "open"): (
         "the ServerApp template's log (stderr)"
     ),

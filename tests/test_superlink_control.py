@@ -1,24 +1,44 @@
 """Contract (fails loudly on a Flower upgrade): the daemon's in-process Control API calls
 (coordinator/superlink/superlink_control.py) against a real SuperLink started as the TLS daemon
 starts it. They use Flower's ControlHttpClient, its request and answer messages, the PEM form
-``flwr supernode register`` sends a key in, and the runtime-version headers the SuperLink
-checks; that a SuperNode with a key registered this way joins is shown by the TLS
-federation tests (tests/test_federation_tls.py)."""
+``flwr supernode register`` sends a key in, the runtime-version headers the SuperLink
+checks, the FAB ``flwr run`` builds (``build_fab_from_disk``, ``Fab``, ``fab_to_proto``) and
+its typed run config (``user_config_to_proto``); that a SuperNode with a key registered this
+way joins is shown by the TLS federation tests (tests/test_federation_tls.py), that a run
+started this way runs and its ServerApp's log reaches serverapp.log by
+tests/test_federation_e2e.py."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from flwr.cli.build import build_fab_from_disk
+from flwr.common.serde import fab_to_proto, user_config_from_proto, user_config_to_proto
+from flwr.proto.control_pb2 import (
+    ListRunsRequest,
+    StartRunRequest,
+    StopRunRequest,
+    StreamLogsRequest,
+    StreamLogsResponse,
+)
+from flwr.supercore.control import ControlHttpClient
+from flwr.supercore.fab import Fab
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app as cli_app
 from collabfl.coordinator.gateway.fleet_gateway import LoopbackTLS, free_loopback_port
 from collabfl.coordinator.member_status import _timestamp
+from collabfl.coordinator.superlink.flower_runs import app_fab
+from collabfl.coordinator.superlink.run_launcher import write_app
 from collabfl.coordinator.superlink.superlink_control import ControlError, SuperLinkControl, _utc
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel import exit_status
@@ -114,3 +134,105 @@ def test_register_supernode_without_a_started_daemon_says_so_and_binds_nothing(t
     assert result.exit_code == exit_status.USAGE
     assert "has the coordinator daemon started with this --state-dir?" in result.output
     assert not (state_dir / "coordinator.db").exists()
+
+
+def test_contract_the_flower_api_a_launch_uses():
+    """What starting, stopping and streaming a run build on, named so an upgrade that moves
+    or renames one fails here first."""
+    assert {"fab", "override_config", "federation"} <= set(
+        StartRunRequest.DESCRIPTOR.fields_by_name
+    )
+    assert set(StopRunRequest.DESCRIPTOR.fields_by_name) >= {"run_id"}
+    assert set(StreamLogsRequest.DESCRIPTOR.fields_by_name) >= {"run_id", "after_timestamp"}
+    assert set(StreamLogsResponse.DESCRIPTOR.fields_by_name) >= {"log_output", "latest_timestamp"}
+    for method in ("StartRun", "StopRun", "StreamLogs", "ListRuns", "close"):
+        assert callable(getattr(ControlHttpClient, method))
+    config = {"text": 'a "quoted" /path', "count": 3, "ratio": 0.5}
+    assert user_config_from_proto(user_config_to_proto(config)) == config
+    proto = fab_to_proto(Fab("hash", b"content", {}))
+    assert (proto.hash_str, proto.content) == ("hash", b"content")
+
+
+def test_contract_the_app_is_built_as_flwr_run_builds_it(tmp_path):
+    fab = app_fab(write_app(tmp_path))
+    assert fab.content == build_fab_from_disk(tmp_path / "app")
+    assert fab.hash_str == hashlib.sha256(fab.content).hexdigest()
+
+
+def test_contract_a_run_is_started_with_its_typed_config_streamed_and_stopped(superlink, tmp_path):
+    """No ServerApp claims it here: the run stays pending until stopped, and its log stream
+    ends when it is."""
+    control = superlink.control
+    fab = app_fab(write_app(tmp_path))
+    config = {"run-id": 'a "quoted" run', "expected-clients": 3, "join-timeout": 5.5}
+    flower_run = control.start_run(fab, config)
+    assert control.start_run(fab, config) != flower_run
+    listed = control._client.ListRuns(ListRunsRequest(run_id=flower_run)).run_dict[flower_run]
+    started = user_config_from_proto(listed.override_config)
+    assert {key: started[key] for key in config} == config
+    assert listed.fab_hash == fab.hash_str
+
+    stream = control.log_stream(flower_run)
+    lines: list[str] = []
+    follower = threading.Thread(target=lambda: lines.extend(stream), daemon=True)
+    follower.start()
+    time.sleep(1.0)
+    assert follower.is_alive()  # a pending run logs nothing: the stream waits
+    control.stop_run(flower_run)
+    follower.join(timeout=30)
+    assert not follower.is_alive()  # the run ended: so did its stream
+    with pytest.raises(ControlError, match=f"refused to stop Flower run {flower_run}"):
+        control.stop_run(flower_run)
+
+
+def test_closing_a_log_stream_ends_it_at_once(superlink, tmp_path):
+    control = superlink.control
+    flower_run = control.start_run(app_fab(write_app(tmp_path)), {})
+    stream = control.log_stream(flower_run)
+    ended = threading.Event()
+
+    def follow() -> None:
+        with pytest.raises(ControlError):  # hung up: the stream breaks, it did not end
+            list(stream)
+        ended.set()
+
+    threading.Thread(target=follow, daemon=True).start()
+    time.sleep(1.0)
+    assert not ended.is_set()
+    stream.close()
+    assert ended.wait(timeout=5)
+    control.stop_run(flower_run)
+
+
+class _QuietStream(BaseHTTPRequestHandler):
+    """Answers a stream request, stays quiet for ``QUIET_S``, then sends one frame."""
+
+    QUIET_S = 1.5
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/vnd.flwr.protobuf-stream")
+        self.end_headers()
+        self.wfile.flush()
+        time.sleep(self.QUIET_S)
+        payload = StreamLogsResponse(log_output="after a quiet while\n").SerializeToString()
+        self.wfile.write(len(payload).to_bytes(4, "big") + payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_contract_a_quiet_log_stream_outlasts_the_clients_read_timeout():
+    """A run may log nothing for minutes: Flower's client reads a stream with no read
+    timeout, so the follower does not end (and relaunch a live run) on a quiet stream."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _QuietStream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        with ControlHttpClient(base, timeout=_QuietStream.QUIET_S / 5) as client:
+            replies = list(client.StreamLogs(StreamLogsRequest(run_id=1)))
+        assert [r.log_output for r in replies] == ["after a quiet while\n"]
+    finally:
+        server.shutdown()
+        server.server_close()

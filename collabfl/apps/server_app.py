@@ -1,6 +1,6 @@
 """The Flower ServerApp: drives a method's round protocol across a real federation.
 
-It runs next to the SuperLink (started by the coordinator daemon through ``flwr run``),
+It runs next to the SuperLink (submitted by the coordinator daemon's run launcher),
 reads the run's config from the coordinator service, lets the clients join (a ``setup``
 message tells each the run's settings and returns its identity, sample count and peer
 address), then runs the same strategy code as the in-process runtime through

@@ -6,7 +6,8 @@ only, for the coordinator's own user alone where the platform tells who calls
 front of it (coordinator/gateway/fleet_gateway.py: SuperNodes get in, ``flwr run`` and the
 Control API do not), serves the coordinator gRPC service (members, runs, rounds, graphs,
 metrics, events, grants; SQLite under ``--state-dir``) and launches the Flower ServerApp of
-every active run with ``flwr run``, each with a run ticket the clients check (kernel/tickets.py)
+every active run (a Flower run started through the Control API from this process, no
+``flwr`` CLI), each with a run ticket the clients check (kernel/tickets.py)
 and the registered SuperNode node ids of its members. With TLS the SuperLink requires SuperNode
 authentication: only SuperNodes whose key an operator registered (``collabfl admin
 register-supernode``) join; the SuperLink keeps its state in memory unless ``--superlink-state
@@ -69,6 +70,7 @@ from collabfl.coordinator.settings import (
 )
 from collabfl.coordinator.store.enrolment_store import EnrolmentStore
 from collabfl.coordinator.store.state import CoordinatorState, CorruptDatabase, SchemaMismatch
+from collabfl.coordinator.superlink.flower_runs import app_fab
 from collabfl.coordinator.superlink.local_superlink import (
     LOOPBACK,
     SUPERLINK_RESTARTS,
@@ -302,8 +304,8 @@ def run(settings: CoordinatorSettings, files: CoordinatorTLSFiles | None) -> int
         state,
         state_dir,
         runs_dir,
-        write_app(state_dir),
-        {**os.environ, **env},
+        app_fab(write_app(state_dir)),
+        control,
         service_launch(settings, files, port),
         ticket_signer(state_dir),
         settings.run_ticket_ttl,

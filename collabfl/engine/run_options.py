@@ -2,8 +2,8 @@
 
 The options travel twice: in the run request the coordinator service stores
 (``expected_clients``) and in the Flower run config the coordinator daemon hands the ServerApp
-(``flwr run -c expected-clients=3``; the app's pyproject declares the defaults). Both
-spellings derive from one key per field here, and the defaults live only here.
+(``expected-clients = 3``; the app's pyproject declares the defaults). Both spellings derive
+from one key per field here, and the defaults live only here.
 
 Values are checked when read (types and ranges, by a strict pydantic model: an int passes
 for a float, nothing else is converted), so a mistyped option is refused when the run is
@@ -64,7 +64,7 @@ class RunOptions(BaseModel):
         return target
 
     def to_run_config(self) -> dict[str, OptionValue]:
-        """The Flower run-config entries (``flwr run -c key=value``)."""
+        """The Flower run-config entries (what ``flwr run -c key=value`` would set)."""
         values: dict[str, OptionValue] = self.model_dump()
         return {_key(info): values[name] for name, info in type(self).model_fields.items()}
 

@@ -48,9 +48,9 @@ starts beside this launcher). A refused loopback connect costs nothing; Flower's
 invoker instead backed off 0.4, 0.8, 2.5, 5 s..., so a SuperLink listening 5.7 s after the
 daemon started was first asked 14.9 s after, and a run submitted meanwhile waited."""
 OWN_RUN_WAIT_S = 60.0
-"""How long a claimed task may wait for ``flwr run`` to tell the coordinator its run id: the
-task can reach the launcher before the submitting command returns. Also how long an
-announced submission keeps the launcher asking every ``CLAIM_POLL_S``."""
+"""How long a claimed task may wait for the run launcher to tell the coordinator its run
+id: the task can reach this launcher before the StartRun call that submitted it returns.
+Also how long an announced submission keeps the launcher asking every ``CLAIM_POLL_S``."""
 TEMPLATE_WAIT_S = 300.0
 """How long a claimed task may wait for the ServerApp template to fork its ServerApp: the
 template imports the ServerApp first (seconds; on a loaded 2-core machine, tens)."""

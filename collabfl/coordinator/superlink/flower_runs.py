@@ -1,90 +1,80 @@
-"""Flower runs, driven through the ``flwr`` CLI and read back from its JSON output (SuperNode
-registrations are calls of the daemon itself: coordinator/superlink/superlink_control.py).
-
-``flwr run --format json`` submits the app and prints one JSON object::
-
-    {"success": true, "run-id": "9719863562065456825", "federation-id": "@none/default",
-     "fab-id": "collabfl/collabfl-federation", ...}
-
-and on failure still exits 0 with ``{"success": false, "error-message": "..."}``, so success
-is read from the object, never from the exit status. In JSON mode flwr swallows everything it
-would print besides that object, streamed logs included, so ``--stream`` is no use with it:
-the ServerApp's log is followed by a separate ``flwr log <run id> --stream``, which replays the
-log from the start and ends when the run does.
+"""Flower runs as the run launcher keeps them: the app it submits, the Flower run id it
+records, and the follower copying a run's ServerApp log into the run's folder. The calls
+themselves are the daemon's own (coordinator/superlink/superlink_control.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import subprocess
-from collections.abc import Mapping
+import logging
+import threading
 from pathlib import Path
-from typing import Any
 
-from collabfl.flower.processes import flower_binary
+from flwr.cli.build import build_fab_from_disk
+from flwr.common.serde import fab_to_proto
+from flwr.proto.fab_pb2 import Fab as FabProto
+from flwr.supercore.fab import Fab
 
-CLI_TIMEOUT_S = 120.0
-"""Submitting or stopping is one request to the SuperLink; longer means it is not answering."""
+from collabfl.coordinator.superlink.superlink_control import ControlError, LogStream
+
+log = logging.getLogger("collabfl.coordinator")
+
+STOP_FOLLOWER_S = 5.0
+"""How long stopping a follower waits for its thread, which its stream's hang-up wakes."""
 
 
-class FlowerCliError(RuntimeError):
-    """``flwr`` failed, or printed something other than the JSON object expected of it."""
+def app_fab(app_dir: Path) -> FabProto:
+    """The app folder as the FAB ``flwr run`` would submit: built once, sent with every run."""
+    content = build_fab_from_disk(app_dir)
+    return fab_to_proto(Fab(hashlib.sha256(content).hexdigest(), content, {}))
 
 
-def submitted_run_id(output: str) -> int:
-    """The Flower run id in the output of ``flwr run --format json``."""
-    reply = _reply("flwr run", output)
-    run_id = reply.get("run-id")
+def flower_run_record(flower_run: int) -> str:
+    """What the launcher keeps of a launch (``launch.flower_run_file``): its Flower run id,
+    under the key of the reply of ``flwr run --format json`` that older releases kept."""
+    return json.dumps({"run-id": str(flower_run)})
+
+
+def recorded_flower_run(record: str) -> int:
+    """The Flower run id in a kept record (``flower_run_record``, or an older release's
+    ``flwr run`` reply); ValueError if there is none."""
+    try:
+        run_id = json.loads(record).get("run-id")
+    except (ValueError, AttributeError):
+        run_id = None
     if not isinstance(run_id, str) or not run_id.isdigit():
-        raise FlowerCliError(f"flwr run reported success but no run id: {_one_line(output)}")
+        raise ValueError(f"no Flower run id in {' '.join(record.split())[:200]!r}")
     return int(run_id)
 
 
-def submit_run(app_dir: Path, connection: str, run_config: Path, env: Mapping[str, str]) -> str:
-    """Submit the app with the run config in the TOML file ``run_config`` (launch.py,
-    ``write_run_config``); return flwr's output as it is.
+class LogFollower:
+    """Appends a Flower run's ServerApp log to ``path`` on a thread of its own, from the
+    run's start (a relaunch's log follows the previous one's) until the stream ends: the run
+    ended, the SuperLink went away, or ``stop``."""
 
-    ``submitted_run_id`` reads the id from it (or says why it cannot), now or later from a
-    kept copy.
-    """
-    return _flwr(["run", str(app_dir), connection, "-c", str(run_config)], env)
-
-
-def stop_run(run_id: int, connection: str, env: Mapping[str, str]) -> None:
-    """Ask the SuperLink to stop Flower run ``run_id`` (refused once it has ended)."""
-    _reply("flwr stop", _flwr(["stop", str(run_id), connection], env))
-
-
-def follow_command(run_id: int, connection: str) -> list[str]:
-    """The command printing run ``run_id``'s log from its start until the run ends."""
-    return [flower_binary("flwr"), "log", str(run_id), connection, "--stream"]
-
-
-def _flwr(args: list[str], env: Mapping[str, str]) -> str:
-    """Run ``flwr <args> --format json``; its stdout, or its stderr's end when stdout is empty."""
-    command = [flower_binary("flwr"), *args, "--format", "json"]
-    try:
-        done = subprocess.run(
-            command, env=dict(env), capture_output=True, text=True, timeout=CLI_TIMEOUT_S
+    def __init__(self, stream: LogStream, path: Path) -> None:
+        self.stream = stream
+        self.path = path
+        self._stopping = False
+        self.thread = threading.Thread(
+            target=self._copy, name=f"serverapp-log-{stream.run_id}", daemon=True
         )
-    except subprocess.TimeoutExpired:
-        raise FlowerCliError(f"flwr {args[0]} did not finish within {CLI_TIMEOUT_S:g} s") from None
-    return done.stdout if done.stdout.strip() else done.stderr[-1000:]
+        self.thread.start()
 
+    def alive(self) -> bool:
+        return self.thread.is_alive()
 
-def _reply(command: str, output: str) -> dict[str, Any]:
-    try:
-        reply = json.loads(output)
-    except ValueError:
-        reply = None
-    if not isinstance(reply, dict):
-        raise FlowerCliError(f"{command} printed no JSON object: {_one_line(output)!r}")
-    if reply.get("success") is not True:
-        reason = reply.get("error-message", "no reason given")
-        raise FlowerCliError(f"{command} failed: {_one_line(str(reason))}")
-    return reply
+    def stop(self) -> None:
+        self._stopping = True
+        self.stream.close()
+        self.thread.join(timeout=STOP_FOLLOWER_S)
 
-
-def _one_line(text: str) -> str:
-    """flwr's multi-line messages as one line, so each failure is one line of the log."""
-    return " ".join(text.split())
+    def _copy(self) -> None:
+        try:
+            with open(self.path, "ab", buffering=0) as out:  # appended: rotate_copy empties it
+                for text in self.stream:
+                    out.write(text.encode(errors="replace"))
+        except (ControlError, OSError) as error:
+            if not self._stopping:
+                log.info("Flower run %s: its log stream ended: %s", self.stream.run_id, error)

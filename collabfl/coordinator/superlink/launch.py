@@ -15,8 +15,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from collabfl.coordinator.relay.substep_client import SessionFeeder
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.kernel.atomic import write_text
@@ -98,20 +96,10 @@ def write_enrolled_sizes(state_dir: Path, run_id: str, sizes: Mapping[int, int])
     return path.resolve()
 
 
-def write_run_config(state_dir: Path, run_id: str, values: Mapping[str, str | int | float]) -> Path:
-    """Keep the Flower run config of ``run_id``'s launch as a TOML file (0600: it holds the
-    run ticket), the form of ``flwr run -c`` that takes any value. Given inline, ``-c`` reads
-    ``key=value`` pairs whose values are TOML cut out of the line by a pattern: a path with a
-    double quote in it (a state or runs dir) could not pass, whatever its quoting."""
-    path = state_dir / LAUNCH_DIR / f"{run_id}.run-config.toml"
-    write_text(path, tomli_w.dumps(dict(values)))
-    return path.resolve()
-
-
 def flower_run_file(state_dir: Path, run_id: str) -> Path:
-    """Where the launcher keeps flwr's reply to ``run_id``'s latest launch, naming its Flower
-    run: per run, so that runs sharing a run directory (``federation up --methods a,b``)
-    never read each other's."""
+    """Where the launcher keeps the Flower run of ``run_id``'s latest launch
+    (``flower_runs.flower_run_record``): per run, so that runs sharing a run directory
+    (``federation up --methods a,b``) never read each other's."""
     return state_dir / LAUNCH_DIR / f"{run_id}.flower-run.json"
 
 

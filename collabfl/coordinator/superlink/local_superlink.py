@@ -52,7 +52,9 @@ CONTROL_API_OPEN = "control_api_open"
 
 
 def flower_home(state_dir: Path) -> Path:
-    """FLWR_HOME of the coordinator's own ``flwr`` commands (run, log, stop)."""
+    """FLWR_HOME naming the coordinator's SuperLink: for the admin commands on this machine
+    (``local_superlink_control``) and an operator's ``flwr ls``/``flwr log``; the daemon's
+    own calls need no ``flwr`` process."""
     return (state_dir / "flwr").resolve()
 
 
@@ -184,7 +186,7 @@ def key_restorer(
 
 
 def write_flower_home(settings: CoordinatorSettings) -> Path:
-    """FLWR_HOME with one connection to our SuperLink on loopback, for ``flwr run``/``ls``."""
+    """FLWR_HOME with one connection to our SuperLink on loopback (``flower_home``)."""
     home = flower_home(settings.state_dir)
     home.mkdir(parents=True, exist_ok=True)
     address = f"{LOOPBACK}:{settings.superlink_internal_port}"

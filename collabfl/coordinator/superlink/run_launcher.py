@@ -1,6 +1,6 @@
-"""Launching the ServerApp of every active run: ``flwr run`` against the coordinator's
-SuperLink, a fresh launch token each time, and the Flower run's log followed into the run's
-folder.
+"""Launching the ServerApp of every active run: a Flower run started on the coordinator's
+SuperLink (a Control API call of the daemon's own), a fresh launch token each time, and the
+Flower run's log followed into the run's folder.
 
 A run whose ServerApp dies while the run is still active (a SuperLink or coordinator
 restart) is launched again and resumes after its last completed round, ``MAX_LAUNCHES``
@@ -10,22 +10,21 @@ times at most.
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+
+from flwr.proto.fab_pb2 import Fab
 
 from collabfl.coordinator.enrolment.coordinator_pki import CoordinatorTLSFiles
 from collabfl.coordinator.gateway.doorbell import Doorbell
 from collabfl.coordinator.settings import CoordinatorSettings, public_names
 from collabfl.coordinator.store.state import CoordinatorState, Run
 from collabfl.coordinator.superlink.flower_runs import (
-    FlowerCliError,
-    follow_command,
-    stop_run,
-    submit_run,
-    submitted_run_id,
+    LogFollower,
+    flower_run_record,
+    recorded_flower_run,
 )
 from collabfl.coordinator.superlink.launch import (
     Launch,
@@ -33,15 +32,13 @@ from collabfl.coordinator.superlink.launch import (
     launch_app_config,
     write_enrolled_sizes,
     write_launch_token,
-    write_run_config,
 )
-from collabfl.coordinator.superlink.local_superlink import CONNECTION
+from collabfl.coordinator.superlink.superlink_control import ControlError, SuperLinkControl
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.serverapp_launcher import SubmittedRuns
 from collabfl.kernel.atomic import write_text
 from collabfl.kernel.log_rotation import rotate_copy
-from collabfl.kernel.supervisor import stop_group
 from collabfl.kernel.tickets import TicketSigner
 
 log = logging.getLogger("collabfl.coordinator")
@@ -56,7 +53,8 @@ the ``runs`` doorbell and is launched at once; a ServerApp that died is noticed 
 
 
 def write_app(state_dir: Path) -> Path:
-    """The Flower app folder ``flwr run`` submits: components live in the installed package."""
+    """The Flower app folder submitted as each run's FAB (``flower_runs.app_fab``):
+    components live in the installed package."""
     app_dir = state_dir / "app"
     app_dir.mkdir(parents=True, exist_ok=True)
     write_text(
@@ -110,10 +108,10 @@ class RunLauncher:
     """Starts (and restarts) the ServerApp of every active run and follows its log.
 
     Each launch mints the run's launch token (older ServerApps of the run can no longer
-    write), submits the app with ``flwr run``, keeps flwr's JSON reply in the state directory
-    (``flower_run_file``) and follows the Flower run's log into serverapp.log; when the
-    follower ends (the run ended, or the SuperLink went away) and the run is still active, it
-    launches again.
+    write), starts a Flower run of the app ``fab`` (``flower_runs.app_fab``) through
+    ``control``, keeps its id in the state directory (``flower_run_file``) and follows its log
+    into serverapp.log; when the follower ends (the run ended, or the SuperLink went away) and
+    the run is still active, it launches again.
 
     ``service``: the launch entries every ServerApp gets (service address, TLS files).
     ``wake``: rung when a run is created, so that it launches without waiting for the clock.
@@ -127,8 +125,8 @@ class RunLauncher:
         state: CoordinatorState,
         state_dir: Path,
         runs_dir: Path,
-        app_dir: Path,
-        env: dict[str, str],
+        fab: Fab,
+        control: SuperLinkControl,
         service: Launch,
         tickets: TicketSigner,
         ticket_ttl_s: float,
@@ -151,10 +149,10 @@ class RunLauncher:
         self.ticket_ttl_s = ticket_ttl_s
         self.state_dir = state_dir
         self.runs_dir = runs_dir
-        self.app_dir = app_dir
-        self.env = env
+        self.fab = fab
+        self.control = control
         self.service = service
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.running: dict[str, LogFollower] = {}
         self.logs: dict[str, Path] = {}  # run id -> its serverapp.log, rotated by size
         self.launches: dict[str, int] = {}
         self.stop_event = threading.Event()
@@ -175,10 +173,11 @@ class RunLauncher:
         is failed with the reason, and the others still launch.
         """
         for run in self.state.runs():
-            process = self.running.get(run.run_id)
-            if process is not None and process.poll() is None:
+            follower = self.running.get(run.run_id)
+            live = follower is not None and follower.alive()
+            if live:
                 rotate_copy(self.logs[run.run_id])
-            if not run.active or (process is not None and process.poll() is None):
+            if not run.active or live:
                 continue
             if not self.superlink_ready.is_set():
                 continue
@@ -217,51 +216,43 @@ class RunLauncher:
             ),
         )
         settings = {**launch.to_run_config(), **options.to_run_config()}
-        run_config = write_run_config(self.state_dir, run.run_id, settings)
-        reply_path = flower_run_file(self.state_dir, run.run_id)
-        self.stop_previous(run.run_id, reply_path)
+        record_path = flower_run_file(self.state_dir, run.run_id)
+        self.stop_previous(run.run_id, record_path)
         log.info("launching run %s (attempt %s)", run.run_id, count)
         self.submitted.expect()  # its task may reach the ServerApp launcher before its id
         try:
-            reply = submit_run(self.app_dir, CONNECTION, run_config, self.env)
-            flower_run = submitted_run_id(reply)
+            flower_run = self.control.start_run(self.fab, settings)
             self.submitted.add(flower_run)  # its ServerApp may start now
-        except FlowerCliError as error:
+        except ControlError as error:
             self.submitted.abandon()
             log.error("run %s: the ServerApp was not started: %s", run.run_id, error)
             return  # no follower: the next check launches it again, up to MAX_LAUNCHES
-        write_text(reply_path, reply)
+        write_text(record_path, flower_run_record(flower_run))
         log.info("run %s: Flower run %s, log in %s", run.run_id, flower_run, out_dir)
         self.logs[run.run_id] = out_dir / "serverapp.log"
-        with open(self.logs[run.run_id], "ab") as log_file:
-            self.running[run.run_id] = subprocess.Popen(
-                follow_command(flower_run, CONNECTION),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,
-            )
+        stream = self.control.log_stream(flower_run)
+        self.running[run.run_id] = LogFollower(stream, self.logs[run.run_id])
 
-    def stop_previous(self, run_id: str, reply_path: Path) -> None:
+    def stop_previous(self, run_id: str, record_path: Path) -> None:
         """Stop the Flower run a previous launch of this run started, if it still runs.
 
         After a crash its ServerApp may survive and reconnect; two ServerApps must never
-        drive the same run. The previous launch kept flwr's reply, which names that run.
+        drive the same run. The previous launch kept that run's id (``flower_run_record``).
         """
-        if not reply_path.exists():
+        if not record_path.exists():
             return
         try:
-            previous = submitted_run_id(reply_path.read_text(errors="replace"))
-        except FlowerCliError as error:
+            previous = recorded_flower_run(record_path.read_text(errors="replace"))
+        except ValueError as error:
             log.warning(
                 "run %s: cannot read the previous launch's Flower run id from %s (%s); if its "
                 "ServerApp still runs, stop it with `flwr stop <run id>`",
-                run_id, reply_path, error,
+                run_id, record_path, error,
             )  # fmt: skip
             return
         try:
-            stop_run(previous, CONNECTION, self.env)
-        except FlowerCliError as error:
+            self.control.stop_run(previous)
+        except ControlError as error:
             log.info("run %s: previous Flower run %s not stopped: %s", run_id, previous, error)
         else:
             log.info("run %s: stopped previous Flower run %s", run_id, previous)
@@ -281,8 +272,8 @@ class RunLauncher:
 
     def _stop_foreign(self, flower_run_id: int) -> None:
         try:
-            stop_run(flower_run_id, CONNECTION, self.env)
-        except FlowerCliError as error:
+            self.control.stop_run(flower_run_id)
+        except ControlError as error:
             log.warning("foreign Flower run %s not stopped: %s", flower_run_id, error)
         else:
             log.warning("stopped foreign Flower run %s", flower_run_id)
@@ -290,5 +281,5 @@ class RunLauncher:
     def stop(self) -> None:
         self.stop_event.set()
         self.wake.ring()  # the loop ends now, not at its next check
-        for process in self.running.values():
-            stop_group(process, grace_s=5.0)
+        for follower in self.running.values():
+            follower.stop()
