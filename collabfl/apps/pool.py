@@ -164,6 +164,7 @@ class FlowerClientPool:
             self.step_ledger.sent({client_id: program})
         replies: dict[int, list[Reply]] = {}
         unanswered: dict[int, str] = {}  # why a client has no reply, when more is known
+        explained: set[int] = set()  # no reply, and an event of its own already says why
         for node, answer in exchange(self.grid, messages, self.timeout_s, self.signals).items():
             sender = self.by_node.get(node)
             if sender is None:
@@ -178,13 +179,16 @@ class FlowerClientPool:
             if isinstance(answer.content, str):
                 self._event(round_index, "client_error", sender, answer.content)
                 self.step_ledger.failed(round_index, sender, answer.content)
+                explained.add(sender)
                 continue
             try:
                 decoded = _decode(answer.content, steps[node])
             except ValueError as error:
                 self._event(round_index, "bad_reply", sender, str(error))
+                explained.add(sender)
                 continue
             if self._refused(sender, zip(programs[sender], decoded, strict=True)):
+                explained.add(sender)
                 continue
             replies[sender] = decoded
             self.on_timing(message_timing(round_index, sender, answer, replies[sender]))
@@ -199,8 +203,9 @@ class FlowerClientPool:
                 self.silent.discard(client_id)
             else:
                 self.silent.add(client_id)
-                why = unanswered.get(client_id, NO_REPLY)
-                self._event(round_index, "no_reply", client_id, why)
+                if client_id not in explained:
+                    why = unanswered.get(client_id, NO_REPLY)
+                    self._event(round_index, "no_reply", client_id, why)
         return dict(sorted(replies.items()))  # arrival order must not leak into the method
 
     def close_relay(self) -> None:
