@@ -6,6 +6,7 @@ file on a command line."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,3 +101,46 @@ def test_a_pid_reused_after_the_child_ended_is_never_signalled(tmp_path):
     gone.terminate()  # would be SIGTERM to this test's process
 
     assert gone.poll() == -1
+
+
+def test_a_template_that_died_is_started_again_for_the_next_serverapp(template, tmp_path):
+    assert template._process is not None
+    first = template._process
+    first.kill()
+    first.wait()
+
+    child = template.fork(["--help"], tmp_path / "after.log", PATIENCE_S)
+
+    assert child.wait(PATIENCE_S) == 0
+    assert template._process is not None and template._process.pid != first.pid
+
+
+def test_stopping_ends_a_template_still_importing_and_the_claim_waiting_on_it(tmp_path):
+    env = {
+        **os.environ,
+        "COLLABFL_IMPORT_MARKER": str(tmp_path / "imports"),
+        "COLLABFL_IMPORT_DELAY": "3600",  # an import that would hold a claim for an hour
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+    template = ServerAppTemplate([MARKER_MODULE], env, tmp_path / "template.log")
+    template.start()
+    _wait_for(lambda: (tmp_path / "imports").exists(), "the template never began importing")
+    outcome: list[BaseException | ForkedServerApp] = []
+
+    def claim() -> None:
+        try:
+            outcome.append(template.fork(["--help"], tmp_path / "never.log", 3600))
+        except RuntimeError as error:
+            outcome.append(error)
+
+    waiting = threading.Thread(target=claim, daemon=True)
+    waiting.start()
+    stopping = threading.Thread(target=template.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=PATIENCE_S)
+    waiting.join(timeout=PATIENCE_S)
+
+    assert not stopping.is_alive(), "stop waits for the template's imports"
+    assert not waiting.is_alive(), "the claim still waits on a stopped template"
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError), outcome
+    assert not (tmp_path / "never.log").exists()

@@ -184,6 +184,7 @@ class ServerAppLauncher:
         """Stop claiming and end every ServerApp this launcher started."""
         self.stopping.set()
         self.submitted.wake()
+        self.template.stop()  # first: a claim waiting on it gives up, and the loop ends
         self._thread.join()
         for child in self.children.values():
             child.terminate()
@@ -193,7 +194,6 @@ class ServerAppLauncher:
             except TimeoutError:
                 child.kill()
             token_file.unlink(missing_ok=True)
-        self.template.stop()
         self.client.close()
 
     def _serve(self) -> None:

@@ -106,8 +106,10 @@ class ServerAppTemplate:
         self.env = dict(env)
         self.log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
-        self._started: queue.Queue[ForkedServerApp] = queue.Queue()
-        self._lock = threading.Lock()
+        self._started: queue.Queue[ForkedServerApp | None] = queue.Queue()
+        self._lock = threading.Lock()  # the template process, between fork and stop
+        self._forking = threading.Lock()  # one request at a time: replies come in order
+        self._stopped = threading.Event()
 
     def start(self) -> None:
         """Start the template now, so that it has imported the ServerApp before a run needs it."""
@@ -118,23 +120,37 @@ class ServerAppTemplate:
         """A ServerApp running ``flwr-serverapp argv`` with its output in ``log_path``.
 
         ``timeout_s`` covers a template that is still importing (it started with the
-        coordinator, or again just now); RuntimeError if it does not answer in time.
+        coordinator, or again just now). A template that died is started again, once per
+        request. RuntimeError if none answers in time, or once ``stop`` was called.
         """
-        with self._lock:
-            process = self._ensure_running()
-            assert process.stdin is not None
-            request = {"argv": list(argv), "log": str(log_path)}
-            try:
-                process.stdin.write(json.dumps(request).encode() + b"\n")
-                process.stdin.flush()
-                return self._started.get(timeout=timeout_s)
-            except (BrokenPipeError, queue.Empty):
-                raise RuntimeError(
-                    f"the ServerApp template did not start a ServerApp within {timeout_s:g} s"
-                ) from None
+        request = json.dumps({"argv": list(argv), "log": str(log_path)}).encode() + b"\n"
+        with self._forking:
+            for _ in range(2):
+                with self._lock:
+                    if self._stopped.is_set():
+                        raise RuntimeError("the ServerApp template was stopped")
+                    process, started = self._ensure_running(), self._started
+                    assert process.stdin is not None
+                    try:
+                        process.stdin.write(request)
+                        process.stdin.flush()
+                    except BrokenPipeError:
+                        continue  # it died since it was last asked: start another
+                try:
+                    child = started.get(timeout=timeout_s)
+                except queue.Empty:
+                    self._discard(process)  # its late answer would be the next request's
+                    raise RuntimeError(
+                        f"the ServerApp template did not start a ServerApp within {timeout_s:g} s"
+                    ) from None
+                if child is not None:
+                    return child
+        raise RuntimeError("the ServerApp template ended twice before it started a ServerApp")
 
     def stop(self) -> None:
-        """End the template (its children are the launcher's to stop)."""
+        """End the template now, importing or not; its children are the launcher's to stop,
+        and a ``fork`` waiting on it raises."""
+        self._stopped.set()
         with self._lock:
             process, self._process = self._process, None
         if process is None:
@@ -142,11 +158,20 @@ class ServerAppTemplate:
         assert process.stdin is not None
         with contextlib.suppress(OSError):
             process.stdin.close()
+        process.terminate()  # a child of its is a process of its own: it goes on
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+    def _discard(self, process: subprocess.Popen[bytes]) -> None:
+        """Kill ``process``, a template that did not answer; the next request starts another."""
+        with self._lock:
+            if self._process is process:
+                self._process = None
+        process.kill()
+        process.wait()
 
     def _ensure_running(self) -> subprocess.Popen[bytes]:
         if self._process is not None and self._process.poll() is None:
@@ -166,9 +191,10 @@ class ServerAppTemplate:
         return process
 
 
-def _read_replies(stream: IO[bytes], started: queue.Queue[ForkedServerApp]) -> None:
+def _read_replies(stream: IO[bytes], started: queue.Queue[ForkedServerApp | None]) -> None:
     """Hand each child one template started to ``fork``, and record each exit, in the
-    template's order: a child's ``started`` line always comes before its ``exited`` line."""
+    template's order: a child's ``started`` line always comes before its ``exited`` line.
+    When the template is gone, a ``fork`` still waiting hears None."""
     children: dict[int, ForkedServerApp] = {}
     for line in stream:
         try:
@@ -182,6 +208,7 @@ def _read_replies(stream: IO[bytes], started: queue.Queue[ForkedServerApp]) -> N
             children.pop(int(reply["exited"])).ended(int(reply["code"]))
     for child in children.values():  # the template is gone: nobody reports these any more
         child.orphaned = True
+    started.put(None)
 
 
 def template_command(preload: Sequence[str]) -> list[str]:
