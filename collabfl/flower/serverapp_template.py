@@ -7,6 +7,9 @@ pays them once, when the coordinator starts, then forks one child per ServerApp 
 Flower's own ``flwr-serverapp`` entry point with the flags the launcher chose. A child is a
 ServerApp in every other way: its own process, log, token file and exit status.
 
+The template stays resident while the coordinator runs (about 350 MiB with torch on this
+machine); its children share those pages until they write them.
+
 Only the launcher (flower/serverapp_launcher.py) talks to the template, through pipes no
 other process holds; nothing listens on a socket. Each JSON line on the template's stdin
 asks for one child (``{"argv": [...], "log": path}``); the template answers with a line
@@ -33,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, NoReturn
@@ -225,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for module in args.preload:
         importlib.import_module(module)
+    # numpy's OpenBLAS keeps an idle thread pool, which it shuts down around a fork itself
+    # (pthread_atfork); Python 3.12+ would warn at every fork because the thread exists.
+    warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
     pending = b""
     while True:
         readable, _, _ = select.select([0], [], [], REAP_S)
