@@ -45,8 +45,8 @@ def generate(into: Path) -> list[Path]:
         # Typed stubs of the messages and of the service classes, by mypy-protobuf.
         f"--plugin=protoc-gen-mypy={plugin('protoc-gen-mypy')}",
         f"--plugin=protoc-gen-mypy_grpc={plugin('protoc-gen-mypy_grpc')}",
-        f"--mypy_out={into}",
-        f"--mypy_grpc_out={into}",
+        f"--mypy_out=quiet:{into}",  # no "Writing mypy to" line per file
+        f"--mypy_grpc_out=quiet:{into}",
         *(f"collabfl/proto/{source.name}" for source in sources),
     ]
     if protoc.main(args) != 0:
