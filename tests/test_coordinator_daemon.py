@@ -25,8 +25,8 @@ from collabfl.coordinator.superlink.flower_runs import app_fab
 from collabfl.coordinator.superlink.flower_status import flower_run_id
 from collabfl.coordinator.superlink.launch import Launch
 from collabfl.coordinator.superlink.local_superlink import superlink_command
-from collabfl.coordinator.superlink.run_launcher import RunLauncher, write_app
-from collabfl.coordinator.superlink.superlink_control import ControlError
+from collabfl.coordinator.superlink.run_launcher import MAX_LAUNCHES, RunLauncher, write_app
+from collabfl.coordinator.superlink.superlink_control import ControlError, SuperLinkUnreachable
 from collabfl.kernel.grants import generate_private_key
 from collabfl.kernel.supervisor import stop_group
 from collabfl.kernel.tickets import TicketSigner
@@ -179,15 +179,23 @@ class FakeFlower:
     Flower run 101, 102, ...; stops are recorded; a launch's log stream yields ``log`` and
     ends at once (its ServerApp died), or with ``hold`` stays open until closed."""
 
-    def __init__(self, log: list[str] | None = None, hold: bool = False, refuse: str = "") -> None:
+    def __init__(
+        self, log: list[str] | None = None, hold: bool = False, refuse: str = "",
+        unreachable: int = 0,
+    ) -> None:  # fmt: skip
+        """``unreachable``: how many calls find no SuperLink listening (it is starting)."""
         self.submitted: list[dict] = []  # each launch's run config
         self.stopped: list[int] = []
         self.streams: list[FakeLogStream] = []
         self.log = log or []
         self.hold = hold
         self.refuse = refuse
+        self.unreachable = unreachable
 
     def start_run(self, fab: Fab, config: dict) -> int:
+        if self.unreachable:
+            self.unreachable -= 1
+            raise SuperLinkUnreachable("could not start a Flower run: Connection refused")
         self.submitted.append(dict(config))
         if self.refuse:
             raise ControlError(self.refuse)
@@ -210,6 +218,25 @@ def _launcher(
         state, tmp_path, tmp_path / "runs", Fab(), flower or FakeFlower(), tickets=tickets,
         ticket_ttl_s=60.0, **kwargs,
     )  # fmt: skip
+
+
+def test_a_run_waits_for_a_superlink_that_does_not_listen_yet_without_using_its_launches(
+    tmp_path: Path,
+) -> None:
+    """A restarted coordinator checks its runs before its new SuperLink listens. Those calls
+    never reached a SuperLink: they are no launches, and the run is not failed as a ServerApp
+    that kept dying (as it was, under load, in a CI run)."""
+    flower = FakeFlower(hold=True, unreachable=MAX_LAUNCHES + 2)
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        launcher = _launcher(state, tmp_path, flower)
+        state.create_run("r", "dpfl", valid_request())
+        for _ in range(MAX_LAUNCHES + 3):
+            launcher.check_runs()
+        [run] = state.runs()
+        assert run.active, run.message
+        assert len(flower.submitted) == 1 and launcher.launches["r"] == 1
+        assert launcher.running["r"].alive()
+        launcher.stop()
 
 
 def test_runs_sharing_a_run_directory_keep_their_own_flower_run(

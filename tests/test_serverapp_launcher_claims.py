@@ -155,7 +155,9 @@ def test_a_pending_foreign_run_does_not_delay_a_relaunch(
 
     def fork(flags: list[str], log_path: Path, timeout_s: float) -> SimpleNamespace:
         started.append(flags)
-        return SimpleNamespace(poll=lambda: None, terminate=lambda: None, wait=lambda timeout=0: 0)
+        return SimpleNamespace(
+            pid=0, poll=lambda: None, terminate=lambda: None, wait=lambda timeout=0: 0
+        )
 
     monkeypatch.setattr(launcher.template, "fork", fork)
     monkeypatch.setattr(launcher.template, "start", lambda: None)

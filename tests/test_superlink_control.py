@@ -39,7 +39,12 @@ from collabfl.coordinator.gateway.fleet_gateway import LoopbackTLS, free_loopbac
 from collabfl.coordinator.member_status import _timestamp
 from collabfl.coordinator.superlink.flower_runs import app_fab
 from collabfl.coordinator.superlink.run_launcher import write_app
-from collabfl.coordinator.superlink.superlink_control import ControlError, SuperLinkControl, _utc
+from collabfl.coordinator.superlink.superlink_control import (
+    ControlError,
+    SuperLinkControl,
+    SuperLinkUnreachable,
+    _utc,
+)
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel import exit_status
 from collabfl.kernel.supervisor import stop_group
@@ -236,3 +241,16 @@ def test_contract_a_quiet_log_stream_outlasts_the_clients_read_timeout():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_superlink_not_listening_yet_is_unreachable_not_a_refusal() -> None:
+    """Flower's HTTP client lets a refused connection through as httpx's ConnectError: the
+    run launcher waits on it (nothing reached a SuperLink) instead of counting a launch."""
+    control = SuperLinkControl(f"127.0.0.1:{free_loopback_port()}", None)
+    try:
+        with pytest.raises(SuperLinkUnreachable, match="stop Flower run 7"):
+            control.stop_run(7)
+        with pytest.raises(SuperLinkUnreachable):
+            control.start_run(fab_to_proto(Fab("", b"", {})), {"rounds": 1})
+    finally:
+        control.close()

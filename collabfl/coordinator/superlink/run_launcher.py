@@ -33,7 +33,11 @@ from collabfl.coordinator.superlink.launch import (
     write_enrolled_sizes,
     write_launch_token,
 )
-from collabfl.coordinator.superlink.superlink_control import ControlError, SuperLinkControl
+from collabfl.coordinator.superlink.superlink_control import (
+    ControlError,
+    SuperLinkControl,
+    SuperLinkUnreachable,
+)
 from collabfl.engine.run_options import flower_app_config
 from collabfl.flower.binding import format_bindings
 from collabfl.flower.serverapp_launcher import SubmittedRuns
@@ -155,6 +159,7 @@ class RunLauncher:
         self.running: dict[str, LogFollower] = {}
         self.logs: dict[str, Path] = {}  # run id -> its serverapp.log, rotated by size
         self.launches: dict[str, int] = {}
+        self.waiting_for_superlink: set[str] = set()  # runs whose launch found no SuperLink
         self.stop_event = threading.Event()
 
     def loop(self) -> None:
@@ -217,16 +222,26 @@ class RunLauncher:
         )
         settings = {**launch.to_run_config(), **options.to_run_config()}
         record_path = flower_run_file(self.state_dir, run.run_id)
-        self.stop_previous(run.run_id, record_path)
-        log.info("launching run %s (attempt %s)", run.run_id, count)
-        self.submitted.expect()  # its task may reach the ServerApp launcher before its id
         try:
-            flower_run = self.control.start_run(self.fab, settings)
+            self.stop_previous(run.run_id, record_path)
+            log.info("launching run %s (attempt %s)", run.run_id, count)
+            self.submitted.expect()  # its task may reach the ServerApp launcher before its id
+            try:
+                flower_run = self.control.start_run(self.fab, settings)
+            except ControlError:
+                self.submitted.abandon()
+                raise
             self.submitted.add(flower_run)  # its ServerApp may start now
+        except SuperLinkUnreachable as error:
+            self.launches[run.run_id] -= 1  # it never reached the SuperLink: not a launch
+            if run.run_id not in self.waiting_for_superlink:
+                self.waiting_for_superlink.add(run.run_id)
+                log.info("run %s waits for the SuperLink to listen: %s", run.run_id, error)
+            return  # the next check tries again, as often as it takes
         except ControlError as error:
-            self.submitted.abandon()
             log.error("run %s: the ServerApp was not started: %s", run.run_id, error)
             return  # no follower: the next check launches it again, up to MAX_LAUNCHES
+        self.waiting_for_superlink.discard(run.run_id)
         write_text(record_path, flower_run_record(flower_run))
         log.info("run %s: Flower run %s, log in %s", run.run_id, flower_run, out_dir)
         self.logs[run.run_id] = out_dir / "serverapp.log"
@@ -252,6 +267,8 @@ class RunLauncher:
             return
         try:
             self.control.stop_run(previous)
+        except SuperLinkUnreachable:
+            raise  # not "not stopped": nobody was asked; the launch waits for the SuperLink
         except ControlError as error:
             log.info("run %s: previous Flower run %s not stopped: %s", run_id, previous, error)
         else:

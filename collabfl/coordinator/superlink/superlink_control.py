@@ -61,6 +61,11 @@ class ControlError(RuntimeError):
     """The SuperLink refused a Control API call, or did not answer it."""
 
 
+class SuperLinkUnreachable(ControlError):
+    """Nothing accepted the connection (the SuperLink is starting, or restarting): the call
+    never reached it, so it may simply be made again."""
+
+
 class _CliHeaders:
     """Adds to every call the headers ``flwr`` sends (its runtime version and client kind),
     and ``Connection: close``: the SuperLink waits for an idle keep-alive connection before
@@ -228,6 +233,8 @@ def _refusals(address: str, what: str) -> Iterator[None]:
         yield
     except httpx.HTTPStatusError as error:
         raise ControlError(f"the SuperLink refused to {what}: {_reason(error)}") from None
+    except httpx.ConnectError as error:
+        raise SuperLinkUnreachable(f"could not {what} at {address}: {error}") from None
     except (httpx.HTTPError, ValueError) as error:
         reason = f"{type(error).__name__}: {error}"
         raise ControlError(f"could not {what} at {address}: {reason}") from None
