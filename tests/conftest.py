@@ -2,7 +2,9 @@
 
 import os
 import tempfile
+from pathlib import Path
 
+import pytest
 import torch
 
 # A config folder of the suite's own: an operator credential saved by `collabfl admin login`
@@ -56,3 +58,10 @@ def pytest_collection_modifyitems(items):
         return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file and among the rest is kept
+
+
+@pytest.fixture(scope="session")
+def mnist1d_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MNIST-1D cache folder each test process shares: generating the small federations'
+    data costs up to 2 CPU-s a size, and only the cache's own tests need an empty folder."""
+    return tmp_path_factory.mktemp("mnist1d-cache")

@@ -54,9 +54,11 @@ def _wait(condition, what: str, limit_s: float = 300.0) -> None:
         time.sleep(0.2)
 
 
-def test_sigterm_stops_every_worker_and_marks_the_runs_interrupted(tmp_path: Path) -> None:
+def test_sigterm_stops_every_worker_and_marks_the_runs_interrupted(
+    mnist1d_cache: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
-    overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(tmp_path / 'cache'))}"]
+    overrides = [*SETTINGS, f"data.cache_dir={json.dumps(str(mnist1d_cache))}"]
     command = [str(Path(sys.executable).with_name("collabfl")), "compare"]
     command += ["--methods", "local,fedavg", "--out", str(out)]
     command += [arg for o in overrides for arg in ("--set", o)]

@@ -17,8 +17,8 @@ from tests.support.cli_runs import IN_THIS_PROCESS, invoke, small_args
 pytestmark = pytest.mark.slow
 
 
-def _args(tmp_path: Path, *extra: str) -> list[str]:
-    return [*small_args(tmp_path / "cache", "rounds=2", *extra), *IN_THIS_PROCESS]
+def _args(cache: Path, *extra: str) -> list[str]:
+    return [*small_args(cache, "rounds=2", *extra), *IN_THIS_PROCESS]
 
 
 def _cut_fedavg_after_round_1(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,9 +45,9 @@ def _numbers(out: Path) -> list[dict[str, Any]]:
 
 
 def test_an_interrupted_compare_is_summarised_then_resumed_as_if_run_in_one_go(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mnist1d_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    out, args = tmp_path / "cut", _args(tmp_path)
+    out, args = tmp_path / "cut", _args(mnist1d_cache)
     command = ["compare", "--methods", "local,fedavg,ditto", "--out", str(out), *args]
     with monkeypatch.context() as patch:
         _cut_fedavg_after_round_1(patch)
@@ -70,15 +70,15 @@ def test_an_interrupted_compare_is_summarised_then_resumed_as_if_run_in_one_go(
     assert _numbers(out) == _numbers(whole)
 
 
-def test_a_resume_with_other_settings_is_refused_in_one_line(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    invoke("simulate", "--out", str(out), *_args(tmp_path, "method=local", "rounds=1"))
+def test_a_resume_with_other_settings_is_refused_in_one_line(
+    mnist1d_cache: Path, tmp_path: Path
+) -> None:
+    out, local = tmp_path / "run", _args(mnist1d_cache, "method=local", "rounds=1")
+    invoke("simulate", "--out", str(out), *local)
     before = (out / "local" / "summary.json").read_text()
     refused = CliRunner().invoke(
-        app,
-        ["simulate", "--resume", "--out", str(out), *_args(tmp_path, "method=local", "rounds=1"),
-         "--set", "data.alpha=0.5"],
-    )  # fmt: skip
+        app, ["simulate", "--resume", "--out", str(out), *local, "--set", "data.alpha=0.5"]
+    )
     assert refused.exit_code == 2, refused.output
     assert "other settings (data.alpha)" in refused.output
     assert len(refused.output.strip().splitlines()) == 1
@@ -86,16 +86,23 @@ def test_a_resume_with_other_settings_is_refused_in_one_line(tmp_path: Path) -> 
     both = CliRunner().invoke(app, ["compare", "--resume", "--overwrite", "--out", str(out)])
     assert both.exit_code == 2 and "pick one" in both.output
     seeds = CliRunner().invoke(
-        app, ["simulate", "--resume", "--seeds", "0,1", "--out", str(out), *_args(tmp_path)]
+        app, ["simulate", "--resume", "--seeds", "0,1", "--out", str(out), *_args(mnist1d_cache)]
     )
     assert seeds.exit_code == 2 and "resume without --seeds" in seeds.output
 
 
 def test_a_resumed_multi_seed_run_runs_only_the_seed_that_did_not_finish(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mnist1d_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "seeds"
-    command = ["simulate", "--seeds", "0,1", "--out", str(out), *_args(tmp_path, "method=local")]
+    command = [
+        "simulate",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(out),
+        *_args(mnist1d_cache, "method=local"),
+    ]
     real = experiment.run_comparison
 
     def second_seed_interrupted(config: Any, specs: Any, out_dir: Path, *rest: Any) -> Any:
@@ -113,9 +120,9 @@ def test_a_resumed_multi_seed_run_runs_only_the_seed_that_did_not_finish(
     assert aggregate["seeds"] == [0, 1] and aggregate["status"] == "finished"
 
 
-def test_the_fine_tuning_step_is_recorded_as_such(tmp_path: Path) -> None:
+def test_the_fine_tuning_step_is_recorded_as_such(mnist1d_cache: Path, tmp_path: Path) -> None:
     out = tmp_path / "ft"
-    invoke("simulate", "--out", str(out), *_args(tmp_path, "method=fedavg_ft"))
+    invoke("simulate", "--out", str(out), *_args(mnist1d_cache, "method=fedavg_ft"))
     rows = [json.loads(line) for line in (out / "fedavg_ft" / "metrics.jsonl").open()]
     assert {r["round"] for r in rows if r.get("phase") == "fine_tune"} == {2}
     assert all("phase" not in r for r in rows if r["round"] < 2)

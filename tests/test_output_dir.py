@@ -19,11 +19,13 @@ def _compare(out: Path, cache: Path, *extra: str):
     return CliRunner().invoke(app, args)
 
 
-def test_a_second_run_into_the_same_out_is_refused_before_writing(tmp_path: Path) -> None:
-    out, cache = tmp_path / "run", tmp_path / "cache"
-    invoke("compare", "--methods", "local", *set_args(TINY, cache), "--out", str(out))
+def test_a_second_run_into_the_same_out_is_refused_before_writing(
+    mnist1d_cache: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    invoke("compare", "--methods", "local", *set_args(TINY, mnist1d_cache), "--out", str(out))
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    refused = _compare(out, cache)
+    refused = _compare(out, mnist1d_cache)
     assert refused.exit_code == 2, refused.output
     assert refused.exception is None or isinstance(refused.exception, SystemExit)
     assert "holds an earlier run" in refused.output and "--overwrite" in refused.output
@@ -31,21 +33,21 @@ def test_a_second_run_into_the_same_out_is_refused_before_writing(tmp_path: Path
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
-def test_overwrite_replaces_the_earlier_run(tmp_path: Path) -> None:
-    out, cache = tmp_path / "run", tmp_path / "cache"
-    invoke("compare", "--methods", "local", *set_args(TINY, cache), "--out", str(out))
+def test_overwrite_replaces_the_earlier_run(mnist1d_cache: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    invoke("compare", "--methods", "local", *set_args(TINY, mnist1d_cache), "--out", str(out))
     (out / "left-by-the-first-run.txt").write_text("x")
-    replaced = _compare(out, cache, "--overwrite")
+    replaced = _compare(out, mnist1d_cache, "--overwrite")
     assert replaced.exit_code == 0, replaced.output
     assert (out / "summary.json").exists() and (out / "partition.npz").exists()
     assert not (out / "left-by-the-first-run.txt").exists()
 
 
-def test_a_folder_without_a_run_is_never_deleted(tmp_path: Path) -> None:
+def test_a_folder_without_a_run_is_never_deleted(mnist1d_cache: Path, tmp_path: Path) -> None:
     out = tmp_path / "notes"
     out.mkdir()
     (out / "thesis.tex").write_text("keep me")
-    refused = _compare(out, tmp_path / "cache", "--overwrite")
+    refused = _compare(out, mnist1d_cache, "--overwrite")
     assert refused.exit_code == 2, refused.output
     assert "holds no collabfl run" in refused.output
     assert (out / "thesis.tex").read_text() == "keep me"

@@ -243,7 +243,7 @@ def test_the_example_runs():
 SMALL_CLI = ["data.num_train=600", "data.num_test=300", "data.num_clients=3", "rounds=1"]
 
 
-def test_a_toml_config_names_user_code(tmp_path):
+def test_a_toml_config_names_user_code(mnist1d_cache, tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text(
         '[model]\nname = "tests.support.user_code:make_net"\n'
@@ -252,7 +252,7 @@ def test_a_toml_config_names_user_code(tmp_path):
     config = load_config(toml)
     assert config.model.name == "tests.support.user_code:make_net"
     out = tmp_path / "out"
-    invoke("simulate", str(toml), *set_args(SMALL_CLI, tmp_path / "cache"), "--out", str(out))
+    invoke("simulate", str(toml), *set_args(SMALL_CLI, mnist1d_cache), "--out", str(out))
     resolved = json.loads((out / "dpfl" / "config.json").read_text())["resolved"]
     assert resolved["model"] == "tests.support.user_code:make_net"
     assert resolved["model_bytes"] == (40 * 10 + 10) * 4
@@ -267,10 +267,10 @@ def test_a_toml_config_names_user_code(tmp_path):
     ],
 )
 def test_the_cli_refuses_user_code_that_does_not_resolve_before_writing(
-    tmp_path, override, message
+    mnist1d_cache: Path, tmp_path, override, message
 ):
     out = tmp_path / "out"
-    args = set_args([*SMALL_CLI, override], tmp_path / "cache")
+    args = set_args([*SMALL_CLI, override], mnist1d_cache)
     result = CliRunner().invoke(app, ["simulate", *args, "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output

@@ -48,17 +48,18 @@ def _args(cache: Path) -> list[str]:
     return set_args(TINY, cache)
 
 
-def test_a_registered_method_runs_from_the_cli(toy_method, tmp_path):
-    cache = tmp_path / "cache"
+def test_a_registered_method_runs_from_the_cli(mnist1d_cache, toy_method, tmp_path):
     simulated = tmp_path / "simulate"
-    invoke("simulate", *_args(cache), "--set", f"method={toy_method}", "--out", str(simulated))
+    invoke(
+        "simulate", *_args(mnist1d_cache), "--set", f"method={toy_method}", "--out", str(simulated)
+    )
     run = read_run(simulated / toy_method)
     assert run.summary["method"] == toy_method
     assert sorted({row["round"] for row in run.rows}) == [0, 1]
 
     compared = tmp_path / "compare"
     methods = f"local,local:epochs=0.5,{toy_method}"
-    result = invoke("compare", *_args(cache), "--methods", methods, "--out", str(compared))
+    result = invoke("compare", *_args(mnist1d_cache), "--methods", methods, "--out", str(compared))
     summaries = json.loads((compared / "summary.json").read_text())
     assert [s["method"] for s in summaries] == methods.split(",")
     assert toy_method in result.output

@@ -21,7 +21,10 @@ pytestmark = pytest.mark.federation
 
 
 def test_compare_over_seeds_in_workers_shows_every_round_and_reports_the_seed_spread(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    mnist1d_cache: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     events: list[tuple[str, str, int]] = []
     show, finished = ProgressBoard.show, ProgressBoard.finished
@@ -38,7 +41,7 @@ def test_compare_over_seeds_in_workers_shows_every_round_and_reports_the_seed_sp
     monkeypatch.setattr(ProgressBoard, "finished", record_finished)
     caplog.set_level(logging.INFO, logger="collabfl.progress")
     out = tmp_path / "seeds"
-    args = small_args(tmp_path / "cache", "jobs=2")
+    args = small_args(mnist1d_cache, "jobs=2")
     result = invoke(
         "compare", *args, "--methods", "local,dpfl", "--seeds", "0,1", "--out", str(out)
     )
@@ -69,7 +72,7 @@ def test_compare_over_seeds_in_workers_shows_every_round_and_reports_the_seed_sp
 
 
 def test_an_interrupted_seed_is_left_out_and_said(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mnist1d_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = experiment.run_comparison
 
@@ -80,7 +83,7 @@ def test_an_interrupted_seed_is_left_out_and_said(
 
     monkeypatch.setattr(experiment, "run_comparison", second_seed_interrupted)
     out = tmp_path / "cut"
-    args = small_args(tmp_path / "cache", "method=local")
+    args = small_args(mnist1d_cache, "method=local")
     result = CliRunner().invoke(app, ["simulate", *args, "--seeds", "0,1", "--out", str(out)])
     assert result.exit_code == 130, result.output
     (aggregate,) = json.loads((out / "summary.json").read_text())
@@ -124,12 +127,12 @@ class FakeWriter:
 
 
 def test_the_tensorboard_sink_writes_each_rounds_means(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mnist1d_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tracking, "summary_writer_class", lambda: FakeWriter)
     FakeWriter.made.clear()
     out, board = tmp_path / "run", tmp_path / "tb"
-    args = small_args(tmp_path / "cache")
+    args = small_args(mnist1d_cache)
     invoke("simulate", *args, "--tensorboard", str(board), "--out", str(out))
     (writer,) = FakeWriter.made
     assert writer.log_dir == str(board / "dpfl" / "seed_0")
@@ -157,12 +160,12 @@ def test_tensorboard_without_the_package_fails_in_one_line_before_writing(
     assert not out.exists()
 
 
-def test_tensorboard_event_files_read_back(tmp_path: Path) -> None:
+def test_tensorboard_event_files_read_back(mnist1d_cache: Path, tmp_path: Path) -> None:
     """The event file TensorBoard reads holds the run's scalars (the dev extras install the
     tensorboard package; the test above covers its absence)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    args = [*small_args(tmp_path / "cache", "method=local", "rounds=2")]
+    args = [*small_args(mnist1d_cache, "method=local", "rounds=2")]
     args += ["--tensorboard", str(tmp_path / "tb"), "--out", str(tmp_path / "run")]
     result = CliRunner().invoke(app, ["simulate", *args])
 

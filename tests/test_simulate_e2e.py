@@ -11,16 +11,15 @@ from typer.testing import CliRunner
 
 from collabfl.cli.main import app, split_methods
 from collabfl.engine.report.run_dir import read_run
-from tests.support.cli_runs import invoke, small_args, without_timings
+from tests.support.cli_runs import IN_THIS_PROCESS, invoke, small_args, without_timings
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def dpfl_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("sim")
-    out = root / "run"
-    invoke("simulate", *small_args(root / "cache"), "--out", str(out))
+def dpfl_run(tmp_path_factory, mnist1d_cache) -> Path:
+    out = tmp_path_factory.mktemp("sim") / "run"
+    invoke("simulate", *small_args(mnist1d_cache), "--out", str(out))
     return out
 
 
@@ -51,20 +50,19 @@ def test_dpfl_graph_respects_budget_every_round(dpfl_run):
         assert row["num_collaborators"] <= 2
 
 
-def test_same_seed_samewithout_timings(dpfl_run, tmp_path):
-    cache = dpfl_run.parent / "cache"
-    invoke("simulate", *small_args(cache), "--out", str(tmp_path / "again"))
+def test_same_seed_samewithout_timings(dpfl_run, mnist1d_cache, tmp_path):
+    invoke("simulate", *small_args(mnist1d_cache), "--out", str(tmp_path / "again"))
     first = without_timings(read_run(dpfl_run / "dpfl").rows)
     second = without_timings(read_run(tmp_path / "again" / "dpfl").rows)
     assert first == second
-    invoke("simulate", *small_args(cache, "seed=1"), "--out", str(tmp_path / "other"))
+    invoke("simulate", *small_args(mnist1d_cache, "seed=1"), "--out", str(tmp_path / "other"))
     assert without_timings(read_run(tmp_path / "other" / "dpfl").rows) != first
 
 
-def test_compare_runs_every_method_on_one_partition(tmp_path):
+def test_compare_runs_every_method_on_one_partition(mnist1d_cache, tmp_path):
     out = tmp_path / "cmp"
     methods = "local,fedavg_ft,ditto,dpfl_random:budget=1"
-    args = small_args(tmp_path / "cache")
+    args = [*small_args(mnist1d_cache), *IN_THIS_PROCESS]
     result = invoke("compare", *args, "--methods", methods, "--out", str(out))
     summaries = json.loads((out / "summary.json").read_text())
     assert [s["method"] for s in summaries] == methods.split(",")
@@ -97,10 +95,12 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
         ("federation up", "device=cuda:99", "cuda:99"),
     ],
 )
-def test_a_refused_run_says_why_in_one_line_and_leaves_no_out(tmp_path, command, setting, message):
+def test_a_refused_run_says_why_in_one_line_and_leaves_no_out(
+    mnist1d_cache, tmp_path, command, setting, message
+):
     out = tmp_path / "never"
     args = [*command.split(), "--set", setting, "--set", "rounds=1", "--out", str(out)]
-    args += ["--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    args += ["--set", f"data.cache_dir={mnist1d_cache}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert re.search(message, result.output), result.output
@@ -116,9 +116,9 @@ def test_split_methods_keeps_options_with_their_method():
     ]
 
 
-def test_parallel_compare_equals_sequential(tmp_path):
+def test_parallel_compare_equals_sequential(mnist1d_cache, tmp_path):
     methods = "local,dpfl"
-    common = small_args(tmp_path / "cache")
+    common = small_args(mnist1d_cache)
     invoke(
         "compare", *common, "--set", "jobs=1", "--methods", methods, "--out", str(tmp_path / "a")
     )
@@ -131,10 +131,11 @@ def test_parallel_compare_equals_sequential(tmp_path):
         assert sequential == parallel, method
 
 
-def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
+def test_pfedgraph_runs_with_poisoned_clients(mnist1d_cache, tmp_path):
     methods = "pfedgraph,pfedgraph:attack.kind=sign_flip,attack.fraction=0.34,similarity=head"
     out = tmp_path / "pfg"
-    invoke("compare", *small_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    args = [*small_args(mnist1d_cache), *IN_THIS_PROCESS]
+    invoke("compare", *args, "--methods", methods, "--out", str(out))
     clean = read_run(out / "pfedgraph")
     assert sorted(clean.graphs) == [0, 1, 2]
     for matrix in clean.graphs.values():
@@ -148,10 +149,10 @@ def test_pfedgraph_runs_with_poisoned_clients(tmp_path):
     assert "mean_test_acc_all" in attacked.summary
 
 
-def test_ipfl_market_with_roles_keeps_a_ledger(tmp_path):
+def test_ipfl_market_with_roles_keeps_a_ledger(mnist1d_cache, tmp_path):
     methods = "ipfl:sellers=0.17,buyers=0.17,attackers=0.17"
     out = tmp_path / "ipfl"
-    invoke("compare", *small_args(tmp_path / "cache"), "--methods", methods, "--out", str(out))
+    invoke("compare", *small_args(mnist1d_cache), "--methods", methods, "--out", str(out))
     records = read_run(out / "ipfl_sellers_0.17_buyers_0.17_attackers_0.17")
     for round_index in range(3):
         rows = [r for r in records.rows if r["round"] == round_index]

@@ -41,9 +41,9 @@ SMALL = ["data.num_train=800", "data.num_test=400", "data.num_clients=4", "round
     ],
 )
 def test_the_record_carries_each_clients_true_group(
-    tmp_path: Path, setting: list[str], expected: list[str] | None
+    mnist1d_cache: Path, tmp_path: Path, setting: list[str], expected: list[str] | None
 ) -> None:
-    cache = f"data.cache_dir={tmp_path / 'cache'}"
+    cache = f"data.cache_dir={mnist1d_cache}"
     config = load_config(None, [*SMALL, *setting, cache])
     run_comparison(config, [parse_method_spec("local", config)], tmp_path, Console(quiet=True))
     data = json.loads((tmp_path / "local" / "config.json").read_text())["data"]
