@@ -225,13 +225,7 @@ class RunLauncher:
         try:
             self.stop_previous(run.run_id, record_path)
             log.info("launching run %s (attempt %s)", run.run_id, count)
-            self.submitted.expect()  # its task may reach the ServerApp launcher before its id
-            try:
-                flower_run = self.control.start_run(self.fab, settings)
-            except ControlError:
-                self.submitted.abandon()
-                raise
-            self.submitted.add(flower_run)  # its ServerApp may start now
+            flower_run = self.submit(settings)
         except SuperLinkUnreachable as error:
             self.launches[run.run_id] -= 1  # it never reached the SuperLink: not a launch
             if run.run_id not in self.waiting_for_superlink:
@@ -247,6 +241,21 @@ class RunLauncher:
         self.logs[run.run_id] = out_dir / "serverapp.log"
         stream = self.control.log_stream(flower_run)
         self.running[run.run_id] = LogFollower(stream, self.logs[run.run_id])
+
+    def submit(self, settings: Mapping[str, str | int | float]) -> int:
+        """Start a Flower run of the app with ``settings``; its Flower run id.
+
+        The ServerApp launcher is told to expect it first: the run's task may reach the
+        launcher before StartRun's answer reaches us. ControlError if it was not started.
+        """
+        self.submitted.expect()
+        try:
+            flower_run = self.control.start_run(self.fab, settings)
+        except ControlError:
+            self.submitted.abandon()
+            raise
+        self.submitted.add(flower_run)  # its ServerApp may start now
+        return flower_run
 
     def stop_previous(self, run_id: str, record_path: Path) -> None:
         """Stop the Flower run a previous launch of this run started, if it still runs.
