@@ -50,9 +50,12 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from _common import exit_on_sigterm, export_tree, format_table, median, write_results
+
+if TYPE_CHECKING:
+    from collabfl.kernel.ports import PortReservation
 
 IDLE_SETTLE_S = 5.0
 """How long a federation whose nodes are all online settles before its idle cost is read."""
@@ -274,12 +277,14 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     return used
 
 
-def on_transport(transport: str, work_dir: Path) -> None:
+def on_transport(transport: str, work_dir: Path) -> PortReservation:
     """Start this process's federations' daemons through benchmarks/grpc_fleet.py: the
     coordinator with its threads named (both transports), and for ``grpc`` its SuperLink
-    serving gRPC-rere Fleet on a port of its own, dialled straight by the SuperNodes."""
+    serving gRPC-rere Fleet on a port of its own (reserved while the caller holds the
+    result), dialled straight by the SuperNodes."""
     from grpc_fleet import GRPC_FLEET_ENV, SUPERLINK_CA_ENV
 
+    from collabfl.kernel.ports import PortReservation
     from collabfl.launcher import federation
 
     wrapper = str(Path(__file__).with_name("grpc_fleet.py"))
@@ -292,10 +297,12 @@ def on_transport(transport: str, work_dir: Path) -> None:
         return [sys.executable, wrapper, "client", *client(*args, **kwargs)[3:]]
 
     federation.coordinator_command = coordinator_command
+    fleet = PortReservation(1 if transport == "grpc" else 0)
     if transport == "grpc":
-        os.environ[GRPC_FLEET_ENV] = f"127.0.0.1:{federation.free_ports(1)[0]}"
+        os.environ[GRPC_FLEET_ENV] = f"127.0.0.1:{fleet.ports[0]}"
         os.environ[SUPERLINK_CA_ENV] = str(work_dir / "coordinator/superlink_tls/ca.pem")
         federation.client_command = client_command
+    return fleet
 
 
 def measure(
@@ -336,9 +343,9 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         files = write_client_files(config, root / "data")
-        if transport:
-            on_transport(transport, root / "work")
+        fleet = on_transport(transport, root / "work") if transport else contextlib.nullcontext()
         with (
+            fleet,
             LocalFederation(root / "work", files, tls=bool(transport)) as federation,
             federation.client() as client,
         ):

@@ -24,8 +24,8 @@ from _common import format_table, median, write_results
 
 from collabfl.coordinator.gateway.fleet_gateway import FleetGateway, GatewayTLS, LoopbackTLS
 from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.kernel.ports import PortReservation
 from collabfl.kernel.supervisor import stop_group
-from collabfl.launcher.federation import free_ports
 from tests.support.pki import TestCA
 
 CALL = "/v1/fleet/pull-messages"
@@ -49,13 +49,13 @@ def main() -> None:
     p.add_argument("--body-mib", default="1,8", help="comma-separated body sizes (MiB)")
     args = p.parse_args()
     sizes = [0.0, *(float(s) for s in args.body_mib.split(","))]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, PortReservation(2) as reserved:
         root = Path(tmp)
         loopback = LoopbackTLS.ensure(root / "loopback")
         ca = TestCA()
         public_ca = ca.write_ca(root)
         cert, key = ca.coordinator().write(root, "coordinator")
-        internal, public = free_ports(2)
+        internal, public = reserved.ports
         command = [
             flower_binary("flower-superlink"), "--host", "127.0.0.1",
             "--port", str(internal), "--ssl-ca-certfile", str(loopback.ca),

@@ -34,8 +34,9 @@ from typing import IO, Any
 from _common import format_table, median, write_results
 
 from collabfl.flower.processes import flower_binary, flower_env
+from collabfl.kernel.ports import PortReservation
 from collabfl.kernel.supervisor import stop_group, with_parent_death_signal
-from collabfl.launcher.federation import HOST, free_ports
+from collabfl.launcher.federation import HOST
 
 APP_DIR = Path(__file__).resolve().parent / "flower_floor"
 CONNECTION = "floor"
@@ -56,7 +57,8 @@ class Federation:
         self.logs = work_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **flower_env(work_dir / "flwr"), "PYTHONUNBUFFERED": "1"}
-        self.link_port, *self.node_ports = free_ports(clients + 1)
+        self.reserved = PortReservation(clients + 1)  # until exit: no one else takes them
+        self.link_port, *self.node_ports = self.reserved.ports
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._write_connection()
 
@@ -76,6 +78,7 @@ class Federation:
         """SuperNodes first, then the SuperLink (each with its whole process group)."""
         for name in sorted(self.processes, key=lambda n: n == "superlink"):
             stop_group(self.processes[name], grace_s=10.0)
+        self.reserved.release()
 
     def spawn(self, name: str, command: list[str]) -> None:
         with (self.logs / f"{name}.log").open("wb") as log:

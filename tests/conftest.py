@@ -2,10 +2,13 @@
 
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+
+from collabfl.kernel.ports import PortReservation
 
 # A config folder of the suite's own: an operator credential saved by `collabfl admin login`
 # (or by a coordinator started here) must neither steer the tests' admin commands nor land in
@@ -65,3 +68,27 @@ def mnist1d_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An MNIST-1D cache folder each test process shares: generating the small federations'
     data costs up to 2 CPU-s a size, and only the cache's own tests need an empty folder."""
     return tmp_path_factory.mktemp("mnist1d-cache")
+
+
+@pytest.fixture
+def reserve_ports() -> Iterator[Callable[[int], list[int]]]:
+    """``reserve_ports(n)``: n loopback ports no one else gets until the test ends, for the
+    processes a test starts to bind (kernel/ports.py): a probed and closed port can be taken
+    by another test's connection before the process binds it."""
+    taken: list[PortReservation] = []
+
+    def reserve(count: int) -> list[int]:
+        taken.append(PortReservation(count))
+        return taken[-1].ports
+
+    yield reserve
+    for reservation in taken:
+        reservation.release()
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the whole test: reserved, never listened
+    on, so no other test's server can open it meanwhile."""
+    with PortReservation(1) as reserved:
+        yield reserved.ports[0]

@@ -1,7 +1,6 @@
 """``collabfl admin`` against a real coordinator service, and against nothing at all."""
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -313,10 +312,8 @@ def test_unknown_round_is_refused(address: str) -> None:
     assert "no recorded round 7" in result.stderr
 
 
-def test_coalitions_with_a_dead_coordinator_exit_3() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+def test_coalitions_with_a_dead_coordinator_exit_3(closed_port: int) -> None:
+    dead = f"127.0.0.1:{closed_port}"
     result = CliRunner().invoke(
         admin_app, ["--coordinator", dead, "--timeout", "2", "coalitions", "r"]
     )
@@ -324,10 +321,8 @@ def test_coalitions_with_a_dead_coordinator_exit_3() -> None:
     assert result.stderr.startswith(f"error: cannot reach the coordinator at {dead}")
 
 
-def test_dead_coordinator_exits_1_with_one_line() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+def test_dead_coordinator_exits_1_with_one_line(closed_port: int) -> None:
+    dead = f"127.0.0.1:{closed_port}"
     result = CliRunner().invoke(admin_app, ["--coordinator", dead, "--timeout", "2", "status"])
     assert result.exit_code == admin.EXIT_UNREACHABLE == exit_status.FAILURE
     assert result.stderr.count("\n") == 1

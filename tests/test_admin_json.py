@@ -17,7 +17,6 @@ from collabfl.coordinator.settings import CoordinatorSettings
 from collabfl.coordinator.store.state import CoordinatorState, Member
 from collabfl.coordinator.superlink.launch import flower_run_file
 from collabfl.coordinator.superlink.local_superlink import write_flower_home
-from collabfl.launcher.federation import free_ports
 
 METRICS = {0: {"test_acc": 0.5, "utility": 1.0, "gain": 2.0}, 1: {"test_acc": 0.75}}
 LEDGER = {"gain": 2.0, "sharing_cost": 0.5, "payment": 1.0, "utility": 0.5, "importers": 1}
@@ -76,12 +75,13 @@ def test_read_commands_print_parseable_json(address: str) -> None:
     assert payments["rounds"]["0"]["0"]["payment"] == 1.0
 
 
-def test_status_names_each_runs_flower_run(address, tmp_path) -> None:
+def test_status_names_each_runs_flower_run(address, tmp_path, closed_port) -> None:
     """The Flower run id comes from the launcher's reply it keeps in the state directory."""
     state_dir = tmp_path / "coordinator"
     (state_dir / "runs").mkdir(parents=True)
-    (port,) = free_ports(1)  # nothing listens there
-    settings = CoordinatorSettings(state_dir=state_dir, superlink_internal_port=port, insecure=True)
+    settings = CoordinatorSettings(
+        state_dir=state_dir, superlink_internal_port=closed_port, insecure=True
+    )
     write_flower_home(settings)
     reply = {"success": True, "run-id": "4242", "fab-id": "collabfl/collabfl-federation"}
     flower_run_file(state_dir, "exp").parent.mkdir()

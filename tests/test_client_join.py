@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -171,15 +170,11 @@ def retrying(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]
         stop_group(process, grace_s=5.0)
 
 
-def _closed_port() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
-
-
 @pytest.mark.parametrize("source", ["environment", "file", "stdin"])
-def test_no_process_has_the_token_on_its_command_line(source, retrying, data, tmp_path):
-    argv = [str(BIN / "collabfl-client"), "join", _closed_port(), "--data", str(data),
+def test_no_process_has_the_token_on_its_command_line(
+    source, retrying, data, tmp_path, closed_port
+):
+    argv = [str(BIN / "collabfl-client"), "join", f"127.0.0.1:{closed_port}", "--data", str(data),
             "--state-dir", str(tmp_path / "state")]  # fmt: skip
     if source == "environment":
         retrying(argv, env={ENV_VAR: TOKEN})
@@ -195,10 +190,11 @@ def test_the_printed_invite_line_puts_no_token_on_any_command_line(
     retrying,
     data,
     tmp_path,
+    closed_port,
 ):
     """The line `admin invite` prints, typed into a shell as an operator pastes it (with a
     join address nobody listens on, so that the join keeps retrying)."""
-    coordinator.enroller.join_address = _closed_port()
+    coordinator.enroller.join_address = f"127.0.0.1:{closed_port}"
     server, port = serve(coordinator.state, FakeSigner(), enroller=coordinator.enroller)
     try:
         invited = CliRunner(env={"COLUMNS": "250"}).invoke(admin_app, [

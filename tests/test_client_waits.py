@@ -24,7 +24,6 @@ import pytest
 
 from collabfl.flower.stale_node import deactivate, last_node_id
 from collabfl.flower.supernode_key import ensure_supernode_key
-from collabfl.launcher.federation import free_ports
 from tests.support.tls_federation import (
     ClientDaemon,
     TlsCoordinator,
@@ -135,15 +134,15 @@ def _said(client: ClientDaemon, pattern: str) -> Callable[[], bool]:
     return lambda: re.search(pattern, client.log()) is not None
 
 
-def test_a_client_that_cannot_reach_the_superlink_says_so_while_it_retries(tmp_path):
-    (closed,) = free_ports(1)
-    superlink = f"127.0.0.1:{closed}"
+def test_a_client_that_cannot_reach_the_superlink_says_so_while_it_retries(tmp_path, closed_port):
+    superlink = f"127.0.0.1:{closed_port}"
     client = client_daemon_against(tmp_path, superlink, credentials(tmp_path / "tls", "localhost"))
     try:
         expected = (
             rf"WARNING collabfl.kernel.supervisor: supernode: cannot reach the SuperLink at "
             rf"{superlink}: Connection attempt failed, retrying in [0-9.]+ seconds \(connection "
-            rf"refused\); check the address and that port {closed} is open on the coordinator\n"
+            rf"refused\); check the address and that port {closed_port} is open on the "
+            rf"coordinator\n"
         )
         _wait(_said(client, expected), "the line saying why", client, limit_s=120)
     finally:

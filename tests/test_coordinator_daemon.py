@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,18 +36,9 @@ from tests.support.tls_superlink import TlsSuperLink
 pytestmark = pytest.mark.federation
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _daemon(state_dir: Path, *flags: str) -> list[str]:
-    superlink, service = _free_ports(2)
+def _daemon(state_dir: Path, ports: list[int], *flags: str) -> list[str]:
+    """The coordinator daemon's argv on the reserved ``ports`` (Fleet gateway, service)."""
+    superlink, service = ports
     return [
         sys.executable, "-m", "collabfl.coordinator.daemon", "--state-dir", str(state_dir),
         "--superlink-port", str(superlink), "--service-port", str(service), *flags,
@@ -72,11 +63,16 @@ def test_a_damaged_database_is_refused_when_opened(tmp_path: Path) -> None:
             CoordinatorState(db)
 
 
-def test_corrupted_database_makes_the_daemon_exit_with_one_clear_line(tmp_path: Path) -> None:
+def test_corrupted_database_makes_the_daemon_exit_with_one_clear_line(
+    tmp_path: Path, reserve_ports: Callable[[int], list[int]]
+) -> None:
     db = tmp_path / "coordinator.db"
     _damaged_database(db, 4096 * 2, 4096 * 3)  # opens fine; only a check finds the damage
     done = subprocess.run(
-        _daemon(tmp_path, "--insecure"), capture_output=True, text=True, timeout=120
+        _daemon(tmp_path, reserve_ports(2), "--insecure"),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
@@ -86,13 +82,16 @@ def test_corrupted_database_makes_the_daemon_exit_with_one_clear_line(tmp_path: 
     assert not (tmp_path / "superlink.log").exists()  # nothing else was started
 
 
-def test_tls_daemon_admits_only_certified_callers(tmp_path: Path) -> None:
+def test_tls_daemon_admits_only_certified_callers(
+    tmp_path: Path, reserve_ports: Callable[[int], list[int]]
+) -> None:
     """The daemon gives its service the federation CA: no certificate, no answer."""
     ca = TestCA()
     ca_file = ca.write_ca(tmp_path)
     cert, key = ca.coordinator().write(tmp_path, "coordinator")
     command = _daemon(
         tmp_path / "state",
+        reserve_ports(2),
         *("--ssl-ca-certfile", str(ca_file), "--ssl-certfile", str(cert)),
         *("--ssl-keyfile", str(key)),
     )

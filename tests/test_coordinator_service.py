@@ -1,6 +1,5 @@
 """The coordinator service over a real gRPC server and SQLite file, through CoordinatorClient."""
 
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -61,12 +60,6 @@ def launch(client: CoordinatorClient, state: CoordinatorState):
         client.launch_token = state.new_launch(run_id)
 
     return launched
-
-
-def _dead_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 def test_members_round_trip(client: CoordinatorClient) -> None:
@@ -429,8 +422,8 @@ def test_restarted_coordinator_resumes(db: Path) -> None:
             server.stop(None)
 
 
-def test_unreachable_coordinator_is_one_clear_error() -> None:
-    address = _dead_address()
+def test_unreachable_coordinator_is_one_clear_error(closed_port: int) -> None:
+    address = f"127.0.0.1:{closed_port}"
     with (
         CoordinatorClient(address, timeout_s=2) as client,
         pytest.raises(CoordinatorUnreachable) as caught,

@@ -18,15 +18,15 @@ from federation_faults import command_line, process_tree, running_processes, sti
 from collabfl.client.data import ArrayDataset, ClientData
 from collabfl.client.data.client_file import save_client_file
 from collabfl.kernel.grants import generate_private_key, save_public_key
-from collabfl.launcher.federation import free_ports
 
 pytestmark = pytest.mark.federation
 
 
-def _client_args(tmp_path: Path, data: Path) -> list[str]:
+def _client_args(tmp_path: Path, data: Path, ports: list[int]) -> list[str]:
+    """A client daemon's argv on the three reserved ``ports`` (SuperLink, peer, runtime)."""
     key = tmp_path / "grant.pub.pem"
     save_public_key(generate_private_key().public_key().public_bytes_raw(), key)
-    superlink, peer, runtime = free_ports(3)
+    superlink, peer, runtime = ports
     return [
         sys.executable, "-m", "collabfl.client.daemon", "--client-id", "0",
         "--data", str(data), "--state-dir", str(tmp_path / "state"),
@@ -44,10 +44,12 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text()
 
 
-def test_client_daemon_refuses_a_bad_data_file(tmp_path):
+def test_client_daemon_refuses_a_bad_data_file(tmp_path, reserve_ports):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"garbage")
-    result = subprocess.run(_client_args(tmp_path, bad), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        _client_args(tmp_path, bad, reserve_ports(3)), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "not a collabfl client data file" in result.stderr
     assert not (tmp_path / "state" / "supernode.log").exists()
@@ -61,8 +63,8 @@ def test_client_daemon_refuses_a_bad_data_file(tmp_path):
         (["--superlink", "coord.example.org"], "--superlink: 'coord.example.org' is not HOST:PORT"),
     ],
 )
-def test_client_daemon_refuses_bad_restart_and_address_flags(tmp_path, flags, said):
-    args = [*_client_args(tmp_path, _data_file(tmp_path)), *flags]
+def test_client_daemon_refuses_bad_restart_and_address_flags(tmp_path, reserve_ports, flags, said):
+    args = [*_client_args(tmp_path, _data_file(tmp_path), reserve_ports(3)), *flags]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert said in result.stderr
@@ -84,8 +86,10 @@ def _wait(condition, what: str, limit_s: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-def test_client_daemon_stops_cleanly_on_sigterm(tmp_path):
-    process = subprocess.Popen(_client_args(tmp_path, _data_file(tmp_path)), start_new_session=True)
+def test_client_daemon_stops_cleanly_on_sigterm(tmp_path, reserve_ports):
+    process = subprocess.Popen(
+        _client_args(tmp_path, _data_file(tmp_path), reserve_ports(3)), start_new_session=True
+    )
     pid_file = tmp_path / "state" / "supernode.pid"
     deadline = time.monotonic() + 60
     while not pid_file.exists() and time.monotonic() < deadline:
@@ -104,11 +108,15 @@ def _is_executor(pid: int) -> bool:
     return "collabfl.flower.warm_executor" in command_line(pid)
 
 
-def test_a_restarted_client_daemon_kills_what_its_killed_predecessor_left(tmp_path):
+def test_a_restarted_client_daemon_kills_what_its_killed_predecessor_left(tmp_path, reserve_ports):
     """SIGKILL the daemon (the SuperNode follows by its death signal): whatever of its
     process tree is left, its executor included, the restarted daemon kills before it
     starts its own SuperNode."""
-    args = [*_client_args(tmp_path, _data_file(tmp_path)), "--runtime", "subprocess"]
+    args = [
+        *_client_args(tmp_path, _data_file(tmp_path), reserve_ports(3)),
+        "--runtime",
+        "subprocess",
+    ]
     first = subprocess.Popen(args, start_new_session=True)
     _wait(lambda: any(map(_is_executor, process_tree(first.pid))), "the executor's start")
     killed = running_processes(process_tree(first.pid))

@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 
 from collabfl.cli.doctor_local import STATE_ENV, package_version, state_dirs
 from collabfl.cli.main import app
-from collabfl.launcher.federation import free_ports
 from tests.support.client_data import spoil, write_client_data
 from tests.support.pki import TestCA
 from tests.support.tls_federation import TlsCoordinator, TlsStub, credentials
@@ -84,13 +83,12 @@ def test_a_healthy_federation_passes_every_check(coordinator, tmp_path):
     assert _line(lines, "state dir").startswith("✓")
 
 
-def test_a_closed_port_and_a_name_the_certificate_lacks_fail_with_the_fix(tmp_path):
+def test_a_closed_port_and_a_name_the_certificate_lacks_fail_with_the_fix(tmp_path, closed_port):
     tls = credentials(tmp_path / "tls", "coord.example.org")
     stub = TlsStub(tls.coordinator.cert, tls.coordinator.key)
-    (closed,) = free_ports(1)
     try:
         code, lines = _doctor(
-            "--coordinator", f"127.0.0.1:{stub.port}", "--service", f"127.0.0.1:{closed}",
+            "--coordinator", f"127.0.0.1:{stub.port}", "--service", f"127.0.0.1:{closed_port}",
             "--ca", str(tls.ca),
         )  # fmt: skip
     finally:
@@ -101,13 +99,13 @@ def test_a_closed_port_and_a_name_the_certificate_lacks_fail_with_the_fix(tmp_pa
         f"✗ Fleet gateway 127.0.0.1:{stub.port}: the certificate names coord.example.org, you "
         f"dialled 127.0.0.1 — fix: use one of those names (e.g. coord.example.org:{stub.port})"
     )
-    refused = _line(lines, f"coordinator service 127.0.0.1:{closed} not reachable")
+    refused = _line(lines, f"coordinator service 127.0.0.1:{closed_port} not reachable")
     assert refused.startswith("✗") and "connection refused" in refused
     assert f"— fix: check the address; on the coordinator, check that the daemon runs and " \
-        f"that port {closed} is open" in refused  # fmt: skip
+        f"that port {closed_port} is open" in refused  # fmt: skip
     assert _line(lines, "Fleet gateway .* reachable").startswith("✓")
     # One cause, one line: no certificate or expiry line for the port nobody answers on.
-    assert not [line for line in lines if f"127.0.0.1:{closed}:" in line]
+    assert not [line for line in lines if f"127.0.0.1:{closed_port}:" in line]
 
 
 def test_another_ca_and_a_clock_a_minute_behind_fail(tmp_path):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
 import ssl
 import time
 import types
@@ -374,7 +373,7 @@ def test_invitations_are_checked(coordinator):
 
 
 def test_a_join_waits_for_an_unreachable_coordinator_for_ever_saying_when_and_what_to_do(
-    monkeypatch,
+    monkeypatch, closed_port
 ):
     """Past the old 5-minute give-up (on a fake clock, a quarter of an hour: three times
     it), each line stamped with the time and the fix; only the operator's Ctrl-C ends it."""
@@ -394,12 +393,9 @@ def test_a_join_waits_for_an_unreachable_coordinator_for_ever_saying_when_and_wh
         monotonic=lambda: clock[0], sleep=sleep, strftime=time.strftime
     )
     monkeypatch.setattr(join_client, "time", fake_time)
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]  # nothing listens once it is closed
     with pytest.raises(KeyboardInterrupt):
         token = TokenParts("0123abcd", "s" * 32, "sha256:" + "0" * 64).text()
-        join(f"127.0.0.1:{port}", token, _key(), SUPERNODE_KEY, say=lines.append)
+        join(f"127.0.0.1:{closed_port}", token, _key(), SUPERNODE_KEY, say=lines.append)
     assert len(lines) > 55  # a quarter of an hour of asking at most every 15 s
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d cannot reach", line) for line in lines)
     assert "check the address" in lines[-1] and "Ctrl-C stops" in lines[-1]

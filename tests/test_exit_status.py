@@ -7,7 +7,6 @@ runs the installed program as a user would and reads its status.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,12 +18,6 @@ from collabfl.kernel import exit_status
 pytestmark = pytest.mark.federation
 
 BIN = Path(sys.executable).parent
-
-
-def _dead_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 BAD_INPUT = {
@@ -56,8 +49,8 @@ def test_bad_input_exits_2_before_anything_runs(argv: list[str], tmp_path: Path)
     assert not (tmp_path / "c" / "coordinator.db").exists()
 
 
-def test_a_coordinator_out_of_reach_is_a_failure_at_run_time() -> None:
-    command = [str(BIN / "collabfl"), "admin", "--coordinator", _dead_address()]
+def test_a_coordinator_out_of_reach_is_a_failure_at_run_time(closed_port: int) -> None:
+    command = [str(BIN / "collabfl"), "admin", "--coordinator", f"127.0.0.1:{closed_port}"]
     done = subprocess.run(
         [*command, "--timeout", "1", "status"], capture_output=True, text=True, timeout=120
     )

@@ -14,7 +14,8 @@ from federation_faults import make_federation, start_run, wait_for, wait_logged
 
 from collabfl.engine.report.run_dir import read_run
 from collabfl.flower.processes import SUPERNODE_CONNECTED
-from collabfl.launcher.federation import client_command, free_ports
+from collabfl.kernel.ports import PortReservation
+from collabfl.launcher.federation import client_command
 
 pytestmark = pytest.mark.federation
 
@@ -41,10 +42,10 @@ def stopped(tmp_path_factory) -> StoppedRun:
     root = tmp_path_factory.mktemp("stopped")
     config, federation = make_federation(root, clients=CLIENTS, rounds=ROUNDS)
     out, impostor_dir = root / "out", root / "impostor"
-    with federation:
+    with federation, PortReservation(2) as impostor_ports:
         run_id = start_run(federation, config, out, timeout=30)
         wait_for(federation, run_id, lambda r: (r.last_completed_round or -1) >= 0)
-        peer, runtime = free_ports(2)
+        peer, runtime = impostor_ports.ports
         key = federation.coordinator_dir / "grant_key.pub.pem"
         impostor = client_command(
             IMPOSTOR_ID, federation.client_files[0], impostor_dir, federation.superlink,

@@ -33,8 +33,8 @@ from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.coordinator.superlink.local_superlink import flower_home, local_superlink_control
 from collabfl.flower.processes import SUPERNODE_CONNECTED, flower_binary, flower_env
 from collabfl.flower.supernode_key import ensure_supernode_key
+from collabfl.kernel.ports import PortReservation
 from collabfl.kernel.supervisor import stop_group
-from collabfl.launcher.federation import free_ports
 from tests.support.other_user import SYSTEM_PYTHON, as_stranger
 from tests.support.pki import TestCA
 
@@ -49,7 +49,8 @@ class Coordinator:
         operator = ca.operator()
         operator_cert, operator_key = operator.write(tmp_path, "operator")
         self.state_dir = tmp_path / "coordinator"
-        self.gateway, service = free_ports(2)
+        self.reserved = PortReservation(2)  # until the module's tests end
+        self.gateway, service = self.reserved.ports
         self.operator = OperatorCredential(
             f"127.0.0.1:{service}", self.ca.read_bytes(), operator.cert, operator.key
         )
@@ -109,6 +110,7 @@ def coordinator(tmp_path_factory) -> Iterator[Coordinator]:
         yield coordinator
     finally:
         stop_group(coordinator.process, grace_s=10.0)
+        coordinator.reserved.release()
 
 
 @pytest.mark.parametrize(
@@ -192,7 +194,7 @@ def _supernode(coordinator: Coordinator, state_dir: Path, port: int) -> subproce
     return _spawn(command, state_dir / "supernode.log", env)
 
 
-def test_only_a_registered_supernode_key_joins(coordinator, tmp_path):
+def test_only_a_registered_supernode_key_joins(coordinator, tmp_path, reserve_ports):
     member, rogue = tmp_path / "member", tmp_path / "rogue"
     for folder in (member, rogue):
         folder.mkdir()
@@ -207,7 +209,7 @@ def test_only_a_registered_supernode_key_joins(coordinator, tmp_path):
         bindings = state.supernode_bindings()
     assert list(bindings.values()) == [4]
 
-    ports = free_ports(2)
+    ports = reserve_ports(2)
     pairs = zip((member, rogue), ports, strict=True)
     processes = [_supernode(coordinator, folder, port) for folder, port in pairs]
     try:
@@ -280,7 +282,9 @@ def _wait_for_impostor_event(coordinator: Coordinator, text: str, limit_s: float
     raise AssertionError(f"no impostor event saying {text!r} in {limit_s} s")
 
 
-def test_a_stolen_member_key_is_refused_and_recorded_naming_the_member(coordinator, tmp_path):
+def test_a_stolen_member_key_is_refused_and_recorded_naming_the_member(
+    coordinator, tmp_path, reserve_ports
+):
     """A copy of member 5's SuperNode key, shown while member 5 is online: Flower refuses the
     activation before any ServerApp could see the node; the gateway records it."""
     member, thief = tmp_path / "member", tmp_path / "thief"
@@ -294,7 +298,7 @@ def test_a_stolen_member_key_is_refused_and_recorded_naming_the_member(coordinat
     ]  # fmt: skip
     result = CliRunner().invoke(cli_app, register)
     assert result.exit_code == 0, result.output
-    ports = free_ports(2)
+    ports = reserve_ports(2)
     processes = [_supernode(coordinator, member, ports[0])]
     try:
         wait_logged(member / "supernode.log", SUPERNODE_CONNECTED)

@@ -4,7 +4,6 @@ that cannot be reached costs a poll interval, never the run."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from pathlib import Path
 
@@ -36,10 +35,8 @@ def test_signals_travel_through_the_coordinator_service(tmp_path: Path):
             assert not waiter.is_alive() and woke == [1]
 
 
-def test_an_unreachable_coordinator_falls_back_to_polling():
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
+def test_an_unreachable_coordinator_falls_back_to_polling(closed_port):
+    address = f"127.0.0.1:{closed_port}"
     with CoordinatorClient(address, timeout_s=2) as client:
         signals = CoordinatorSignals(client, "r")
         signals.pushed()  # a lost signal is logged, not raised

@@ -1,10 +1,13 @@
-"""Tearing a LocalFederation down: its clients stop together, the coordinator after them."""
+"""Tearing a LocalFederation down: its clients stop together, the coordinator after them;
+the ports it chose for its daemons are its own until then."""
 
+import socket
 import threading
 from pathlib import Path
 
 import pytest
 
+from collabfl.kernel.ports import LOOPBACK
 from collabfl.launcher import federation as federation_module
 from collabfl.launcher.federation import LocalFederation
 
@@ -41,3 +44,21 @@ def test_clients_stop_together_before_the_coordinator(tmp_path: Path, monkeypatc
 
 def test_a_federation_that_never_started_stops_quietly(tmp_path: Path) -> None:
     LocalFederation(tmp_path / "work", [tmp_path / "client-0.npz"]).stop()
+
+
+def test_a_local_federation_holds_its_daemons_ports_from_construction_to_stop(
+    tmp_path: Path,
+) -> None:
+    federation = LocalFederation(tmp_path / "work", [tmp_path / "client-0.npz"])
+    ports = [
+        federation.superlink_port, federation.service_port,
+        *federation.peer_ports, *federation.runtime_ports,
+    ]  # fmt: skip
+    assert len(set(ports)) == 4
+    for port in ports:
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind((LOOPBACK, port))  # another program, or an outgoing connection
+    federation.stop()
+    for port in ports:
+        with socket.socket() as other:
+            other.bind((LOOPBACK, port))

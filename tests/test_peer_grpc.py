@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 
 import grpc
@@ -156,14 +155,11 @@ def test_no_grant_or_address_fails_without_a_call(address):
             source.fetch(OWNER + 1, ROUND)
 
 
-def test_connection_refused_is_unavailable(signer):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+def test_connection_refused_is_unavailable(signer, closed_port):
     grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
     started = time.monotonic()
     with (
-        source_for(f"127.0.0.1:{port}", grant) as source,
+        source_for(f"127.0.0.1:{closed_port}", grant) as source,
         pytest.raises(PeerUnavailable, match="UNAVAILABLE"),
     ):
         source.fetch(OWNER, ROUND)

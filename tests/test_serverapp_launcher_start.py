@@ -5,9 +5,9 @@ for it (benchmarks/federation_round.py's launch phases)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -19,16 +19,10 @@ LATE_S = 1.5
 3.7 s)."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_first_claim_follows_a_late_superlink_within_a_fraction_of_a_second(
-    tmp_path: Path,
+    tmp_path: Path, reserve_ports: Callable[[int], list[int]]
 ) -> None:
-    port = free_port()
+    (port,) = reserve_ports(1)  # refused until the stand-in listens on it
     asked: list[float] = []
 
     class Refusing(BaseHTTPRequestHandler):

@@ -35,7 +35,7 @@ from flwr.supercore.fab import Fab
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app as cli_app
-from collabfl.coordinator.gateway.fleet_gateway import LoopbackTLS, free_loopback_port
+from collabfl.coordinator.gateway.fleet_gateway import LoopbackTLS
 from collabfl.coordinator.member_status import _timestamp
 from collabfl.coordinator.superlink.flower_runs import app_fab
 from collabfl.coordinator.superlink.run_launcher import write_app
@@ -84,8 +84,8 @@ def test_contract_a_key_is_registered_listed_found_and_unregistered(superlink, t
         control.unregister(node)
 
 
-def test_a_key_flower_cannot_read_is_refused_before_any_call(tmp_path):
-    nobody = f"127.0.0.1:{free_loopback_port()}"  # a call would fail to connect instead
+def test_a_key_flower_cannot_read_is_refused_before_any_call(tmp_path, closed_port):
+    nobody = f"127.0.0.1:{closed_port}"  # a call would fail to connect instead
     control = SuperLinkControl(nobody, None)
     with pytest.raises(ControlError, match="not an OpenSSH public key"):
         control.register("ssh-ed25519 AAAA-not-a-key")
@@ -243,10 +243,10 @@ def test_contract_a_quiet_log_stream_outlasts_the_clients_read_timeout():
         server.server_close()
 
 
-def test_a_superlink_not_listening_yet_is_unreachable_not_a_refusal() -> None:
+def test_a_superlink_not_listening_yet_is_unreachable_not_a_refusal(closed_port: int) -> None:
     """Flower's HTTP client lets a refused connection through as httpx's ConnectError: the
     run launcher waits on it (nothing reached a SuperLink) instead of counting a launch."""
-    control = SuperLinkControl(f"127.0.0.1:{free_loopback_port()}", None)
+    control = SuperLinkControl(f"127.0.0.1:{closed_port}", None)
     try:
         with pytest.raises(SuperLinkUnreachable, match="stop Flower run 7"):
             control.stop_run(7)

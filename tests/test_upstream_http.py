@@ -6,7 +6,6 @@ and each failure is the httpx error the gateway turns into its answer."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Awaitable, Callable
 
 import httpx
@@ -119,11 +118,8 @@ def test_a_broken_answer_is_a_transport_error():
     run(RawServer(b"not http at all\r\n\r\n"), test)
 
 
-def test_nobody_listening_is_a_connect_error():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    client = UpstreamClient(f"http://127.0.0.1:{port}", False, timeout_s=5)
+def test_nobody_listening_is_a_connect_error(closed_port):
+    client = UpstreamClient(f"http://127.0.0.1:{closed_port}", False, timeout_s=5)
     with pytest.raises(httpx.ConnectError):
         asyncio.run(client.request("POST", "/v1/fleet/x", b"", []))
 

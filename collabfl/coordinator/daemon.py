@@ -55,7 +55,7 @@ from collabfl.coordinator.enrolment.operator_credential import OperatorCredentia
 from collabfl.coordinator.enrolment.operator_credential import default_path as default_operator_path
 from collabfl.coordinator.gateway.activation_refusals import ActivationRefusals
 from collabfl.coordinator.gateway.doorbell import FleetActivity
-from collabfl.coordinator.gateway.fleet_gateway import FleetGateway, GatewayTLS, free_loopback_port
+from collabfl.coordinator.gateway.fleet_gateway import FleetGateway, GatewayTLS
 from collabfl.coordinator.gateway.join_endpoint import JoinEndpoint
 from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.service import serve
@@ -104,6 +104,7 @@ from collabfl.kernel.grants import (
 from collabfl.kernel.identity import Identity, Role
 from collabfl.kernel.leftovers import owner_env, reap_leftovers
 from collabfl.kernel.pki import issue, private_key_pem
+from collabfl.kernel.ports import PortReservation
 from collabfl.kernel.sealed import CLOCK_LEEWAY_S
 from collabfl.kernel.supervisor import Supervisor
 from collabfl.kernel.tickets import RunEnd, TicketSigner
@@ -239,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         return exit_status.USAGE
     state_dir = settings.state_dir
     reap_leftovers(state_dir)  # a killed predecessor's ServerApps, before ours start
-    if not settings.superlink_internal_port:
-        settings = settings.model_copy(update={"superlink_internal_port": free_loopback_port()})
-    return run(settings, files)
+    if settings.superlink_internal_port:
+        return run(settings, files)
+    with PortReservation(1) as internal:  # held while the SuperLink (re)starts on it
+        port = internal.ports[0]
+        return run(settings.model_copy(update={"superlink_internal_port": port}), files)
 
 
 def run(settings: CoordinatorSettings, files: CoordinatorTLSFiles | None) -> int:

@@ -55,6 +55,7 @@ from collabfl.flower.processes import (
 from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.leftovers import reap_leftovers
 from collabfl.kernel.log_rotation import rotate_copy
+from collabfl.kernel.ports import PortReservation
 from collabfl.kernel.supervisor import (
     HEALTHY_S,
     RestartPolicy,
@@ -108,18 +109,6 @@ def patiently(
             log.warning("no answer from the coordinator; asking again in %g s", pause)
         sleep(pause)
         pause = min(2 * pause, POLL_BACKOFF_MAX_S)
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the OS reports free right now (loopback)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class Hosts(Protocol):
@@ -250,7 +239,8 @@ class LocalFederation:
 
     def __post_init__(self) -> None:
         n = len(self.client_files)
-        ports = free_ports(2 + 2 * n)
+        self.reserved = PortReservation(2 + 2 * n)  # kept until stop: daemons restart on them
+        ports = self.reserved.ports
         self.superlink_port, self.service_port = ports[:2]
         self.peer_ports, self.runtime_ports = ports[2 : 2 + n], ports[2 + n :]
         self.coordinator_dir = self.work_dir / "coordinator"
@@ -487,6 +477,7 @@ class LocalFederation:
         if self.processes:
             for state_dir in [self.coordinator_dir, *(self.client_dir(k) for k in self.client_ids)]:
                 reap_leftovers(state_dir)
+        self.reserved.release()
 
     def client_dir(self, k: int) -> Path:
         """Client k's daemon's state dir."""

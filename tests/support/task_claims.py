@@ -3,7 +3,6 @@ and a SuperLink that takes only claims signed with its SuperExec secret."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ from flwr.supercore.runtime import RuntimeHttpClient
 
 from collabfl.flower.processes import flower_binary
 from collabfl.flower.superexec_auth import claim_signer, ensure_secret
+from collabfl.kernel.ports import PortReservation
 
 
 def claim_task(
@@ -44,9 +44,8 @@ def superexec_superlink(folder: Path) -> Iterator[tuple[subprocess.Popen, str, P
     signed with the secret it makes in ``folder``: (its process, its address, the secret).
     Its log is ``folder/superlink.log``; it is stopped on leaving."""
     secret = ensure_secret(folder)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    reserved = PortReservation(1)
+    port = reserved.ports[0]
     command = [
         flower_binary("flower-superlink"), "--insecure", "--database", ":flwr-in-memory:",
         "--host", "127.0.0.1", "--port", str(port), "--isolation", "process",
@@ -59,3 +58,4 @@ def superexec_superlink(folder: Path) -> Iterator[tuple[subprocess.Popen, str, P
     finally:
         superlink.terminate()
         superlink.wait(timeout=30)
+        reserved.release()

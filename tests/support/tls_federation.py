@@ -19,8 +19,9 @@ from collabfl.coordinator.settings import PUBLIC_KEY_FILE
 from collabfl.coordinator.superlink.local_superlink import flower_home
 from collabfl.flower.processes import flower_binary, flower_env
 from collabfl.kernel.grants import generate_private_key, save_public_key
+from collabfl.kernel.ports import PortReservation
 from collabfl.kernel.supervisor import stop_group
-from collabfl.launcher.federation import client_command, coordinator_command, free_ports
+from collabfl.launcher.federation import client_command, coordinator_command
 from collabfl.launcher.federation_tls import FederationCredentials, KeyPair
 from tests.support.client_data import write_client_data
 from tests.support.pki import TestCA
@@ -42,7 +43,8 @@ class TlsCoordinator:
         self.root = root
         self.tls = FederationCredentials.issue(root / "tls", HOST, dict.fromkeys(range(4), HOST))
         self.state_dir = root / "coordinator"
-        self.gateway, self.service = free_ports(2)
+        self.reserved = PortReservation(2)  # until stop: no one else takes them
+        self.gateway, self.service = self.reserved.ports
         command = coordinator_command(self.state_dir, self.gateway, self.service, HOST, self.tls)
         self.process = _spawn(command, root / "coordinator.log")
 
@@ -95,6 +97,7 @@ class TlsCoordinator:
 
     def stop(self) -> None:
         stop_group(self.process, grace_s=15.0)
+        self.reserved.release()
 
 
 class ClientDaemon:
@@ -114,7 +117,8 @@ class ClientDaemon:
         folder.mkdir(parents=True, exist_ok=True)
         self.log_path = folder / "daemon.log"
         data = write_client_data(folder / "data.npz")
-        peer, runtime = free_ports(2)
+        self.reserved = PortReservation(2)  # until stop: no one else takes them
+        peer, runtime = self.reserved.ports
         command = client_command(
             client_id, data, state_dir, superlink, peer, runtime, grant_key, host=HOST, tls=tls
         )
@@ -135,6 +139,7 @@ class ClientDaemon:
 
     def stop(self) -> None:
         stop_group(self.process, grace_s=15.0)
+        self.reserved.release()
 
 
 class TlsStub:

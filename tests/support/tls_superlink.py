@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collabfl.coordinator.gateway.fleet_gateway import free_loopback_port
 from collabfl.coordinator.settings import CoordinatorSettings
 from collabfl.coordinator.store.state import CoordinatorState
 from collabfl.coordinator.superlink.local_superlink import (
@@ -24,6 +23,7 @@ from collabfl.coordinator.superlink.local_superlink import (
 from collabfl.coordinator.superlink.superlink_control import ControlError
 from collabfl.coordinator.superlink.supernode_restore import KeyRestorer
 from collabfl.flower.processes import flower_env
+from collabfl.kernel.ports import PortReservation
 from collabfl.kernel.supervisor import stop_group
 
 
@@ -33,9 +33,10 @@ class TlsSuperLink:
 
     def __init__(self, state_dir: Path, superlink_state: str = "memory") -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
+        self.reserved = PortReservation(1)  # until exit: restarts bind it again
         self.args = CoordinatorSettings(
             state_dir=state_dir,
-            superlink_internal_port=free_loopback_port(),
+            superlink_internal_port=self.reserved.ports[0],
             superlink_state=superlink_state,
         )
         self.env = {**os.environ, **flower_env(write_flower_home(self.args))}
@@ -50,6 +51,7 @@ class TlsSuperLink:
         if self.process is not None:
             stop_group(self.process, grace_s=10.0)
         self.control.close()
+        self.reserved.release()
 
     def start(self) -> None:
         with open(self.args.state_dir / "superlink.log", "ab") as log:

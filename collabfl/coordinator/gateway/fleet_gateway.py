@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
 import ssl
 import threading
 import time
@@ -583,10 +582,3 @@ class LoopbackTLS:
         write_certificate(cert, files.cert)
         write_certificate(ca_cert, files.ca)
         return files
-
-
-def free_loopback_port() -> int:
-    """A port free on 127.0.0.1 now, for the SuperLink behind the gateway."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
