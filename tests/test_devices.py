@@ -196,12 +196,13 @@ def test_place_moves_only_what_is_elsewhere():
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="checks the refusal where torch sees no CUDA device")
-def test_the_client_daemon_refuses_cuda_where_there_is_none(tmp_path):
-    argv = [*_client_args(tmp_path, _data_file(tmp_path))[3:], "--device", "cuda"]
+def test_the_client_daemon_refuses_cuda_where_there_is_none(tmp_path, reserve_ports):
+    client_args = _client_args(tmp_path, _data_file(tmp_path), reserve_ports(3))
+    argv = [*client_args[3:], "--device", "cuda"]
     settings = ParticipantSettings.from_flags(parser().parse_args(argv))
     with pytest.raises(ValueError, match="torch sees no CUDA device"):
         daemon.check_settings(settings)
-    command = [*_client_args(tmp_path, _data_file(tmp_path)), "--device", "cuda"]
+    command = [*client_args, "--device", "cuda"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
