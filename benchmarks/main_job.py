@@ -91,9 +91,12 @@ def client_timings(out: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def run_job(out: Path, extra: list[str], pythonpath: Path | None) -> dict[str, Any]:
-    """One timed run of the command; its wall and CPU seconds and per-method seconds."""
+    """One timed run of the command; its wall and CPU seconds and per-method seconds. A
+    baseline (``pythonpath``: its export) runs its own examples/quickstart.toml: an older
+    tree refuses the keys a newer config spells out."""
     collabfl = Path(sys.executable).parent / "collabfl"
-    command = [str(collabfl), "compare", CONFIG, "--out", str(out), *extra]
+    config = CONFIG if pythonpath is None else str(pythonpath / CONFIG)
+    command = [str(collabfl), "compare", config, "--out", str(out), *extra]
     env = None if pythonpath is None else {**os.environ, "PYTHONPATH": str(pythonpath)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
