@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collabfl.kernel.ports import LOOPBACK
+from collabfl.kernel.ports import HOLDS, LOOPBACK
 from collabfl.launcher import federation as federation_module
 from collabfl.launcher.federation import LocalFederation
 
@@ -46,6 +46,7 @@ def test_a_federation_that_never_started_stops_quietly(tmp_path: Path) -> None:
     LocalFederation(tmp_path / "work", [tmp_path / "client-0.npz"]).stop()
 
 
+@pytest.mark.skipif(not HOLDS, reason="ports are held on Linux only")
 def test_a_local_federation_holds_its_daemons_ports_from_construction_to_stop(
     tmp_path: Path,
 ) -> None:

@@ -8,7 +8,10 @@ import threading
 
 import pytest
 
-from collabfl.kernel.ports import LOOPBACK, PortReservation
+from collabfl.kernel import ports
+from collabfl.kernel.ports import HOLDS, LOOPBACK, PortReservation
+
+HELD_ON_LINUX = pytest.mark.skipif(not HOLDS, reason="ports are held on Linux only")
 
 
 def _plain_bind(port: int) -> None:
@@ -17,6 +20,7 @@ def _plain_bind(port: int) -> None:
         other.bind((LOOPBACK, port))
 
 
+@HELD_ON_LINUX
 def test_a_reserved_port_cannot_be_bound_by_anyone_else_until_released() -> None:
     reservation = PortReservation(2)
     for port in reservation.ports:
@@ -28,12 +32,14 @@ def test_a_reserved_port_cannot_be_bound_by_anyone_else_until_released() -> None
         _plain_bind(port)
 
 
+@HELD_ON_LINUX
 def test_the_kernel_hands_no_reserved_port_to_another_reservation() -> None:
     with PortReservation(200) as first, PortReservation(200) as second:
         assert len(set(first.ports)) == 200
         assert not set(first.ports) & set(second.ports)
 
 
+@HELD_ON_LINUX
 def test_a_reserved_port_refuses_connections_until_a_server_listens_on_it() -> None:
     class Echo(socketserver.StreamRequestHandler):
         def handle(self) -> None:
@@ -54,3 +60,12 @@ def test_a_reserved_port_refuses_connections_until_a_server_listens_on_it() -> N
                     assert connection.makefile("rb").readline() == b"hello\n"
             finally:
                 server.shutdown()
+
+
+def test_where_ports_cannot_be_held_they_are_picked_and_let_go(monkeypatch) -> None:
+    """macOS and the BSDs would refuse the daemon's own bind beside a held socket."""
+    monkeypatch.setattr(ports, "HOLDS", False)
+    picked = PortReservation(2)
+    assert len(set(picked.ports)) == 2
+    for port in picked.ports:
+        _plain_bind(port)

@@ -15,14 +15,21 @@ with "address in use". A :class:`PortReservation` keeps a socket bound to each p
 
 Sockets are not inherited by child processes (Python opens them close-on-exec), so the
 reservation ends with the process that holds it.
+
+This is Linux's rule. The BSDs and macOS let a second socket bind the same address and port
+only when both set ``SO_REUSEPORT``, which uvicorn does not; there the ports are probed and
+let go at once, as before, and the race stays.
 """
 
 from __future__ import annotations
 
 import socket
+import sys
 from types import TracebackType
 
 LOOPBACK = "127.0.0.1"
+HOLDS = sys.platform.startswith("linux")
+"""Whether a reservation keeps its ports (Linux) or only picks them (elsewhere)."""
 
 
 class PortReservation:
@@ -40,6 +47,8 @@ class PortReservation:
             self.release()
             raise
         self.ports: list[int] = [int(held.getsockname()[1]) for held in self._sockets]
+        if not HOLDS:
+            self.release()
 
     def release(self) -> None:
         """Let the ports go; their listeners, if any, keep them."""
