@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -119,12 +118,10 @@ def test_times_read_back_as_member_status_reads_flowers():
     assert when == datetime(2026, 11, 26, 4, 30, tzinfo=UTC).timestamp()
 
 
-def test_a_superlink_that_does_not_listen_is_a_control_error():
-    with socket.socket() as held:  # bound, never listening: connection refused
-        held.bind(("127.0.0.1", 0))
-        control = SuperLinkControl(f"127.0.0.1:{held.getsockname()[1]}", None)
-        with pytest.raises(ControlError, match="could not list the SuperNodes"):
-            control.nodes()
+def test_a_superlink_that_does_not_listen_is_a_control_error(closed_port):
+    control = SuperLinkControl(f"127.0.0.1:{closed_port}", None)
+    with pytest.raises(ControlError, match="could not list the SuperNodes"):
+        control.nodes()
 
 
 def test_register_supernode_without_a_started_daemon_says_so_and_binds_nothing(tmp_path):
