@@ -190,6 +190,28 @@ def test_deterministic_for_a_seed(small):
     assert run(1) != first
 
 
+def test_the_multi_tensor_adam_gives_the_per_tensor_bits(small, monkeypatch):
+    """train_hypernetwork asks Adam for its multi-tensor (foreach) update, faster on the CPU;
+    a torch whose foreach path rounds differently would change every SPO result."""
+    clients = list(range(small.num_clients))
+
+    def trained() -> list[torch.Tensor]:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)  # the hypernetwork's initial weights
+            rng = np.random.default_rng(0)
+            hypernet = train_hypernetwork(oracle_for(small), clients, small.dim + 1, QUICK, rng)
+        return [p.detach().clone() for p in hypernet.parameters()]
+
+    multi = trained()
+    per_tensor = torch.optim.Adam
+
+    def single(*args, **kwargs):  # what torch picks on the CPU when not asked
+        return per_tensor(*args, **{**kwargs, "foreach": False})
+
+    monkeypatch.setattr(torch.optim, "Adam", single)
+    assert all(torch.equal(a, b) for a, b in zip(multi, trained(), strict=True))
+
+
 def test_each_remaining_set_gets_its_own_hypernetwork(small):
     class Recording(InMemoryOracle):
         def __init__(self, losses) -> None:

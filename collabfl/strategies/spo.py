@@ -220,7 +220,9 @@ def train_hypernetwork(
 ) -> ParetoHypernetwork:
     """Fit h so that h(d) minimises Σ_j d_j L_j^train, for d drawn over the whole simplex."""
     hypernet = ParetoHypernetwork(len(clients), numel, settings.hidden, start, settings.linear)
-    optimizer = torch.optim.Adam(hypernet.parameters(), lr=settings.hypernet_lr)
+    # foreach: the multi-tensor update CUDA takes by default; on the CPU it gives the same
+    # bits as the per-tensor loop torch picks there, in about 0.6 of its time
+    optimizer = torch.optim.Adam(hypernet.parameters(), lr=settings.hypernet_lr, foreach=True)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, settings.hypernet_steps)
     alpha = np.full(len(clients), settings.dirichlet_alpha)
     for _ in range(settings.hypernet_steps):
