@@ -219,6 +219,22 @@ def _launcher(
     )  # fmt: skip
 
 
+def test_the_run_configs_an_earlier_release_left_are_removed_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """Before runs started through the Control API, each launch wrote its run config, run
+    ticket included, to launch/<run>.run-config.toml; nothing reads them now."""
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    for name in ("r.run-config.toml", "r.token", "r.sizes.json", "r.flower-run.json"):
+        (launch / name).write_text("x")
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        _launcher(state, tmp_path)
+    assert sorted(p.name for p in launch.iterdir()) == [
+        "r.flower-run.json", "r.sizes.json", "r.token",
+    ]  # fmt: skip
+
+
 def test_a_run_waits_for_a_superlink_that_does_not_listen_yet_without_using_its_launches(
     tmp_path: Path,
 ) -> None:

@@ -96,6 +96,16 @@ def write_enrolled_sizes(state_dir: Path, run_id: str, sizes: Mapping[int, int])
     return path.resolve()
 
 
+def remove_old_run_configs(state_dir: Path) -> list[Path]:
+    """Delete the ``<run>.run-config.toml`` files a release before 2026-11-28 wrote for
+    ``flwr run -c``: each holds its launch's run ticket, and nothing reads them any more
+    (runs start through the Control API). Returns the files removed."""
+    removed = sorted((state_dir / LAUNCH_DIR).glob("*.run-config.toml"))
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
 def flower_run_file(state_dir: Path, run_id: str) -> Path:
     """Where the launcher keeps the Flower run of ``run_id``'s latest launch
     (``flower_runs.flower_run_record``): per run, so that runs sharing a run directory

@@ -30,6 +30,7 @@ from collabfl.coordinator.superlink.launch import (
     Launch,
     flower_run_file,
     launch_app_config,
+    remove_old_run_configs,
     write_enrolled_sizes,
     write_launch_token,
 )
@@ -161,6 +162,8 @@ class RunLauncher:
         self.launches: dict[str, int] = {}
         self.waiting_for_superlink: set[str] = set()  # runs whose launch found no SuperLink
         self.stop_event = threading.Event()
+        if removed := remove_old_run_configs(state_dir):
+            log.info("removed %d run-config files an earlier release left", len(removed))
 
     def loop(self) -> None:
         seen = self.wake.count
