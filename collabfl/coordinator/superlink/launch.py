@@ -97,7 +97,7 @@ def write_enrolled_sizes(state_dir: Path, run_id: str, sizes: Mapping[int, int])
 
 
 def remove_old_run_configs(state_dir: Path) -> list[Path]:
-    """Delete the ``<run>.run-config.toml`` files a release before 2026-11-28 wrote for
+    """Delete the ``<run>.run-config.toml`` files left by releases that submitted runs with
     ``flwr run -c``: each holds its launch's run ticket, and nothing reads them any more
     (runs start through the Control API). Returns the files removed."""
     removed = sorted((state_dir / LAUNCH_DIR).glob("*.run-config.toml"))
