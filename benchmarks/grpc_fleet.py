@@ -101,10 +101,15 @@ class _Context:
 
 
 def run_supernode(argv: list[str]) -> None:
-    """Flower's SuperNode with the gRPC client in its HTTP client's place."""
+    """Flower's SuperNode with the gRPC client in its HTTP client's place, and the daemon's
+    short reply poll (collabfl/flower/quick_reply_supernode.py)."""
     import flwr.supernode.fleet_http_connection as connection
+    from flwr.supernode import start_client_internal
+
+    from collabfl.flower.quick_reply_supernode import shorten_reply_poll
 
     connection.FleetHttpClient = grpc_fleet_client()  # type: ignore[misc]
+    shorten_reply_poll(start_client_internal)
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     sys.argv = ["flower-supernode", *argv]
@@ -114,13 +119,14 @@ def run_supernode(argv: list[str]) -> None:
 def run_client(argv: list[str]) -> int:
     """The client daemon, starting this module's SuperNode."""
     import collabfl.client.daemon as daemon
+    from collabfl.flower.quick_reply_supernode import supernode_program
 
     plain = daemon.supernode_command
 
     def command(args: Any) -> list[str]:
         argv = plain(args)
         argv[argv.index("--root-certificates") + 1] = os.environ[SUPERLINK_CA_ENV]
-        return [sys.executable, __file__, "supernode", *argv[1:]]
+        return [sys.executable, __file__, "supernode", *argv[len(supernode_program()) :]]
 
     daemon.supernode_command = command
     return daemon.main(argv)

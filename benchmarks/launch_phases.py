@@ -59,6 +59,7 @@ def role(cmdline: list[str]) -> str:
         ("flower-superlink", "superlink"),
         ("owner_gated_superlink", "superlink"),  # the daemon's SuperLink, gated on its user
         ("flower-supernode", "supernode"),
+        ("quick_reply_supernode", "supernode"),  # the daemon's SuperNode, its poll shortened
         ("flwr-serverapp", "serverapp"),
         ("serverapp_template", "serverapp"),
         ("collabfl.flower.warm_executor", "executor"),

@@ -1,11 +1,12 @@
 """What Flower's SuperNode reply poll costs a DPFL round, and what is left for a reply relay.
 
 A Flower 1.41/1.42 SuperNode serves one message at a time and looks for its executor's reply
-every 0.5 s, with no option to change it. This benchmark runs federation_round.py's 4-client
-DPFL setting (real processes, IID data, Bc = 2 peer models fetched per client and round) with
-a hook in each SuperNode (benchmarks/reply_poll_hook/: Flower patched for this measurement
-only) that logs how long each reply waited for the poll and, in every other round, looks
-every ``--short`` seconds instead. Both kinds of round run in one federation under one load;
+every 0.5 s, with no option to change it; the client daemon's SuperNode looks every 0.02 s
+(collabfl/flower/quick_reply_supernode.py). This benchmark runs federation_round.py's
+4-client DPFL setting (real processes, IID data, Bc = 2 peer models fetched per client and
+round) with a hook in each SuperNode (benchmarks/reply_poll_hook/) that logs how long each
+reply waited for the poll and looks every ``--short`` seconds in every other round, every
+0.5 s as Flower alone does in the rest. Both kinds of round run in one federation under one load;
 a second federation swaps which rounds poll quickly. Per round it records the wall time, the
 slowest message's trip to the client and back, the SuperNode's reply wait, and the
 ServerApp's time outside the messages (the round's wall time minus its slowest round trip):

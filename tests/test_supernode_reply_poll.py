@@ -1,12 +1,15 @@
-"""Contract (fails loudly on a Flower upgrade): Flower's SuperNode reply poll.
+"""Flower's SuperNode reply poll, and the client daemon's shorter one.
 
-A Flower 1.41/1.42 SuperNode serves one message at a time and, once the message is handed to
-its executor, looks for the reply every 0.5 s, a literal in its loop with no option or
-variable to change it. That poll is up to 0.5 s of every DPFL round (docs/performance.md,
-"Under Flower's reply poll"), and it stays on a round's path even if replies travelled
-around Flower, because the SuperNode takes its next message only after pushing the reply.
-When an upgrade changes any of this, the finding and benchmarks/reply_poll.py (whose hook
-uses these internals) must be looked at again; a new option would be the way to shorten it.
+Contract (fails loudly on a Flower upgrade): a Flower 1.41/1.42 SuperNode serves one message
+at a time and, once the message is handed to its executor, looks for the reply every 0.5 s,
+a literal in its loop with no option or variable to change it. That poll was up to 0.5 s of
+every DPFL round (docs/performance.md, "Under Flower's reply poll"), and it stays on a
+round's path even if replies travelled around Flower, because the SuperNode takes its next
+message only after pushing the reply. So the client daemon runs its SuperNode through
+collabfl/flower/quick_reply_supernode.py, which makes that literal's sleep 0.02 s. When an
+upgrade changes any of this, that module and benchmarks/reply_poll.py (whose hook uses these
+internals) must be looked at again; a new option would be the way to shorten it, and the
+module would go.
 """
 
 from __future__ import annotations
@@ -14,9 +17,25 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import subprocess
+import time
 
+import pytest
 from flwr.supernode import start_client_internal as loop
 from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
+
+from collabfl.client import daemon
+from collabfl.client.settings import ParticipantSettings, parser
+from collabfl.flower import quick_reply_supernode
+from collabfl.flower.quick_reply_supernode import (
+    FLOWER_REPLY_POLL_S,
+    REPLY_POLL_S,
+    ReplyPollClock,
+    flower_supernode,
+    shorten_reply_poll,
+    supernode_program,
+)
+from tests.support.client_data import write_client_data
 
 
 def test_contract_the_supernode_polls_for_its_reply_every_half_second() -> None:
@@ -27,8 +46,9 @@ def test_contract_the_supernode_polls_for_its_reply_every_half_second() -> None:
         push,
     )
     assert poll is not None, "the SuperNode no longer polls its state for the reply"
-    assert float(poll.group(1)) == 0.5
-    assert loop.time.sleep is __import__("time").sleep  # the hook swaps the module's ``time``
+    assert float(poll.group(1)) == FLOWER_REPLY_POLL_S
+    # the daemon's SuperNode (and the benchmark's hook) swap the module's ``time``
+    assert loop.time is time and loop._push_messages.__globals__ is vars(loop)
 
 
 def test_contract_one_message_at_a_time() -> None:
@@ -47,8 +67,17 @@ def test_contract_no_option_shortens_the_poll() -> None:
     assert "environ" not in inspect.getsource(loop)
 
 
+def test_contract_flower_installs_the_supernode_as_a_console_script() -> None:
+    from flwr.supernode.cli.flower_supernode import flower_supernode as flowers
+
+    assert flower_supernode() is flowers
+
+
 def test_contract_what_the_benchmark_hook_wraps() -> None:
-    """benchmarks/reply_poll_hook/ times a reply from its storing to the loop finding it."""
+    """benchmarks/reply_poll_hook/ times a reply from its storing to the loop finding it, and
+    sets its own poll once the SuperNode has made its state, before the loop."""
+    body = inspect.getsource(loop.start_client_internal)
+    assert body.index("state = state_factory.state()") < body.index("while True:")
     store = inspect.signature(InMemoryNodeState.store_message)
     assert list(store.parameters) == ["self", "message"]
     look = inspect.signature(InMemoryNodeState.get_messages_legacy)
@@ -56,3 +85,46 @@ def test_contract_what_the_benchmark_hook_wraps() -> None:
     assert "self.store_message(message)" in inspect.getsource(
         InMemoryNodeState.store_message_and_object_tree
     )
+
+
+def test_the_short_clock_shortens_only_the_reply_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    clock = ReplyPollClock()
+    clock.sleep(FLOWER_REPLY_POLL_S)
+    clock.sleep(3)  # after a pull that found no message: Flower's own wait
+    clock.sleep(0.25)
+    assert slept == [REPLY_POLL_S, 3, 0.25]
+    assert clock.monotonic is time.monotonic and clock.time is time.time
+
+
+def test_shortening_reaches_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "time", loop.time)  # put back after the test
+    shorten_reply_poll(loop, 0.01)
+    seen = loop._push_messages.__globals__["time"]
+    assert isinstance(seen, ReplyPollClock) and seen.poll_s == 0.01
+
+
+def test_the_daemon_starts_the_short_poll_supernode(tmp_path) -> None:
+    write_client_data(tmp_path / "data.npz")
+    (tmp_path / "grant.pub").write_bytes(b"")
+    flags = [
+        "--client-id", "0", "--data", str(tmp_path / "data.npz"),
+        "--state-dir", str(tmp_path / "state"), "--superlink", "127.0.0.1:9092",
+        "--peer-address", "localhost:9200", "--coordinator-key", str(tmp_path / "grant.pub"),
+        "--insecure",
+    ]  # fmt: skip
+    settings = ParticipantSettings.from_flags(parser().parse_args(flags))
+    command = daemon.supernode_command(settings)
+    assert command[:3] == supernode_program()
+    assert supernode_program()[1:] == ["-m", quick_reply_supernode.__name__]
+    assert command[3:5] == ["--superlink", "127.0.0.1:9092"]
+
+
+def test_the_short_poll_supernode_is_flowers_own_program() -> None:
+    shown = subprocess.run(
+        [*supernode_program(), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: flower-supernode")
+    assert all(flag in shown.stdout for flag in ("--superlink", "--isolation", "--node-config"))

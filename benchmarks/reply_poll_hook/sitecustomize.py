@@ -1,18 +1,19 @@
 """benchmarks/reply_poll.py's hook into the SuperNodes of its federation, and nowhere else.
 
 The benchmark puts this folder on PYTHONPATH, so every Python process of its federation
-imports this module at start; it acts only in ``flower-supernode``. Flower's SuperNode
+imports this module at start; it acts only in a SuperNode (``flower-supernode``, or the
+client daemon's collabfl/flower/quick_reply_supernode.py). Flower's SuperNode
 (``flwr/supernode/start_client_internal.py``, 1.41 and 1.42) serves one message at a time
 and, once the message is handed to the executor, looks for its reply every 0.5 s
-(``time.sleep(0.5)``; no option changes it). In the SuperNode this hook:
+(``time.sleep(0.5)``; no option changes it; the daemon's SuperNode looks every 0.02 s). In
+the SuperNode this hook:
 
 - prints ``REPLY-WAIT <round> <seconds>`` for every reply: how long it lay in the
   SuperNode's state (stored by the executor's push) before the loop found it;
-- with ``COLLABFL_BENCH_SHORT_POLL=SECONDS:PARITY``, looks every SECONDS instead of 0.5 s
-  in the rounds whose number % 2 is PARITY, so that one federation, under one load,
-  measures both.
+- with ``COLLABFL_BENCH_SHORT_POLL=SECONDS:PARITY``, looks every SECONDS in the rounds
+  whose number % 2 is PARITY and every 0.5 s, as Flower alone does, in the others (in
+  place of the daemon's own poll), so that one federation, under one load, measures both.
 
-Flower is patched here for a measurement only; collabfl itself patches nothing in Flower.
 tests/test_supernode_reply_poll.py fails when the internals used here change.
 """
 
@@ -71,8 +72,18 @@ def _install() -> None:
             chosen = current["round"] >= 0 and current["round"] % 2 == parity
             time.sleep(short_s if seconds == FLOWER_POLL_S and chosen else seconds)
 
-    loop.time = ShortPoll()  # type: ignore[assignment]
+    create = InMemoryNodeState.__init__
+
+    def create_then_poll(self: InMemoryNodeState, *args: Any, **kwargs: Any) -> None:
+        """The SuperNode makes its state before its loop, after its entry point ran (the
+        daemon's shortens the poll): this poll replaces whichever it set."""
+        create(self, *args, **kwargs)
+        loop.time = ShortPoll()  # type: ignore[assignment]
+
+    InMemoryNodeState.__init__ = create_then_poll  # type: ignore[method-assign]
 
 
-if Path(sys.argv[0] if sys.argv else "").name == "flower-supernode":
+if Path(sys.argv[0] if sys.argv else "").name == "flower-supernode" or (
+    "collabfl.flower.quick_reply_supernode" in sys.orig_argv
+):
     _install()

@@ -42,11 +42,11 @@ from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.node_config import NodeValue, write_node_config
 from collabfl.flower.processes import (
-    flower_binary,
     flower_env,
     wait_for_join,
     warm_executor_command,
 )
+from collabfl.flower.quick_reply_supernode import supernode_program
 from collabfl.flower.stale_node import clear_stale_node, preload
 from collabfl.flower.superexec_auth import ensure_secret, rotate_secret
 from collabfl.flower.supernode_diagnosis import SupernodeReasons, Where
@@ -147,10 +147,11 @@ def node_config(settings: ParticipantSettings) -> dict[str, NodeValue]:
 
 
 def supernode_command(settings: ParticipantSettings) -> list[str]:
-    """The SuperNode invocation: node config carries what the ClientApp needs."""
+    """The SuperNode invocation (Flower's, with a short reply poll: its module's doc); the
+    node config carries what the ClientApp needs."""
     state_dir = settings.state_dir
     command = [
-        flower_binary("flower-supernode"),
+        *supernode_program(),
         "--superlink",
         settings.superlink,
         "--port",
