@@ -190,6 +190,14 @@ class FakeFlower:
         self.hold = hold
         self.refuse = refuse
         self.unreachable = unreachable
+        self.asked_nodes = 0
+
+    def nodes(self) -> list[dict]:
+        self.asked_nodes += 1
+        if self.unreachable:
+            self.unreachable -= 1
+            raise SuperLinkUnreachable("could not list the SuperNodes: Connection refused")
+        return []
 
     def start_run(self, fab: Fab, config: dict) -> int:
         if self.unreachable:
@@ -250,6 +258,27 @@ def test_a_run_waits_for_a_superlink_that_does_not_listen_yet_without_using_its_
         [run] = state.runs()
         assert run.active, run.message
         assert len(flower.submitted) == 1 and launcher.launches["r"] == 1
+        assert launcher.running["r"].alive()
+        launcher.stop()
+
+
+def test_a_superlink_that_stays_down_costs_no_launch_token_per_check(tmp_path: Path) -> None:
+    """While the SuperLink does not listen, each check asks it one cheap question instead of
+    minting a launch token (a database write), writing its files and signing a ticket."""
+    flower = FakeFlower(hold=True, unreachable=6)
+    with CoordinatorState(tmp_path / "coordinator.db") as state:
+        minted: list[str] = []
+        mint = state.new_launch
+        state.new_launch = lambda run_id: minted.append(run_id) or mint(run_id)  # type: ignore[method-assign]
+        launcher = _launcher(state, tmp_path, flower)
+        state.create_run("r", "dpfl", valid_request())
+        for _ in range(6):
+            launcher.check_runs()
+        assert minted == ["r"] and flower.asked_nodes == 5 and not flower.submitted
+        launcher.check_runs()  # it listens now: one more token, and the run is submitted
+        assert minted == ["r", "r"] and len(flower.submitted) == 1
+        token_file = Path(flower.submitted[0]["launch-token-file"])
+        state.check_launch("r", token_file.read_text())
         assert launcher.running["r"].alive()
         launcher.stop()
 

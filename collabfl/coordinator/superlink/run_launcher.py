@@ -202,6 +202,8 @@ class RunLauncher:
 
     def launch(self, run: Run) -> None:
         """Launch the run's ServerApp; ValueError if its stored request cannot run."""
+        if self.superlink_still_unreachable(run.run_id):
+            return  # the next check asks again
         # Imported at the first launch, if the service's CreateRun has not done it yet (a run
         # resumed after a restart): it imports torch, whose CPU-second clients starting
         # beside the coordinator need to join.
@@ -244,6 +246,23 @@ class RunLauncher:
         self.logs[run.run_id] = out_dir / "serverapp.log"
         stream = self.control.log_stream(flower_run)
         self.running[run.run_id] = LogFollower(stream, self.logs[run.run_id])
+
+    def superlink_still_unreachable(self, run_id: str) -> bool:
+        """Whether the SuperLink that ``run_id``'s last launch found not listening still is not.
+
+        Asked before a launch mints again: a SuperLink down for an hour then costs one cheap
+        Control API call a check, not a launch token written to the database, two files and
+        a signed ticket each second.
+        """
+        if run_id not in self.waiting_for_superlink:
+            return False
+        try:
+            self.control.nodes()
+        except SuperLinkUnreachable:
+            return True
+        except ControlError:
+            return False  # it listens; the launch itself says what else is wrong
+        return False
 
     def submit(self, settings: Mapping[str, str | int | float]) -> int:
         """Start a Flower run of the app with ``settings``; its Flower run id.
