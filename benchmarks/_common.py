@@ -34,9 +34,33 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
-def environment() -> dict[str, Any]:
-    """What the figures depend on: versions, threads and the machine's core count."""
+CPU_FLAGS = ("aes", "avx2", "avx512f", "sha_ni")
+"""Instruction sets figures move with: AES-GCM under TLS, BLAKE3's and SHA-256's paths."""
+
+
+def cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+    """The processor's model and which of ``CPU_FLAGS`` it has (from Linux's ``cpuinfo``;
+    empty elsewhere). The shared machine is not always the same hardware: one day it ran the
+    same code 2.5 times as fast as the day before."""
+    try:
+        first = cpuinfo.read_text().split("\n\n")[0]
+    except OSError:
+        return {}
+    fields = {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(":") for line in first.splitlines())
+    }
+    flags = set(fields.get("flags", "").split())
     return {
+        "cpu_model": fields.get("model name"),
+        "cpu_flags": [flag for flag in CPU_FLAGS if flag in flags],
+    }
+
+
+def environment() -> dict[str, Any]:
+    """What the figures depend on: versions, threads, the processor and its core count."""
+    return {
+        **cpu(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
