@@ -37,14 +37,10 @@ def test_the_readme_table_sits_between_the_markers_with_the_rendered_columns():
     inside = readme.split(readme_table.BEGIN)[1].split(readme_table.END)[0].strip().splitlines()
     header = readme_table.table([]).splitlines()
     assert inside[:2] == header
-    assert [row.split("|")[1].strip() for row in inside[2:]] == [
-        "local",
-        "fedavg",
-        "fedavg_ft",
-        "fedprox",
-        "ditto",
-        "dpfl",
-    ]
+    rows, machine = readme_table.recorded(readme)
+    assert [row[0] for row in rows] == ["local", "fedavg", "fedavg_ft", "fedprox", "ditto", "dpfl"]
+    assert all(len(row) == readme_table.COLUMNS for row in rows)
+    assert machine and "torch" in machine  # the line under the table names where it ran
 
 
 def test_a_fresh_run_rewrites_a_stale_table_and_a_second_run_agrees(
@@ -65,8 +61,12 @@ def test_a_fresh_run_rewrites_a_stale_table_and_a_second_run_agrees(
     assert readme_table.main(args) == 0
     written = readme.read_text()
     assert "99.99" not in written and written.endswith(f"{readme_table.END}\nafter\n")
-    rows = written.split(readme_table.BEGIN)[1].split(readme_table.END)[0].strip().splitlines()
-    assert [row.split("|")[1].strip() for row in rows[2:]] == ["local", "dpfl"]
+    rows, machine = readme_table.recorded(written)
+    assert [row[0] for row in rows] == ["local", "dpfl"] and machine == readme_table.machine()
     # A second fresh run agrees: the table the check's run printed is the one written, so a
     # check against that run would pass (main's test: the README unchanged by its table).
-    assert readme_table.replace_table(written, first_run.rstrip("\n") + "\n") == written
+    here = readme_table.machine()
+    assert (
+        readme_table.replace_table(written, readme_table.block(first_run.rstrip("\n") + "\n", here))
+        == written
+    )
