@@ -48,9 +48,11 @@ kernels against its AVX-512 ones, were at most 1.3 points apart in a mean and 1.
 
 def machine() -> str:
     """What the table's last digits depend on: the processor and torch's kernels for it."""
-    model = cpu().get("cpu_model") or platform.processor() or platform.machine()
+    found = cpu()
+    model = found.get("cpu_model") or platform.processor() or platform.machine()
+    flags = " ".join(found.get("cpu_flags", []))
     kernels = torch.backends.cpu.get_cpu_capability()
-    return f"{model}, torch {torch.__version__} with its {kernels} kernels"
+    return f"{model} ({flags}), torch {torch.__version__} with its {kernels} kernels"
 
 
 def block(table_text: str, machine_name: str) -> str:
