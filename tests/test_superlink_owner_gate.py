@@ -23,10 +23,9 @@ from collabfl.coordinator.superlink import local_superlink
 from collabfl.coordinator.superlink.local_superlink import superlink_program
 from collabfl.coordinator.superlink.owner_gated_superlink import (
     FLOWER_ENTRY_POINT,
-    flower_superlink,
     install_owner_gate,
 )
-from collabfl.flower.processes import flower_binary
+from collabfl.flower.processes import flower_binary, flower_entry_point
 from collabfl.kernel.socket_owner import owner_lookup_available
 
 pytestmark = pytest.mark.skipif(not owner_lookup_available(), reason="needs /proc/net/tcp")
@@ -84,7 +83,7 @@ def test_contract_uvicorn_refuses_every_other_users_connection(monkeypatch):
 def test_contract_flower_installs_the_superlink_as_a_console_script():
     from flwr.superlink.cli import flower_superlink as flowers
 
-    assert flower_superlink() is flowers
+    assert flower_entry_point(FLOWER_ENTRY_POINT) is flowers
     assert FLOWER_ENTRY_POINT == "flower-superlink"
 
 

@@ -27,11 +27,12 @@ from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
 from collabfl.client import daemon
 from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.flower import quick_reply_supernode
+from collabfl.flower.processes import flower_entry_point
 from collabfl.flower.quick_reply_supernode import (
+    FLOWER_ENTRY_POINT,
     FLOWER_REPLY_POLL_S,
     REPLY_POLL_S,
     ReplyPollClock,
-    flower_supernode,
     shorten_reply_poll,
     supernode_program,
 )
@@ -70,7 +71,7 @@ def test_contract_no_option_shortens_the_poll() -> None:
 def test_contract_flower_installs_the_supernode_as_a_console_script() -> None:
     from flwr.supernode.cli.flower_supernode import flower_supernode as flowers
 
-    assert flower_supernode() is flowers
+    assert flower_entry_point(FLOWER_ENTRY_POINT) is flowers
 
 
 def test_contract_what_the_benchmark_hook_wraps() -> None:

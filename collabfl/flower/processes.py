@@ -7,7 +7,10 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 CLIENT_RUNTIMES = ("warm", "subprocess")
 """How a client daemon runs ClientApp messages: one long-lived executor that keeps torch,
@@ -42,6 +45,16 @@ def flower_env(flwr_home: Path) -> dict[str, str]:
         "FLWR_HOME": str(flwr_home.resolve()),
         "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
     }
+
+
+def flower_entry_point(name: str) -> Callable[[], Any]:
+    """Flower's console script ``name`` (``flower-superlink``, ``flower-supernode``) as a
+    function, for a process of ours that runs it after preparing what it needs."""
+    found = entry_points(group="console_scripts", name=name)
+    if not found:
+        raise SystemExit(f"Flower's {name} entry point is not installed")
+    function: Callable[[], Any] = next(iter(found)).load()
+    return function
 
 
 def flower_binary(name: str) -> str:

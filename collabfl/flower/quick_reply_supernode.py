@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import sys
 import time
-from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
+
+from collabfl.flower.processes import flower_entry_point
 
 FLOWER_ENTRY_POINT = "flower-supernode"
 FLOWER_REPLY_POLL_S = 0.5
@@ -55,21 +56,13 @@ def shorten_reply_poll(loop: ModuleType, poll_s: float = REPLY_POLL_S) -> None:
     loop.time = ReplyPollClock(poll_s)  # type: ignore[attr-defined]
 
 
-def flower_supernode() -> Any:
-    """Flower's ``flower-supernode`` console script, as installed."""
-    found = entry_points(group="console_scripts", name=FLOWER_ENTRY_POINT)
-    if not found:
-        raise SystemExit(f"Flower's {FLOWER_ENTRY_POINT} entry point is not installed")
-    return next(iter(found)).load()
-
-
 def main() -> None:
     """Run ``flower-supernode`` with this process's arguments and the short reply poll."""
     from flwr.supernode import start_client_internal
 
     shorten_reply_poll(start_client_internal)
     sys.argv[0] = FLOWER_ENTRY_POINT
-    sys.exit(flower_supernode()())
+    sys.exit(flower_entry_point(FLOWER_ENTRY_POINT)())
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ import logging
 import os
 import sys
 import time
-from importlib.metadata import entry_points
-from typing import Any, cast
+from typing import cast
 
 from uvicorn.config import Config
 
+from collabfl.flower.processes import flower_entry_point
 from collabfl.kernel.socket_owner import connection_owner
 
 log = logging.getLogger("uvicorn.error")
@@ -92,19 +92,11 @@ def install_owner_gate(owner: int) -> None:
     setattr(Config, "load", gated_load)  # noqa: B010 (mypy refuses assigning a method)
 
 
-def flower_superlink() -> Any:
-    """Flower's ``flower-superlink`` console script, as installed."""
-    found = entry_points(group="console_scripts", name=FLOWER_ENTRY_POINT)
-    if not found:
-        raise SystemExit(f"Flower's {FLOWER_ENTRY_POINT} entry point is not installed")
-    return next(iter(found)).load()
-
-
 def main() -> None:
     """Run ``flower-superlink`` with this process's arguments, gated on its user."""
     install_owner_gate(os.geteuid())
     sys.argv[0] = FLOWER_ENTRY_POINT
-    flower_superlink()()
+    flower_entry_point(FLOWER_ENTRY_POINT)()
 
 
 if __name__ == "__main__":
