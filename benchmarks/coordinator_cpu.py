@@ -79,8 +79,8 @@ def role(cmdline: list[str]) -> str:
         return "superlink"
     if "collabfl.coordinator.daemon" in text or "grpc_fleet.py coordinator" in text:
         return "daemon"
-    if "flwr-serverapp" in text:
-        return "serverapp"
+    if "flwr-serverapp" in text or "serverapp_template" in text:
+        return "serverapp"  # the template and the ServerApps it forks (their command lines)
     if "flwr" in text and " log " in f" {text} ":
         return "log_follower"
     return "other"
