@@ -104,16 +104,12 @@ def run_supernode(argv: list[str]) -> None:
     """Flower's SuperNode with the gRPC client in its HTTP client's place, and the daemon's
     short reply poll (collabfl/flower/quick_reply_supernode.py)."""
     import flwr.supernode.fleet_http_connection as connection
-    from flwr.supernode import start_client_internal
 
-    from collabfl.flower.quick_reply_supernode import shorten_reply_poll
+    from collabfl.flower import quick_reply_supernode
 
     connection.FleetHttpClient = grpc_fleet_client()  # type: ignore[misc]
-    shorten_reply_poll(start_client_internal)
-    from flwr.supernode.cli.flower_supernode import flower_supernode
-
-    sys.argv = ["flower-supernode", *argv]
-    flower_supernode()
+    sys.argv = [quick_reply_supernode.FLOWER_ENTRY_POINT, *argv]
+    quick_reply_supernode.main()
 
 
 def run_client(argv: list[str]) -> int:

@@ -60,18 +60,18 @@ def block(table_text: str, machine_name: str) -> str:
     return f"{table_text}\n{PRINTED_ON}{machine_name}.\n"
 
 
+def cells(table_text: str) -> list[list[str]]:
+    """A rendered table's rows without the header, as cells (lines that are no row left out)."""
+    lines = table_text.strip().splitlines()[2:]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines]
+    return [row for row in rows if row]
+
+
 def recorded(readme: str) -> tuple[list[list[str]], str | None]:
     """The README's table rows (cells without the header) and the machine it names."""
-    inside = readme.split(BEGIN)[1].split(END)[0].strip().splitlines()
-    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in inside[2:]]
-    named = [line for line in inside if line.startswith(PRINTED_ON)]
-    return [row for row in rows if row], named[0][len(PRINTED_ON) :].rstrip(".") if named else None
-
-
-def cells(table_text: str) -> list[list[str]]:
-    """A rendered table's rows without the header, as cells."""
-    lines = table_text.strip().splitlines()[2:]
-    return [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines]
+    inside = readme.split(BEGIN)[1].split(END)[0].strip()
+    named = [line for line in inside.splitlines() if line.startswith(PRINTED_ON)]
+    return cells(inside), named[0][len(PRINTED_ON) :].rstrip(".") if named else None
 
 
 def _mean_std(cell: str) -> tuple[float, float] | None:

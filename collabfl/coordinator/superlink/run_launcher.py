@@ -261,7 +261,7 @@ class RunLauncher:
         except SuperLinkUnreachable:
             return True
         except ControlError:
-            return False  # it listens; the launch itself says what else is wrong
+            pass  # it listens; the launch itself says what else is wrong
         return False
 
     def submit(self, settings: Mapping[str, str | int | float]) -> int:
