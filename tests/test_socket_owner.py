@@ -1,4 +1,7 @@
-"""kernel/socket_owner.py: the uid behind a loopback connection, read from the kernel."""
+"""kernel/socket_owner.py: the uid behind a loopback connection, read from the kernel.
+
+Each case runs through both ways of asking: sock_diag (the one used) and the /proc tables
+(its fallback)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from collabfl.kernel.socket_owner import connection_owner, owner_lookup_available
+from collabfl.kernel import socket_owner
+from collabfl.kernel.socket_owner import (
+    connection_owner,
+    diag_owner,
+    owner_lookup_available,
+    table_owner,
+)
 from tests.support.other_user import STRANGER_UID, SYSTEM_PYTHON, as_stranger
 
 pytestmark = pytest.mark.skipif(not owner_lookup_available(), reason="needs /proc/net/tcp")
@@ -19,6 +28,11 @@ CONNECT_AND_WAIT = """
 import socket, sys
 socket.create_connection(("127.0.0.1", int(sys.argv[1]))).recv(1)
 """
+
+
+@pytest.fixture(params=[diag_owner, table_owner], ids=["sock_diag", "tables"])
+def lookup(request):
+    return request.param
 
 
 @pytest.fixture
@@ -30,38 +44,55 @@ def listener() -> Iterator[socket.socket]:
         yield server
 
 
-def test_this_users_connection_is_this_users(listener):
+def test_this_users_connection_is_this_users(listener, lookup):
     with socket.create_connection(listener.getsockname()):
         accepted, peer = listener.accept()
         with accepted:
-            assert connection_owner(peer, accepted.getsockname()) == os.geteuid()
+            assert lookup(peer, accepted.getsockname()) == os.geteuid()
 
 
-def test_a_dual_stack_caller_is_found_in_tcp6(listener):
+def test_a_dual_stack_caller_is_found_in_tcp6(listener, lookup):
     with socket.socket(socket.AF_INET6) as caller:
         caller.connect(("::ffff:127.0.0.1", listener.getsockname()[1]))
         accepted, peer = listener.accept()
         with accepted:
-            assert connection_owner(peer, accepted.getsockname()) == os.geteuid()
+            assert lookup(peer, accepted.getsockname()) == os.geteuid()
 
 
-def test_another_users_connection_is_theirs(listener):
+def test_another_users_connection_is_theirs(listener, lookup):
     port = str(listener.getsockname()[1])
     stranger = subprocess.Popen(as_stranger([SYSTEM_PYTHON, "-c", CONNECT_AND_WAIT, port]))
     try:
         accepted, peer = listener.accept()
         with accepted:
-            assert connection_owner(peer, accepted.getsockname()) == STRANGER_UID
+            assert lookup(peer, accepted.getsockname()) == STRANGER_UID
             accepted.sendall(b"x")  # lets the stranger go
     finally:
         stranger.wait(timeout=20)
 
 
-def test_a_closed_connection_has_no_owner_even_in_time_wait(listener):
+def test_a_closed_connection_has_no_owner_even_in_time_wait(listener, lookup):
     caller = socket.create_connection(listener.getsockname())
     accepted, peer = listener.accept()
     local = accepted.getsockname()
     caller.close()  # the caller's side waits in TIME_WAIT, shown as uid 0's
     accepted.close()
     time.sleep(0.2)
-    assert connection_owner(peer, local) is None
+    assert lookup(peer, local) is None
+
+
+def test_a_listener_on_the_callers_address_is_not_the_caller(listener, lookup):
+    """With no connection from that address, the kernel's lookup answers with the socket
+    listening there; its owner must not pass for a caller's."""
+    assert lookup(listener.getsockname(), ("127.0.0.1", 9)) is None
+
+
+def test_the_tables_answer_where_sock_diag_is_refused(listener, monkeypatch):
+    def refused(*args, **kwargs):
+        raise PermissionError("sock_diag refused")
+
+    monkeypatch.setattr(socket_owner, "diag_owner", refused)
+    with socket.create_connection(listener.getsockname()):
+        accepted, peer = listener.accept()
+        with accepted:
+            assert connection_owner(peer, accepted.getsockname()) == os.geteuid()

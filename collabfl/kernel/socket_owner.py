@@ -1,17 +1,25 @@
 """Which local user opened the other end of a TCP connection on this machine (Linux).
 
 A loopback TCP port takes connections from every local user and tells a server nothing about
-who called (no SO_PEERCRED, as a Unix socket has). The kernel's socket tables do: each line
-of ``/proc/net/tcp`` and ``/proc/net/tcp6`` names a socket's local and remote address and
+who called (no SO_PEERCRED, as a Unix socket has). The kernel knows: every TCP socket carries
 the uid that created it. The calling socket is the one whose local address is the server's
 peer and whose remote address is the server's own; only it and the server's accepted socket
 carry that address pair, in opposite order. A socket in TIME_WAIT has no owner any more (the
 kernel shows uid 0) and is never taken for the caller.
+
+The kernel is asked through sock_diag (a netlink socket, as ``ss`` asks), for that one
+socket by its addresses: a hash lookup, about 20 µs. Reading ``/proc/net/tcp`` instead makes
+the kernel walk its whole connection table: 4 ms a table on an idle machine, 10 to 27 ms with
+a 32-client federation's sockets, on the SuperLink's event loop for every connection it
+accepted. The tables stay as the fallback where sock_diag is refused (a kernel without its
+inet_diag module).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
 import socket
 import struct
 from pathlib import Path
@@ -21,6 +29,22 @@ TIME_WAIT = "06"
 _STATE, _UID = 2, 6
 """Where a line's state and uid are, counted from its local address."""
 
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 1
+NLMSG_ERROR = 2
+TCP_TIME_WAIT = 6
+NO_COOKIE = 0xFFFFFFFF
+_HEADER = struct.Struct("=IHHII")
+"""nlmsghdr: length, type, flags, sequence, port."""
+_REQUEST = struct.Struct("=BBBBI")
+"""inet_diag_req_v2 before its socket id: family, protocol, extensions, pad, states."""
+_SOCKET_ID = struct.Struct("!HH16s16s")
+"""inet_diag_sockid's ports and addresses (network order); its interface and cookie follow."""
+_ANSWER = struct.Struct("=BBBB48sIIIII")
+"""inet_diag_msg: family, state, timer, retransmits, socket id, expires, queues, uid, inode."""
+_NOT_THERE = -errno.ENOENT
+
 
 def owner_lookup_available() -> bool:
     """Whether this machine lists its TCP sockets with their owners (Linux's procfs)."""
@@ -29,7 +53,53 @@ def owner_lookup_available() -> bool:
 
 def connection_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     """The uid that owns the socket at ``peer`` connected to this machine's ``local``
-    address; None when no table lists it (gone already, or not on this machine)."""
+    address; None when the kernel has no such socket (gone already, or not on this
+    machine)."""
+    try:
+        return diag_owner(peer, local)
+    except OSError:
+        return table_owner(peer, local)
+
+
+def diag_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """``connection_owner`` asked through sock_diag; OSError where the kernel refuses it."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as link:
+        link.settimeout(1.0)
+        for family, packed in ((socket.AF_INET, _packed_v4), (socket.AF_INET6, _packed_v6)):
+            try:
+                wanted = _SOCKET_ID.pack(peer[1], local[1], packed(peer[0]), packed(local[0]))
+            except ValueError:
+                continue  # an address of the other family
+            owner = _ask(link, family, wanted)
+            if owner is not None:
+                return owner
+    return None
+
+
+def _ask(link: socket.socket, family: int, wanted: bytes) -> int | None:
+    """The uid of the one ``family`` TCP socket with the ports and addresses ``wanted``."""
+    body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+    body += wanted + struct.pack("=III", 0, NO_COOKIE, NO_COOKIE)
+    header = _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
+    link.sendto(header + body, (0, 0))  # to the kernel
+    return _answer(link.recv(8192), wanted)
+
+
+def _answer(reply: bytes, wanted: bytes) -> int | None:
+    _, kind, _, _, _ = _HEADER.unpack_from(reply)
+    if kind == NLMSG_ERROR:
+        (code,) = struct.unpack_from("=i", reply, _HEADER.size)
+        if code == _NOT_THERE:
+            return None
+        raise OSError(-code, f"sock_diag: {os.strerror(-code)}")
+    _, state, _, _, found, _, _, _, uid, _ = _ANSWER.unpack_from(reply, _HEADER.size)
+    if state == TCP_TIME_WAIT or found[: len(wanted)] != wanted:
+        return None  # closed already, or a listener the lookup fell back to: not the caller
+    return int(uid)
+
+
+def table_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """``connection_owner`` read from ``/proc/net/tcp`` and ``/proc/net/tcp6``."""
     for table, hexed in ((TABLES[0], _hex_v4), (TABLES[1], _hex_v6)):
         try:
             wanted = f"{hexed(peer)} {hexed(local)} "
@@ -64,6 +134,19 @@ def _hex_v6(address: tuple[str, int]) -> str:
         ip = ipaddress.IPv6Address(f"::ffff:{ip}")
     words = struct.unpack("=4I", socket.inet_pton(socket.AF_INET6, str(ip)))
     return "".join(f"{word:08X}" for word in words) + f":{port:04X}"
+
+
+def _packed_v4(host: str) -> bytes:
+    """An IPv4 address as inet_diag_sockid holds it: four bytes, then zeros."""
+    return ipaddress.IPv4Address(_unmapped(host)).packed.ljust(16, b"\0")
+
+
+def _packed_v6(host: str) -> bytes:
+    """An address as an IPv6 socket holds it (an IPv4 one in its IPv4-mapped form)."""
+    ip = ipaddress.ip_address(host.split("%")[0])
+    if isinstance(ip, ipaddress.IPv4Address):
+        ip = ipaddress.IPv6Address(f"::ffff:{ip}")
+    return ip.packed
 
 
 def _unmapped(host: str) -> str:
