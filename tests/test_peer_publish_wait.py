@@ -7,6 +7,7 @@ server thread that finds the round missing but still to come, which is what wait
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -257,6 +258,7 @@ def test_a_fetch_refused_for_want_of_a_slot_asks_again_until_one_frees(
 ):
     """Every client fetches at once in a round: a popular owner serves them a few at a time,
     and the rest get their model as slots free up, not a skipped peer."""
+    caplog.set_level(logging.INFO, logger="collabfl.client.peer_server")
     address = serve(publish_wait_s=60, streams_per_fetcher=1, max_streams=1)
     got: dict[int, torch.Tensor] = {}
 
@@ -276,6 +278,8 @@ def test_a_fetch_refused_for_want_of_a_slot_asks_again_until_one_frees(
     first.join()
     second.join()
     assert torch.equal(got[LAB_A], VECTOR) and torch.equal(got[LAB_B], VECTOR)
+    busy = [r for r in caplog.records if "too many concurrent model streams" in r.getMessage()]
+    assert busy and all(r.levelno == logging.INFO for r in busy)  # back-pressure, no warning
 
 
 def test_the_daemon_sets_the_publish_wait(tmp_path):

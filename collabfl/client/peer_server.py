@@ -98,7 +98,9 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         if stream is None:
             reason = f"too many concurrent model streams (client {fetcher} or all fetchers)"
             context.set_trailing_metadata(((BUSY_KEY, "1"),))
-            self._refuse(request, context, grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
+            # Back-pressure, not a fault: the fetcher asks again. A 32-client round 0 gave
+            # 578 of these; as warnings they buried the refusals that are one.
+            self._refuse(request, context, grpc.StatusCode.RESOURCE_EXHAUSTED, reason, logging.INFO)
         # Checked while streamed from one handle: a prune or republish cannot cut it short.
         with self._open(request, context, store, stream) as published:
             manifest: peer_pb2.Manifest | None = _manifest(self.owner, published.stored)
@@ -228,9 +230,11 @@ class PeerModelService(peer_pb2_grpc.PeerModelsServicer):
         context: grpc.ServicerContext,
         code: grpc.StatusCode,
         reason: str,
+        level: int = logging.WARNING,
     ) -> NoReturn:
         """Log the refusal and end the call with ``code`` (context.abort raises)."""
-        log.warning(
+        log.log(
+            level,
             "client %s refused FetchModel of round %s (run %r) to %s: %s: %s",
             self.owner,
             request.round,
