@@ -17,7 +17,8 @@ TCP over the same link, and the fetch's extra peak memory as a multiple of the m
 (peer_fetch.py's fresh-process measure, run in the fetcher's namespace: a warm process, so
 one more fetch's cost). Then a BGGC batch: Bc concurrent
 fetches, one from each of Bc peer hosts, all through the fetcher's one capped link; the
-aggregate throughput against the link rate.
+aggregate throughput against the link rate. The fetcher's processes run with the
+environment a client daemon gives its executor (``executor_env``: one malloc arena).
 
 Targets (issue 27): fetch >= 0.9x link and >= 0.9x the bare stream, extra memory <= 1.5x the
 model, batch aggregate >= 0.9x link. Issue 41, at 10 Gbit with ``--tls`` and a 200 MB model:
@@ -69,6 +70,7 @@ from collabfl.client.background_hash import weights_digest
 from collabfl.client.model_store import PublishedModels
 from collabfl.client.peer_client import GrpcPeerSource
 from collabfl.client.peer_server import PeerModelServer
+from collabfl.flower.processes import executor_env
 from collabfl.kernel.grants import GrantSigner, GrantVerifier, generate_private_key
 from collabfl.kernel.supervisor import stop_group
 from collabfl.kernel.tls import ServerTLS
@@ -233,10 +235,17 @@ def start_peer(
     raise TimeoutError(f"peer server in {host} not ready after 300 s")
 
 
+def as_executor(argv: list[str]) -> list[str]:
+    """``argv`` with the environment a client daemon gives its executor, the process that
+    fetches peer models (flower/processes.py, ``executor_env``)."""
+    return ["env", *(f"{key}={value}" for key, value in executor_env({}).items()), *argv]
+
+
 def in_host(bed: NetworkBed, host: str, mode: str, spec: dict[str, Any]) -> Any:
-    """This script's ``mode`` run to completion in ``host``; its RESULT record."""
+    """This script's ``mode`` run to completion in ``host`` (as an executor runs); its
+    RESULT record."""
     argv = [sys.executable, str(Path(__file__).resolve()), mode, json.dumps(spec)]
-    done = bed.run(host, argv, timeout_s=1800)
+    done = bed.run(host, as_executor(argv), timeout_s=1800)
     lines = [x for x in done.stdout.splitlines() if x.startswith(RESULT)]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{mode} in {host} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -267,7 +276,7 @@ def bench_rate(rate: str, sizes: list[int], batch: int, batch_mb: int, args: Any
             extras = [
                 run_child(
                     {**child, "kind": "fetch_warm", "warm_grant": peer["warm_grant"]},
-                    lambda argv: bed.command("fetcher", argv),
+                    lambda argv: bed.command("fetcher", as_executor(argv)),
                 )["extra_bytes"]
                 for _ in range(args.memory_repeats)
             ]

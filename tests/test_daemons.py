@@ -133,3 +133,22 @@ def test_a_restarted_client_daemon_kills_what_its_killed_predecessor_left(tmp_pa
         assert second.wait(timeout=60) == 0
         for pid in still_running(killed):  # without the fix: left on the machine otherwise
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_executor_runs_with_one_malloc_arena(tmp_path, reserve_ports):
+    """The executor is the process that fetches peer models; one glibc arena keeps the
+    fetch's chunks from spreading over several (flower/processes.py, ``executor_env``)."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    daemon = subprocess.Popen(
+        _client_args(tmp_path, _data_file(tmp_path), reserve_ports(3)),
+        start_new_session=True,
+        env=env,
+    )
+    try:
+        _wait(lambda: any(map(_is_executor, process_tree(daemon.pid))), "the executor's start")
+        executor = next(pid for pid in process_tree(daemon.pid) if _is_executor(pid))
+        environment = Path(f"/proc/{executor}/environ").read_bytes().split(b"\0")
+        assert b"MALLOC_ARENA_MAX=1" in environment
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0

@@ -42,6 +42,7 @@ from collabfl.client.settings import ParticipantSettings, parser
 from collabfl.client.stream_limits import StreamLimits
 from collabfl.flower.node_config import NodeValue, write_node_config
 from collabfl.flower.processes import (
+    executor_env,
     flower_env,
     wait_for_join,
     warm_executor_command,
@@ -290,7 +291,7 @@ def start_flower(
             secret_file=ensure_secret(state_dir).resolve(),
         ),
         state_dir / "executor.log",
-        env,
+        executor_env(env),
         policy,
         on_give_up=give_up,
     )
