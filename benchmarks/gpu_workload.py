@@ -43,7 +43,7 @@ import torch.nn.functional as F
 import workload_data
 from _common import BENCH_DIR, exit_on_sigterm, format_table, write_results
 from quickstart_time import collabfl_executable
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 from train_throughput import backward_and_step
 
 from collabfl.kernel.models import build_model
@@ -145,12 +145,20 @@ class GpuSampler:
         }
 
 
+def trained_per_round(work: Workload) -> int:
+    """The images a client trains on each round: one epoch of its train split less the
+    validation it holds out (data.val_fraction = 0.2)."""
+    return work.train - round(0.2 * work.train)
+
+
 def bare_loop(work: Workload, data_dir: Path, steps: int) -> dict[str, float]:
-    """Images per second of the loop a PyTorch user writes, over client 0's Dataset."""
+    """Images per second of the loop a PyTorch user writes, over as many of client 0's
+    images as a client trains on per round, batched as a client batches them (the last
+    batch of an epoch partial)."""
     os.environ["WORKLOAD_DATA"] = str(data_dir)
     torch.set_num_threads(1)  # as the runs' threads = 1
     device = torch.device(work.device)
-    split = workload_data.factory(0)["train"]
+    split = Subset(workload_data.factory(0)["train"], range(trained_per_round(work)))
     module = build_model(work.model, workload_data.CLASSES, seed=0).to(device)
     layout = torch.channels_last if work.channels_last else torch.contiguous_format
     module = module.to(memory_format=layout)
@@ -159,7 +167,7 @@ def bare_loop(work: Workload, data_dir: Path, steps: int) -> dict[str, float]:
     pinned = device.type == "cuda"
     loader = DataLoader(
         split, batch_size=work.batch_size, shuffle=True, num_workers=work.workers,
-        pin_memory=pinned, drop_last=True, persistent_workers=work.workers > 0,
+        pin_memory=pinned, persistent_workers=work.workers > 0,
     )  # fmt: skip
     module.train()
 
@@ -246,11 +254,10 @@ def _mean(values: Iterable[float]) -> float:
 
 def training_rate(rows: list[dict[str, Any]], work: Workload, runtime: str) -> float:
     """Training images per second of the whole federation over its steady rounds: every
-    client's samples (one epoch of its train split less the validation it holds out,
-    data.val_fraction = 0.2) over the time its clients trained, which in process is the sum
-    of their training seconds (they take turns) and in a federation the slowest client's
-    (they train at once, sharing the machine)."""
-    per_client = work.train - round(0.2 * work.train)
+    client's samples (``trained_per_round``) over the time its clients trained, which in
+    process is the sum of their training seconds (they take turns) and in a federation the
+    slowest client's (they train at once, sharing the machine)."""
+    per_client = trained_per_round(work)
     by_round: dict[int, list[float]] = {}
     for row in rows:
         if row["round"] > 0:
