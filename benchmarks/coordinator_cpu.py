@@ -230,9 +230,17 @@ def client_figures(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The pairs of rows on which two runs disagree (``same_results``), to say what differed."""
+    """The pairs of rows on which two runs disagree (``same_results``), to say what differed;
+    where one run lacks rows, which (round, client) rows each lacks."""
     if len(a) != len(b):
-        return [[{"rows": len(a)}, {"rows": len(b)}]]
+        keys_a = {(r["round"], r["client"]) for r in a}
+        keys_b = {(r["round"], r["client"]) for r in b}
+        return [
+            [
+                {"rows": len(a), "lacks": sorted(keys_b - keys_a)},
+                {"rows": len(b), "lacks": sorted(keys_a - keys_b)},
+            ]
+        ]
     return [[x, y] for x, y in zip(a, b, strict=True) if not same_results([x], [y])]
 
 
