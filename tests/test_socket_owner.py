@@ -96,3 +96,18 @@ def test_the_tables_answer_where_sock_diag_is_refused(listener, monkeypatch):
         accepted, peer = listener.accept()
         with accepted:
             assert connection_owner(peer, accepted.getsockname()) == os.geteuid()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"",
+        b"\0" * 8,
+        socket_owner._HEADER.pack(36, 3, 0, 1, 0),
+        socket_owner._HEADER.pack(16, 20, 0, 2, 0),
+    ],
+    ids=["empty", "short", "done, not an answer", "another sequence"],
+)
+def test_a_reply_that_answers_nothing_is_an_error_the_tables_then_answer(reply):
+    with pytest.raises(OSError):
+        socket_owner._answer(reply, b"")

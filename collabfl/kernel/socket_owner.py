@@ -82,11 +82,19 @@ def _ask(link: socket.socket, family: int, wanted: bytes) -> int | None:
     body += wanted + struct.pack("=III", 0, NO_COOKIE, NO_COOKIE)
     header = _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
     link.sendto(header + body, (0, 0))  # to the kernel
-    return _answer(link.recv(8192), wanted)
+    reply, (sender, _) = link.recvfrom(8192)
+    if sender != 0:
+        raise OSError(f"sock_diag: a reply from port {sender}, not the kernel")
+    return _answer(reply, wanted)
 
 
 def _answer(reply: bytes, wanted: bytes) -> int | None:
-    _, kind, _, _, _ = _HEADER.unpack_from(reply)
+    """The uid in the kernel's ``reply``; OSError for a reply that is not an answer to our
+    one request (the caller falls back to the tables)."""
+    _, kind, _, sequence, _ = _HEADER.unpack_from(reply.ljust(_HEADER.size, b"\0"))
+    least = _HEADER.size + (4 if kind == NLMSG_ERROR else _ANSWER.size)
+    if sequence != 1 or kind not in (NLMSG_ERROR, SOCK_DIAG_BY_FAMILY) or len(reply) < least:
+        raise OSError(f"sock_diag: an unexpected reply (type {kind}, {len(reply)} bytes)")
     if kind == NLMSG_ERROR:
         (code,) = struct.unpack_from("=i", reply, _HEADER.size)
         if code == _NOT_THERE:
