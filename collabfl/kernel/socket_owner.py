@@ -34,7 +34,9 @@ SOCK_DIAG_BY_FAMILY = 20
 NLM_F_REQUEST = 1
 NLMSG_ERROR = 2
 TCP_TIME_WAIT = 6
-NO_COOKIE = 0xFFFFFFFF
+ALL_STATES = NO_COOKIE = 0xFFFFFFFF
+SEQUENCE = 1
+"""Each lookup's one request, on a netlink socket of its own."""
 _HEADER = struct.Struct("=IHHII")
 """nlmsghdr: length, type, flags, sequence, port."""
 _REQUEST = struct.Struct("=BBBBI")
@@ -78,9 +80,9 @@ def diag_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
 
 def _ask(link: socket.socket, family: int, wanted: bytes) -> int | None:
     """The uid of the one ``family`` TCP socket with the ports and addresses ``wanted``."""
-    body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+    body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, ALL_STATES)
     body += wanted + struct.pack("=III", 0, NO_COOKIE, NO_COOKIE)
-    header = _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
+    header = _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, SEQUENCE, 0)
     link.sendto(header + body, (0, 0))  # to the kernel
     reply, (sender, _) = link.recvfrom(8192)
     if sender != 0:
@@ -93,7 +95,7 @@ def _answer(reply: bytes, wanted: bytes) -> int | None:
     one request (the caller falls back to the tables)."""
     _, kind, _, sequence, _ = _HEADER.unpack_from(reply.ljust(_HEADER.size, b"\0"))
     least = _HEADER.size + (4 if kind == NLMSG_ERROR else _ANSWER.size)
-    if sequence != 1 or kind not in (NLMSG_ERROR, SOCK_DIAG_BY_FAMILY) or len(reply) < least:
+    if sequence != SEQUENCE or kind not in (NLMSG_ERROR, SOCK_DIAG_BY_FAMILY) or len(reply) < least:
         raise OSError(f"sock_diag: an unexpected reply (type {kind}, {len(reply)} bytes)")
     if kind == NLMSG_ERROR:
         (code,) = struct.unpack_from("=i", reply, _HEADER.size)
@@ -128,20 +130,15 @@ def table_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
 
 def _hex_v4(address: tuple[str, int]) -> str:
     """``address`` as /proc/net/tcp writes it: the IPv4 address as a native-order word."""
-    host, port = address[0], address[1]
-    packed = ipaddress.IPv4Address(_unmapped(host)).packed
-    return f"{struct.unpack('=I', packed)[0]:08X}:{port:04X}"
+    (word,) = struct.unpack_from("=I", _packed_v4(address[0]))
+    return f"{word:08X}:{address[1]:04X}"
 
 
 def _hex_v6(address: tuple[str, int]) -> str:
     """``address`` as /proc/net/tcp6 writes it: four native-order words (an IPv4 address
     of a dual-stack socket in its IPv4-mapped form)."""
-    host, port = address[0], address[1]
-    ip = ipaddress.ip_address(host.split("%")[0])
-    if isinstance(ip, ipaddress.IPv4Address):
-        ip = ipaddress.IPv6Address(f"::ffff:{ip}")
-    words = struct.unpack("=4I", socket.inet_pton(socket.AF_INET6, str(ip)))
-    return "".join(f"{word:08X}" for word in words) + f":{port:04X}"
+    words = struct.unpack("=4I", _packed_v6(address[0]))
+    return "".join(f"{word:08X}" for word in words) + f":{address[1]:04X}"
 
 
 def _packed_v4(host: str) -> bytes:
