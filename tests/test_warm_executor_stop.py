@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from collabfl.flower.warm_executor import WarmExecutor
+
+pytestmark = pytest.mark.federation
 
 # Registers an exit handler the interpreter's teardown would run, then runs the executor.
 EXECUTOR = """
