@@ -16,7 +16,8 @@ from collabfl.engine.methods import parse_method_spec
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
 from collabfl.kernel.training import TrainingConfig
-from collabfl.strategies.protocol import Instruction
+from collabfl.strategies.protocol import Instruction, Reply
+from collabfl.strategies.rounds import merge_metrics
 from collabfl.strategies.verbs import Collaborate, Evaluate, Train
 
 
@@ -150,3 +151,32 @@ def test_budget_counting_the_owner_leaves_one_peer_fewer():
     for counts_owner, expected in ((False, 2), (True, 1)):
         config = validate_config({"dpfl": {"budget": 2, "budget_counts_owner": counts_owner}})
         assert build_method(parse_method_spec("dpfl", config), counts, workspace).budget == expected
+
+
+class _Clock:
+    """Stands in for the node's ``time``: still, except while a model is scored."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_scoring_the_trained_model_is_reported_as_evaluation_not_training(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr("collabfl.client.node.time", clock)
+    node = _federation().nodes[0]
+    score = node._score
+
+    def slow_score(*args, **kwargs):
+        clock.now += 5.0  # the scoring's seconds; training takes none on this clock
+        return score(*args, **kwargs)
+
+    monkeypatch.setattr(node, "_score", slow_score)
+    trained = node.handle(Instruction(0, Train(1.0, score_local=True))).metrics
+    assert (trained.train_s, trained.evaluate_s) == (0.0, 5.0)
+    evaluated = node.handle(Instruction(0, Evaluate())).metrics  # it scores too: 5 s more
+    assert evaluated.evaluate_s == 5.0
+    row = merge_metrics({0: Reply(trained, None)}, {0: Reply(evaluated, None)})[0]
+    assert (row.train_s, row.evaluate_s) == (0.0, 10.0)

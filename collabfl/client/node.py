@@ -139,8 +139,10 @@ class ClientNode:
         started = time.perf_counter()
         task = instruction.task
         reply = self._run(round_index, task, model)
-        # The seconds fields are named after the verb: train_s, collaborate_s, ...
-        timing: dict[str, Any] = {f"{task.verb.value}_s": time.perf_counter() - started}
+        # The seconds fields are named after the verb: train_s, collaborate_s, ... What a
+        # step spent evaluating (a Train's score_local) it reports as evaluate_s itself.
+        elapsed = time.perf_counter() - started - (reply.metrics.evaluate_s or 0.0)
+        timing: dict[str, Any] = {f"{task.verb.value}_s": elapsed}
         if isinstance(task, Collaborate):
             timing["fetch_s"] = self.fetcher.stats.fetch_seconds - fetch_before
         return Reply(replace(reply.metrics, **timing), reply.model)
@@ -215,8 +217,14 @@ class ClientNode:
             upload = self._poisoned(upload, task.attack, round_index)
         metrics = ClientMetrics(train_loss=loss, num_samples=self.num_samples)
         if task.score_local:
+            scoring = time.perf_counter()
             _, local_val_acc, _, local_test_acc = self._score(round_index, slot, "local", False)
-            metrics = replace(metrics, local_val_acc=local_val_acc, local_test_acc=local_test_acc)
+            metrics = replace(
+                metrics,
+                local_val_acc=local_val_acc,
+                local_test_acc=local_test_acc,
+                evaluate_s=time.perf_counter() - scoring,
+            )
         return Reply(metrics, upload)
 
     def _scaler(self, slot: str) -> torch.amp.GradScaler | None:

@@ -77,11 +77,20 @@ class ClientMetrics:
     gradient_s: float | None = None
 
     def merged(self, later: ClientMetrics) -> ClientMetrics:
-        """These metrics with every field that ``later`` sets taken from ``later``."""
+        """These metrics with every field that ``later`` sets taken from ``later``; seconds
+        add up (two steps of a round that both trained, or evaluated, took both times)."""
         updates = {
             f.name: value for f in fields(later) if (value := getattr(later, f.name)) is not None
         }
+        for name in SECONDS.intersection(updates):
+            updates[name] += getattr(self, name) or 0.0
         return replace(self, **updates)
+
+
+SECONDS = frozenset(
+    ("train_s", "collaborate_s", "fetch_s", "evaluate_s", "discriminate_s", "gradient_s")
+)
+"""The fields that count a client's seconds on a verb (fetch_s: of collaborate_s)."""
 
 
 def recorded_names() -> tuple[str, ...]:
