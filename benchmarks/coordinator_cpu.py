@@ -244,6 +244,18 @@ def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[list[d
     return [[x, y] for x, y in zip(a, b, strict=True) if not same_results([x], [y])]
 
 
+def said(events: list[dict[str, Any]]) -> str:
+    """A run's warning events in a line: each kind, with its (round, client) pairs and its
+    first message."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        kinds.setdefault(event["kind"], []).append(event)
+    return "; ".join(
+        f"{kind} at {[(e['round'], e['client']) for e in listed]}: {listed[0]['message']}"
+        for kind, listed in kinds.items()
+    )
+
+
 def same_results(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     """The two runs' rows agree as the equality tests require (accuracies to 1e-9, the
     validation loss to 1e-5 relative, counts exactly)."""
@@ -396,6 +408,11 @@ def measure(
             lost = sorted(pid for pid in before if pid not in after)
             while client.get_run("bench").active:
                 time.sleep(POLL_S)
+            warnings = [
+                {"kind": e.kind, "round": e.round, "client": e.client_id, "message": e.message}
+                for e in client.list_events("bench")
+                if e.level != "info" and e.kind != "undeclared_sizes"  # the benchmark declares none
+            ]
         figures = client_figures(root / "out" / "dpfl")
     used = by_role(before, after)
     per = {k: 1000 * v / (clients * rounds) for k, v in used.items()}
@@ -421,6 +438,7 @@ def measure(
         "ended_during_window": lost,
         "profile": profiles,
         "client_figures": figures,
+        "warning_events": warnings,
     }
 
 
@@ -561,6 +579,8 @@ def main() -> None:
                         f" load {load[0]:.1f}",
                         flush=True,
                     )
+                    if result["warning_events"]:  # what the run said of rows it lacks
+                        print(f"  warnings: {said(result['warning_events'])}", flush=True)
                     sides[side].append(result)
             same, differed = None, []
             pair = ("new", "baseline") if baseline else ("memory", "disk")
