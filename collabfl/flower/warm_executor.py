@@ -105,7 +105,10 @@ BURST_S = 1.0
 MESSAGE_WAIT_S = 60.0
 """How long a claimed task waits for its message, and then for the message's content: a
 SuperLink or coordinator that died mid-delivery fails the task instead of holding it."""
-UNREACHABLE_BACKOFF_S = 1.0
+QUERY_BACKOFF_S = 1.0
+"""The pause after a task query that failed for good: Flower's client retries a SuperNode
+that is away by itself, and gives up only on an error it will not retry (TLS, a status
+other than 502, 503 or 504)."""
 FIRST_TOKEN_ENV = "COLLABFL_WARM_FIRST_TOKEN"
 """A task claimed by a ``--per-task`` executor, handed to the child that serves it (never on
 the command line, where every local user could read it)."""
@@ -324,8 +327,8 @@ class WarmExecutor:
                 AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
             )
         except httpx.HTTPError as error:
-            log.warning("runtime API at %s unreachable: %s", self.address, error)
-            self.stopping.wait(UNREACHABLE_BACKOFF_S)
+            log.warning("task query to the runtime API at %s failed: %s", self.address, error)
+            self.stopping.wait(QUERY_BACKOFF_S)
             return None
         if not (response.HasField("task") and response.token):
             return None
