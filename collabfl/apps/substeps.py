@@ -26,7 +26,7 @@ from flwr.serverapp import Grid
 
 from collabfl.apps.exchange import Answer, collect, push
 from collabfl.apps.fleet_signals import POLLING, FleetSignals
-from collabfl.apps.timing import WORK_FIELDS, MessageTiming, seat_timing
+from collabfl.apps.timing import MessageTiming, seat_timing
 from collabfl.coordinator.relay.substep_client import SeatPoller, SessionFeeder
 from collabfl.coordinator.relay.substep_relay import MAX_SEATS, StepResult
 from collabfl.flower.codec import (
@@ -39,6 +39,7 @@ from collabfl.flower.codec import (
     encode_reply,
 )
 from collabfl.flower.reply_pull import content_lost, node_gone
+from collabfl.strategies.metrics import WORK_SECONDS
 from collabfl.strategies.protocol import Instruction, Reply
 from collabfl.strategies.verbs import Discriminate, Gradient
 from collabfl.strategies.wire import decode, encode
@@ -312,7 +313,7 @@ def serve_seat(
             if not isinstance(instruction.task, SUBSTEP_TASKS):
                 raise ValueError(f"{instruction.verb.value} is not a sub-round step")
             reply = run_step(instruction)
-            work_s += sum(getattr(reply.metrics, name) or 0.0 for name in WORK_FIELDS)
+            work_s += sum(getattr(reply.metrics, name) or 0.0 for name in WORK_SECONDS)
             result = StepResult(content_bytes(encode_reply(reply)))
         except Exception as error:  # the ServerApp hears why; the seat stays usable
             log.warning("sub-step %s failed: %s", work.step, error)

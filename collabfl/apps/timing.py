@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from collabfl.apps.exchange import Answer
+from collabfl.strategies.metrics import WORK_SECONDS
 from collabfl.strategies.protocol import Reply
-
-WORK_FIELDS = ("train_s", "collaborate_s", "evaluate_s", "discriminate_s", "gradient_s")
-"""The verbs' seconds (fetch_s is part of collaborate_s)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ class MessageTiming:
 def message_timing(
     round_index: int, client: int, answer: Answer, replies: list[Reply]
 ) -> MessageTiming:
-    work = sum(getattr(r.metrics, name) or 0.0 for r in replies for name in WORK_FIELDS)
+    work = sum(getattr(r.metrics, name) or 0.0 for r in replies for name in WORK_SECONDS)
     return _timing(round_index, client, answer, len(replies), work, "message")
 
 

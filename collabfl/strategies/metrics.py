@@ -87,10 +87,10 @@ class ClientMetrics:
         return replace(self, **updates)
 
 
-SECONDS = frozenset(
-    ("train_s", "collaborate_s", "fetch_s", "evaluate_s", "discriminate_s", "gradient_s")
-)
-"""The fields that count a client's seconds on a verb (fetch_s: of collaborate_s)."""
+WORK_SECONDS = ("train_s", "collaborate_s", "evaluate_s", "discriminate_s", "gradient_s")
+"""The verbs' seconds: together, a client's work on a message."""
+SECONDS = frozenset((*WORK_SECONDS, "fetch_s"))
+"""Every field that counts seconds (fetch_s: a part of collaborate_s)."""
 
 
 def recorded_names() -> tuple[str, ...]:
