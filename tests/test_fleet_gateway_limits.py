@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -35,6 +35,9 @@ from collabfl.coordinator.settings import CoordinatorSettings, gateway_limits, p
 LIMITS = GatewayLimits(max_body_bytes=1 << 20, per_peer=3, header_timeout_s=1.0, idle_s=1)
 BODY = 50 << 20
 HOLD_S = 8.0
+HELD_S = 120.0
+"""How long the bound's test may have its pulls held: longer than starting them takes on a
+loaded machine. The test ends them itself."""
 
 
 @pytest.fixture
@@ -44,6 +47,16 @@ def fleet() -> FakeFleet:
 
 @pytest.fixture
 def gateway(fleet: FakeFleet) -> Iterator[int]:
+    yield from _started(fleet, HOLD_S)
+
+
+@pytest.fixture
+def holding_gateway(fleet: FakeFleet) -> Iterator[int]:
+    yield from _started(fleet, HELD_S)
+
+
+def _started(fleet: FakeFleet, hold_s: float) -> Iterator[int]:
+    """A gateway in front of ``fleet`` that holds an empty pull up to ``hold_s``; its port."""
     routes = [
         Route(PULL_PATH, fleet.pull, methods=["POST"]),
         Route(PUSH_PATH, fleet.push, methods=["POST"]),
@@ -51,7 +64,7 @@ def gateway(fleet: FakeFleet) -> Iterator[int]:
     upstream, upstream_port = _serve(Starlette(routes=routes))
     gateway = FleetGateway(
         "127.0.0.1", 0, f"http://127.0.0.1:{upstream_port}", None, None,
-        long_poll=LongPoll(hold_s=HOLD_S, first_s=0.05, max_s=0.2), limits=LIMITS,
+        long_poll=LongPoll(hold_s=hold_s, first_s=0.05, max_s=0.2), limits=LIMITS,
     )  # fmt: skip
     port = gateway.start()
     yield port
@@ -171,8 +184,16 @@ def _wait_until(condition, limit_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def test_one_address_is_bounded_while_another_gets_through(gateway, fleet):
-    base = f"http://127.0.0.1:{gateway}"
+def _release(fleet: FakeFleet, pulls: list[Future[httpx.Response]]) -> None:
+    """End held pulls: each of the gateway's polls upstream takes one queued message."""
+    while not all(pull.done() for pull in pulls):
+        if fleet.queued is None:
+            fleet.queue("release")
+        time.sleep(0.01)
+
+
+def test_one_address_is_bounded_while_another_gets_through(holding_gateway, fleet):
+    base = f"http://127.0.0.1:{holding_gateway}"
     with ThreadPoolExecutor(LIMITS.per_peer) as pool, httpx.Client(timeout=60) as client:
         held = []
         for n in range(1, LIMITS.per_peer + 1):  # each held by the gateway (empty pulls)
@@ -186,6 +207,7 @@ def test_one_address_is_bounded_while_another_gets_through(gateway, fleet):
         other = httpx.HTTPTransport(local_address="127.0.0.2")
         with httpx.Client(transport=other, timeout=30) as neighbour:
             assert neighbour.post(f"{base}{PUSH_PATH}", content=b"").status_code == 200
+        _release(fleet, held)
         assert all(pull.result().status_code == 200 for pull in held)  # held, not refused
     # the bound lifts once they end
     with httpx.Client(timeout=30) as client:
