@@ -247,9 +247,13 @@ def test_a_join_takes_a_data_factory_the_lab_allows(coordinator, tmp_path, capsy
     from collabfl.kernel.daemon_settings import load
 
     state_dir, token = tmp_path / "state", _token_file(tmp_path, coordinator.invite(3))
-    factory = "mylab.data:clients"
+    factory = "tests.support.sources:blobs"
     assert _join(coordinator.address, token, factory, state_dir) == 2
     assert "--allow-import" in capsys.readouterr().err
+    absent = "no_such_lab.data:clients"  # on no entry of the Python path
+    assert _join(coordinator.address, token, absent, state_dir, "--allow-import", absent) == 2
+    said = capsys.readouterr().err
+    assert "PYTHONPATH" in said and "the token is unspent" in said, said
     allowed = ("--allow-import", factory)
     assert _join(coordinator.address, token, factory, state_dir, *allowed) == 0
     saved = load(ParticipantSettings, parser(), ["--state-dir", str(state_dir)])

@@ -136,3 +136,12 @@ def test_the_daemon_refuses_a_malformed_allow_import(tmp_path, capsys):
     assert daemon.main(_daemon_args(tmp_path, "--allow-import", "mylab.models.make_net")) == 2
     said = capsys.readouterr().err.splitlines()
     assert len(said) == 1 and "'mylab.models.make_net' is not an import path" in said[0]
+
+
+def test_the_daemon_refuses_an_allow_import_it_could_never_import(tmp_path, capsys):
+    # Its executor would fail every run's first message; the operator hears it at start.
+    assert daemon.main(_daemon_args(tmp_path, "--allow-import", "no_such_lab.models:net")) == 2
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1, said
+    assert "'no_such_lab.models:net'" in said[0] and "PYTHONPATH" in said[0]
+    assert not (tmp_path / "state" / "supernode.log").exists()

@@ -26,6 +26,7 @@ from collabfl.coordinator.superlink.owner_gated_superlink import (
     install_owner_gate,
 )
 from collabfl.flower.processes import flower_binary, flower_entry_point
+from collabfl.kernel.python_command import module_command
 from collabfl.kernel.socket_owner import owner_lookup_available
 
 pytestmark = pytest.mark.skipif(not owner_lookup_available(), reason="needs /proc/net/tcp")
@@ -88,7 +89,8 @@ def test_contract_flower_installs_the_superlink_as_a_console_script():
 
 
 def test_the_coordinator_starts_the_gated_superlink():
-    assert superlink_program()[1:] == ["-m", "collabfl.coordinator.superlink.owner_gated_superlink"]
+    gated = "collabfl.coordinator.superlink.owner_gated_superlink"
+    assert superlink_program() == module_command(gated)
 
 
 def test_a_start_that_cannot_gate_the_superlink_says_so(tmp_path, monkeypatch, caplog):

@@ -36,6 +36,7 @@ from collabfl.flower.quick_reply_supernode import (
     shorten_reply_poll,
     supernode_program,
 )
+from collabfl.kernel.python_command import module_command
 from tests.support.client_data import write_client_data
 
 
@@ -117,9 +118,10 @@ def test_the_daemon_starts_the_short_poll_supernode(tmp_path) -> None:
     ]  # fmt: skip
     settings = ParticipantSettings.from_flags(parser().parse_args(flags))
     command = daemon.supernode_command(settings)
-    assert command[:3] == supernode_program()
-    assert supernode_program()[1:] == ["-m", quick_reply_supernode.__name__]
-    assert command[3:5] == ["--superlink", "127.0.0.1:9092"]
+    program = supernode_program()
+    assert command[: len(program)] == program
+    assert program == module_command(quick_reply_supernode.__name__)
+    assert command[len(program) : len(program) + 2] == ["--superlink", "127.0.0.1:9092"]
 
 
 def test_the_short_poll_supernode_is_flowers_own_program() -> None:

@@ -77,6 +77,6 @@ def test_the_log_watch_finds_a_line_cut_by_its_look_and_only_once(tmp_path):
 
 def test_the_executor_command_names_the_supernode_log(tmp_path):
     command = warm_executor_command("127.0.0.1:9094", 0.1, tmp_path / "supernode.log")
-    args = parser().parse_args(command[3:])
+    args = parser().parse_args(command[command.index("collabfl.flower.warm_executor") + 1 :])
     assert args.supernode_log == tmp_path / "supernode.log" and args.poll == 0.1
     assert "--supernode-log" not in warm_executor_command("127.0.0.1:9094")

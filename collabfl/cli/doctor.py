@@ -241,11 +241,15 @@ def data_file(data: Path | str, client_id: int = 0, allowed: Sequence[str] | Non
     """Whether `data` is a valid client data file, or a `data.source` factory whose sample
     of client `client_id`'s splits is valid (the client daemon's own check)."""
     from collabfl.client.data.opening import check_data, data_ref
+    from collabfl.kernel.user_code import UserCodeError
 
     ref = data_ref(data)
     try:
         line = check_data(ref, client_id, [str(ref)] if allowed is None else allowed)
     except (ValueError, FileNotFoundError) as error:
+        if isinstance(error, UserCodeError):
+            fix = "then list it in --allow-import (docs/deployment.md, The participant's data)"
+            return Result(False, str(error), fix)
         if isinstance(ref, str):
             fix = (
                 "make the factory return {train, val (optional), test, num_classes} with "

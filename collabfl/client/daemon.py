@@ -61,7 +61,7 @@ from collabfl.kernel.netprobe import split_address
 from collabfl.kernel.revocation import serial_hex
 from collabfl.kernel.supervisor import RestartPolicy, Supervisor
 from collabfl.kernel.tls import ServerTLS
-from collabfl.kernel.user_code import parse_allowed
+from collabfl.kernel.user_code import check_findable, parse_allowed
 
 log = logging.getLogger("collabfl.client")
 
@@ -184,6 +184,7 @@ def check_settings(settings: ParticipantSettings) -> None:
 
         resolve_device(settings.device)  # ValueError naming the value and what exists
     allowed = parse_allowed(list(settings.allow_import))  # a malformed one fails now, by name
+    check_findable(allowed)  # and one this daemon's executor could never import
     # raises with the file name, or a factory's client, split and field, when malformed
     log.info("%s", check_data(settings.data, settings.client_id, allowed))
     for flag, address in (

@@ -39,7 +39,12 @@ from collabfl.kernel.identity import identity_of_certificate
 from collabfl.kernel.join_client import JoinFailed, NotYet, coordinator_address, join
 from collabfl.kernel.pki import write_private_key
 from collabfl.kernel.token_source import ENV_VAR, ON_ARGV, read_token
-from collabfl.kernel.user_code import check_allowed, parse_allowed
+from collabfl.kernel.user_code import (
+    UserCodeError,
+    check_allowed,
+    check_findable,
+    parse_allowed,
+)
 
 DESCRIPTION = f"""Enrol this machine in a federation with the join token its operator sent, then run
 the participant (`collabfl-client`).
@@ -154,11 +159,18 @@ def main(argv: list[str]) -> int:
 
 
 def check_join_data(data: DataRef, allow_import: list[str]) -> None:
-    """A data file that loads, or a factory the participant allows; ValueError saying what
-    ``--data`` takes otherwise. The factory is called for its client id only when the daemon
-    starts (the id comes with the join), where a wrong split is refused by name."""
+    """A data file that loads, or a factory the participant allows and could import (as
+    everything it allows); ValueError saying what ``--data`` takes otherwise. The factory
+    is called for its client id only when the daemon starts (the id comes with the join),
+    where a wrong split is refused by name."""
+    allowed = parse_allowed(allow_import)
     if isinstance(data, str):
-        check_allowed(data, parse_allowed(allow_import))
+        check_allowed(data, allowed)
+    try:
+        check_findable(allowed)  # the daemon would refuse to start with it
+    except UserCodeError as error:
+        raise UserCodeError(f"{error} (nothing was sent: the token is unspent)") from None
+    if isinstance(data, str):
         return
     if not data.exists():
         raise FileNotFoundError(

@@ -12,6 +12,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from collabfl.kernel.python_command import module_command
+
 CLIENT_RUNTIMES = ("warm", "subprocess")
 """How a client daemon runs ClientApp messages: one long-lived executor that keeps torch,
 the data and the node in memory (``warm``, the default), or a fresh process per message, as
@@ -86,10 +88,9 @@ def warm_executor_command(
     """The executor (flower/warm_executor.py) of the SuperNode whose runtime API (its
     ``--port``) is at ``runtime_api`` and whose log is ``supernode_log``; ``per_task``: a
     fresh process per task. Kept here so that starting one imports no flwr."""
-    command = [
-        sys.executable, "-m", "collabfl.flower.warm_executor",
-        "--runtime-api", runtime_api, "--poll", str(poll_s),
-    ]  # fmt: skip
+    command = module_command(
+        "collabfl.flower.warm_executor", "--runtime-api", runtime_api, "--poll", str(poll_s)
+    )
     if supernode_log is not None:
         command += ["--supernode-log", str(supernode_log)]
     if per_task:

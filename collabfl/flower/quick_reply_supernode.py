@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from collabfl.flower.processes import flower_entry_point
+from collabfl.kernel.python_command import module_command
 
 FLOWER_ENTRY_POINT = "flower-supernode"
 FLOWER_REPLY_POLL_S = 0.5
@@ -34,7 +35,7 @@ REPLY_POLL_S = 0.02
 
 def supernode_program() -> list[str]:
     """The command that starts this module's SuperNode; Flower's flags follow it."""
-    return [sys.executable, "-m", __name__]
+    return module_command(__name__)
 
 
 class ReplyPollClock:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO, NoReturn
 
 from collabfl.kernel.leftovers import start_ticks
+from collabfl.kernel.python_command import module_command
 from collabfl.kernel.supervisor import with_parent_death_signal
 
 PROGRAM = "flwr-serverapp"
@@ -218,7 +219,7 @@ def _read_replies(stream: IO[bytes], started: queue.Queue[ForkedServerApp | None
 def template_command(preload: Sequence[str]) -> list[str]:
     """The template's command line, importing the modules ``preload`` names at its start."""
     flags = [arg for module in preload for arg in ("--preload", module)]
-    return [sys.executable, "-m", "collabfl.flower.serverapp_template", *flags]
+    return module_command("collabfl.flower.serverapp_template", *flags)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,12 +3,14 @@
 A config names such code as text, so it travels in TOML files and run requests. Resolving a
 name imports a module, which runs code: on a participant that name may come from the
 coordinator, so ``load_object`` takes the participant's own allow-list and refuses anything
-else before importing anything.
+else before importing anything. Modules come from the Python path (``PYTHONPATH``, installed
+packages), never from the working directory (kernel/python_command.py says why).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from collections.abc import Collection
 
@@ -48,6 +50,25 @@ def check_allowed(path: str, allowed: Collection[str]) -> None:
         )
 
 
+def check_findable(paths: Collection[str]) -> None:
+    """UserCodeError naming the first of ``paths`` whose top-level package is nowhere on the
+    Python path, so that a participant hears it when it starts rather than from its first
+    run's message. Nothing is imported."""
+    for path in sorted(paths):
+        top = check_import_path(path).split(":")[0].split(".")[0]
+        if importlib.util.find_spec(top) is None:
+            raise UserCodeError(f"cannot import {path!r}: {_not_on_path(top)}")
+
+
+def _not_on_path(module: str) -> str:
+    """Why ``module`` cannot be imported, and what makes it importable."""
+    return (
+        f"no module named {module!r} on the Python path; install its package, or put the "
+        "folder that holds it on PYTHONPATH (collabfl's commands do not search the working "
+        "directory)"
+    )
+
+
 def load_object(path: str, allowed: Collection[str] | None = None) -> object:
     """The object ``path`` names, imported.
 
@@ -61,6 +82,9 @@ def load_object(path: str, allowed: Collection[str] | None = None) -> object:
     try:
         target: object = importlib.import_module(module_name)
     except ImportError as error:
+        missing = error.name if isinstance(error, ModuleNotFoundError) else None
+        if missing is not None and f"{module_name}.".startswith(f"{missing}."):
+            raise UserCodeError(f"cannot import {path!r}: {_not_on_path(missing)}") from None
         raise UserCodeError(f"cannot import {path!r}: {error}") from None
     for part in attribute.split("."):
         if not hasattr(target, part):

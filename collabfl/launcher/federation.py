@@ -23,7 +23,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -56,6 +55,7 @@ from collabfl.flower.supernode_key import ensure_supernode_key
 from collabfl.kernel.leftovers import reap_leftovers
 from collabfl.kernel.log_rotation import rotate_copy
 from collabfl.kernel.ports import PortReservation
+from collabfl.kernel.python_command import module_command
 from collabfl.kernel.supervisor import (
     HEALTHY_S,
     RestartPolicy,
@@ -145,7 +145,7 @@ def coordinator_command(
     write only inside ``runs_dir`` (default: the daemon's, inside its state)."""
     runs = ["--runs-dir", str(runs_dir)] if runs_dir is not None else []
     return [
-        sys.executable, "-m", "collabfl.coordinator.daemon",
+        *module_command("collabfl.coordinator.daemon"),
         "--state-dir", str(state_dir), "--host", host,
         "--superlink-port", str(superlink_port), "--service-port", str(service_port),
         *runs, *coordinator_tls_flags(tls),
@@ -179,7 +179,7 @@ def client_command(
     ``allow_imports``: the user code its runs may name (``--allow-import``)."""
     allowed = [arg for path in allow_imports for arg in ("--allow-import", path)]
     return [
-        sys.executable, "-m", "collabfl.client.daemon",
+        *module_command("collabfl.client.daemon"),
         "--client-id", str(client_id), "--data", str(data), "--state-dir", str(state_dir),
         "--superlink", superlink,
         "--peer-listen", f"{host}:{peer_port}", "--peer-address", f"{host}:{peer_port}",

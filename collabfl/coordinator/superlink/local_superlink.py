@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import tomllib
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from collabfl.coordinator.superlink.supernode_restore import KeyRestorer
 from collabfl.flower.processes import flower_binary
 from collabfl.flower.superexec_auth import ensure_secret, rotate_secret
 from collabfl.kernel.atomic import write_text
+from collabfl.kernel.python_command import module_command
 from collabfl.kernel.socket_owner import owner_lookup_available
 from collabfl.kernel.supervisor import RestartPolicy
 
@@ -105,7 +105,7 @@ def superlink_program() -> list[str]:
     """Flower's SuperLink, gated on this user where the kernel names the owners of loopback
     connections (coordinator/superlink/owner_gated_superlink.py); Flower's own program elsewhere."""
     if owner_lookup_available():
-        return [sys.executable, "-m", "collabfl.coordinator.superlink.owner_gated_superlink"]
+        return module_command("collabfl.coordinator.superlink.owner_gated_superlink")
     return [flower_binary("flower-superlink")]
 
 
