@@ -6,7 +6,6 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-from rich.console import Console
 from support.coordinator import served, valid_request
 from typer.testing import CliRunner, Result
 
@@ -16,6 +15,7 @@ from collabfl.coordinator.service import serve
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.store.state import CoordinatorState, Member
 from collabfl.engine.recording import ROW_KEYS
+from collabfl.engine.report.console import plain_console
 from collabfl.kernel import exit_status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -55,7 +55,7 @@ def state(tmp_path: Path) -> Iterator[CoordinatorState]:
 @pytest.fixture
 def address(state: CoordinatorState, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A live coordinator holding members, a run with two rounds, and events."""
-    monkeypatch.setattr(tables, "console", Console(width=200))  # no wrapped table cells
+    monkeypatch.setattr(tables, "console", plain_console(width=200))  # no wrapped table cells
     state.register_members([Member(c, 1000 + c, f"10.0.0.{c}:9400", 50) for c in range(4)])
     state.create_run("exp-1", "dpfl", {"budget": 1})
     for round_index, edges in ROUNDS.items():
@@ -287,7 +287,7 @@ def test_members_and_events_read_at_80_columns(
     """At 80 columns rich folded every cell a few letters a line; a table too wide prints
     its rows as records, so addresses and messages stay whole (issue #42, 7)."""
     monkeypatch.setenv("COLUMNS", "80")
-    monkeypatch.setattr(tables, "console", Console())
+    monkeypatch.setattr(tables, "console", plain_console())
     state.register_members([Member(7, 10**18 + 7, f"{LONG_HOST}:9200", 50)])
     state.record_event("exp-1", "peer_skipped", LONG_MESSAGE, round=1, client_id=3)
     members = _ok(address, "members").splitlines()
@@ -338,7 +338,7 @@ def test_run_ids_stay_whole_at_80_columns(
     state: CoordinatorState, address: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every command takes a run id: a table that cuts it (``dpfl_budget…``) is no use."""
-    monkeypatch.setattr(tables, "console", Console(width=80))
+    monkeypatch.setattr(tables, "console", plain_console(width=80))
     state.create_run(LONG_RUN_ID, "dpfl:budget=0.1", {})
     state.finish_run(LONG_RUN_ID, "failed", "the ServerApp kept dying")
     for command in ("runs", "status"):

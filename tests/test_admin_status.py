@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from flwr.cli.supernode.ls import _to_json
-from rich.console import Console
 from support.coordinator import served
 from typer.testing import CliRunner, Result
 
@@ -27,6 +26,7 @@ from collabfl.cli.admin import admin_app, tables
 from collabfl.coordinator.member_status import SupernodeList
 from collabfl.coordinator.store.enrolment_store import Enrolment, EnrolmentStore
 from collabfl.coordinator.store.state import CoordinatorState, Member
+from collabfl.engine.report.console import plain_console
 
 NODE = {0: 5000, 1: 5001, 2: 5002}
 """Registered SuperNode keys: client id -> the Flower node id the key got."""
@@ -79,11 +79,11 @@ def _admin(address: str, *args: str) -> Result:
 def test_status_lists_members_by_client_id_and_host(
     state: CoordinatorState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tables, "console", Console(width=80))
+    monkeypatch.setattr(tables, "console", plain_console(width=80))
     with served(state, supernodes=SupernodeList(lambda: NODES)) as address:
         document = json.loads(_admin(address, "status", "--json").stdout)
         text = _admin(address, "status").stdout
-        monkeypatch.setattr(tables, "console", Console(width=160))
+        monkeypatch.setattr(tables, "console", plain_console(width=160))
         members = _admin(address, "members").stdout
         members_json = json.loads(_admin(address, "members", "--json").stdout)
     assert document["num_members"] == 5

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from support.coordinator import served
 from typer.testing import CliRunner
 
@@ -24,6 +23,7 @@ from collabfl.cli.admin import admin_app, tables
 from collabfl.coordinator.service import CoordinatorService
 from collabfl.coordinator.service_client import CoordinatorClient, CoordinatorError
 from collabfl.coordinator.store.state import CoordinatorState
+from collabfl.engine.report.console import plain_console
 
 
 class ArrivingGrid:
@@ -67,7 +67,7 @@ def test_a_short_start_names_the_missing_clients() -> None:
 def test_the_status_line_reaches_admin_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tables, "console", Console(width=80))
+    monkeypatch.setattr(tables, "console", plain_console(width=80))
     with CoordinatorState(tmp_path / "c.db") as state, served(state) as address:
         state.create_run("r", "dpfl", {})
         with CoordinatorClient(address, launch_token="stale") as server_app:

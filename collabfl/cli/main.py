@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
-from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from collabfl.cli.admin import admin_app  # the package registers every admin command
+from collabfl.engine.report.console import plain_console
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 from collabfl.kernel import exit_status
 
@@ -33,8 +33,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
-console = Console()
-err_console = Console(stderr=True)
+console = plain_console()
+err_console = plain_console(stderr=True)
 
 ConfigArg = Annotated[
     Path | None,
@@ -223,9 +223,13 @@ def _run(
         raise typer.Exit(code=exit_status.FAILURE)
 
 
+def _error_line(error: Exception) -> Text:
+    """``error: MESSAGE``, the word in bold red and the message as written."""
+    return Text.assemble(("error:", "bold red"), " ", str(error))
+
+
 def _fail(error: Exception) -> None:
-    # escaped: a message may hold brackets (pip extras, lists) that rich would read as markup
-    err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+    err_console.print(_error_line(error), highlight=False, soft_wrap=True)
     raise typer.Exit(code=exit_status.USAGE)
 
 
@@ -379,7 +383,7 @@ def _member_peer_addresses() -> list[str]:
         with CoordinatorClient(saved.coordinator, 10.0, tls) as client:
             found = client.status().members
     except (CoordinatorError, CoordinatorUnreachable) as error:
-        err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
+        err_console.print(_error_line(error), highlight=False)
         raise typer.Exit(exit_status.FAILURE) from None
     return [m.peer_address for m in found if m.peer_address]
 

@@ -44,6 +44,7 @@ from collabfl.engine.progress import ProgressBoard, RoundUpdate, round_update
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.registry import REGISTRY
 from collabfl.engine.report.comparison import write_comparison
+from collabfl.engine.report.console import plain_console
 from collabfl.engine.report.resume import ended_summary, finished_summary
 from collabfl.engine.report.run_dir import SEEDS_FILE
 from collabfl.engine.report.seeds import aggregate_seeds
@@ -158,7 +159,7 @@ def run_comparison(
     With ``resume``, a method whose run folder holds a finished run of the same settings is
     kept rather than run again (other settings: ConfigError). Cut short, the table and
     summary.json are still written, over the methods that ended, naming the others."""
-    console = console or Console()
+    console = console or plain_console()
     check_user_code(specs)
     require_tracking(config)
     device = resolve_device(config.device)
@@ -268,7 +269,7 @@ def run_seeds(
     aggregate over the seeds that finished (also when a later seed is interrupted) into
     ``out_dir``: summary.json, results.md and plots with spread bands across seeds.
     ``resume``: keep each seed's finished runs of the same settings (run_comparison)."""
-    console = console or Console()
+    console = console or plain_console()
     planned = [seed for seed, _, _ in runs]
     labels = [spec.label for spec in runs[0][2]]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 
 from collabfl.cli.admin import tables
@@ -108,14 +107,14 @@ def print_members(
             state = member.presence
             cells = [
                 str(member.client_id),
-                escape(member.host) or MISSING,  # a participant's words: no rich markup
+                member.host or MISSING,  # a participant's words: printed as written
                 f"[{colours[state]}]{state}" if state in colours else state,
                 "now" if state == "online" else when(member.last_seen, "never"),
                 "yes" if member.supernode_registered else "no",
                 "revoked" if member.revoked else until(member.cert_not_after),
             ]
             if detailed:
-                address = escape(member.peer_address) or MISSING
+                address = member.peer_address or MISSING
                 cells += [optional(member.flower_node_id or None), address]
             table.add_row(*cells)
             rows.append(cells)

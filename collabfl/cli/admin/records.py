@@ -13,7 +13,6 @@ from statistics import fmean
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from collabfl.cli.admin import tables
@@ -200,12 +199,12 @@ def events(
         cells = [
             str(event.event_id),
             clock(event.time),
-            *([escape(event.run_id) or MISSING] if every else []),
+            *([event.run_id or MISSING] if every else []),
             optional(event.round),
             f"[{colours[level]}]{level}" if colours[level] else level,
             event.kind,
             optional(event.client_id),
-            escape(event.message),  # a participant's words may reach it: no rich markup
+            event.message,  # a participant's words may reach it: printed as written
         ]
         table.add_row(*cells)
         rows.append(cells)

@@ -27,10 +27,12 @@ from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
 
+from collabfl.engine.report.console import plain_console
+
 if TYPE_CHECKING:
     from collabfl.coordinator.store.records import Run
 
-console = Console()
+console = plain_console()
 
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 

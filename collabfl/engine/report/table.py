@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from collabfl.engine.report.console import plain_console
+
 COLUMNS = (
     "Method",
     "Test acc (%)",
@@ -166,7 +168,7 @@ NARROW_CAPTION = "Peer and coordinator bytes: model bytes per client per round."
 def print_results(summaries: list[dict[str, Any]], console: Console | None = None) -> None:
     """Print the results to `console` (a fresh stdout console by default): one table when it
     fits the terminal's width, else two narrower ones, so no header or label is cut short."""
-    console = console or Console()
+    console = console or plain_console()
     wide = results_table(summaries)
     natural = Measurement.get(console, console.options.update(max_width=10**6), wide)
     if natural.maximum <= console.width:
