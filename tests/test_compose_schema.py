@@ -1,6 +1,6 @@
-"""deploy/docker-compose.yml is a valid Compose file: checked against the Compose
-Specification's own JSON schema (vendored in tests/data, see its README), since no docker
-engine runs here to read it."""
+"""deploy/docker-compose.yml and its override own-loader.yml are valid Compose files:
+checked against the Compose Specification's own JSON schema (vendored in tests/data, see its
+README), since no docker engine runs here to read them."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import json
 from pathlib import Path
 
 import jsonschema
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
 
 
-def test_the_compose_file_follows_the_compose_specification():
+@pytest.mark.parametrize("name", ["docker-compose.yml", "own-loader.yml"])
+def test_the_compose_files_follow_the_compose_specification(name):
     schema = json.loads(SCHEMA.read_text())
-    compose = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())
+    compose = yaml.safe_load((ROOT / "deploy" / name).read_text())
     validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
     errors = [
         f"{'/'.join(map(str, error.absolute_path))}: {error.message}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import os
 import re
 import shlex
 import socket
@@ -439,3 +440,57 @@ def test_the_probe_passes_only_when_every_target_answers(health_server, tls_heal
             assert result.stderr.startswith(broken), result.stderr
     finally:
         closed.close()
+
+
+def _own_loader() -> dict:
+    return yaml.safe_load((DEPLOY / "own-loader.yml").read_text())
+
+
+def _in_image(path: str) -> Path:
+    """The checkout's file that the Dockerfile copies to ``path`` (WORKDIR /opt/collabfl)."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "WORKDIR /opt/collabfl" in dockerfile and "COPY examples examples" in dockerfile
+    return ROOT / PurePosixPath(path).relative_to("/opt/collabfl")
+
+
+def test_the_own_loader_override_joins_each_client_with_its_factory(compose):
+    override = _own_loader()["services"]
+    assert set(override) == {n for n in _clients(compose) if not n.startswith("gpu-")}
+    for name, service in override.items():
+        client, base = Client(service), Client(compose["services"][name])
+        factory = client.join.data
+        assert isinstance(factory, str) and factory in client.join.allow_import, name
+        # everything else as the demo client joins and restarts
+        assert vars(client.join) | {"data": None, "allow_import": None} == vars(base.join) | {
+            "data": None,
+            "allow_import": None,
+        }, name
+        assert client.restart_argv == base.restart_argv, name
+        # the module is in the image, on PYTHONPATH (the working directory is not searched)
+        module, attribute = factory.split(":")
+        folder = _in_image(service["environment"]["PYTHONPATH"])
+        assert f"def {attribute}(" in (folder / f"{module}.py").read_text(), name
+        # the images: a read-only bind of a folder the operator must name
+        (volume,) = service["volumes"]
+        assert volume["target"] == service["environment"]["PNG_FOLDER"] and volume["read_only"]
+        assert volume["source"].startswith("${PNG_DIR:?"), name
+
+
+def test_the_own_loader_override_passes_the_daemons_own_data_check(tmp_path):
+    service = _own_loader()["services"]["client-1"]
+    env = dict(service["environment"])
+    images = tmp_path / "png"
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "write_png_folder.py"), "--out", str(images),
+         "--clients", "3", "--train", "8", "--test", "4"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    env["PYTHONPATH"] = str(_in_image(env["PYTHONPATH"]))
+    env["PNG_FOLDER"] = str(images)  # where the bind mount puts PNG_DIR
+    factory = Client(service).join.data
+    doctor = Path(sys.executable).with_name("collabfl")
+    checked = subprocess.run(
+        [str(doctor), "doctor", "--data", factory, "--client-id", "1"],
+        cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert f"✓ data.source {factory}: client 1" in checked.stdout, checked.stdout + checked.stderr
