@@ -38,18 +38,22 @@ def test_one_certificate_per_role_with_private_keys_kept_private(tmp_path):
     assert all(stat.S_IMODE(key.stat().st_mode) == 0o600 for key in keys)
 
 
+def _flags(command: list[str]) -> list[str]:
+    """A ``python -P -m MODULE FLAGS`` command's flags."""
+    return command[command.index("-m") + 2 :]
+
+
 def test_daemon_commands_carry_the_role_certificates(tmp_path):
     tls = _issue(tmp_path)
-    coordinator = coordinator_daemon.parser().parse_args(
-        coordinator_command(tmp_path, 1, 2, "10.9.0.2", tls)[3:]
-    )
+    started = coordinator_command(tmp_path, 1, 2, "10.9.0.2", tls)
+    coordinator = coordinator_daemon.parser().parse_args(_flags(started))
     assert not coordinator.insecure and coordinator.host == "10.9.0.2"
     assert (coordinator.ssl_ca_certfile, coordinator.ssl_certfile) == (tls.ca, tls.coordinator.cert)
     assert coordinator.ssl_keyfile == tls.coordinator.key
     command = client_command(
         1, tmp_path, tmp_path, "10.9.0.2:1", 5, 6, tmp_path, "warm", "10.9.0.4", tls
     )
-    client = client_daemon.parser().parse_args(command[3:])
+    client = client_daemon.parser().parse_args(_flags(command))
     assert not client.insecure and client.peer_listen == client.peer_address == "10.9.0.4:5"
     assert client.root_certificates == tls.ca  # also its peer server's client CA
     assert (client.peer_cert, client.peer_key) == (tls.members[1].cert, tls.members[1].key)
