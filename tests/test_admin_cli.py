@@ -377,3 +377,13 @@ def test_start_refuses_an_out_folder_holding_a_run(tmp_path: Path) -> None:
         _ok(address, *start)
         assert (earlier / "serverapp.log").read_text() == "launch 1\n"
         assert state.run("second").status == "running"
+
+
+def test_a_participants_escape_sequences_are_shown_not_obeyed(
+    address: str, state: CoordinatorState
+) -> None:
+    # A client's error reply becomes an event's message: a liar can put anything in it.
+    state.record_event("exp-1", "client_error", "boom\x1b[2J\x1b]52;c;aGk=\x07", client_id=3)
+    out = _ok(address, "events", "exp-1")
+    assert "\x1b" not in out and "\x07" not in out
+    assert "boom\\x1b[2J\\x1b]52;c;aGk=\\x07" in "".join(line.strip() for line in out.splitlines())

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rich.table import Table
 from typer.testing import CliRunner
 
 from collabfl.cli.main import app
@@ -44,3 +45,14 @@ def test_doctor_names_a_factory_called_factory(tmp_path):
         timeout=300,
     )  # fmt: skip
     assert "✓ data.source lab_source:factory: client 0" in checked.stdout, checked.stderr
+
+
+def test_a_participants_control_characters_reach_no_terminal():
+    # An event message or host name a participant sent: shown, not obeyed.
+    console = plain_console(record=True, width=200, force_terminal=True)
+    console.print("evil \x1b]52;c;aGk=\x07 then \x1b[2J\x9b")
+    assert console.export_text().strip() == "evil \\x1b]52;c;aGk=\\x07 then \\x1b[2J\\x9b"
+    table = Table("message")
+    table.add_row("row\x1b[1A\rspoofed")
+    console.print(table)
+    assert "row\\x1b[1A\\x0dspoofed" in console.export_text()

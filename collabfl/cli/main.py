@@ -19,7 +19,7 @@ import typer
 from rich.text import Text
 
 from collabfl.cli.admin import admin_app  # the package registers every admin command
-from collabfl.engine.report.console import plain_console
+from collabfl.engine.report.console import plain_console, shown
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 from collabfl.kernel import exit_status
 
@@ -225,7 +225,7 @@ def _run(
 
 def _error_line(error: Exception) -> Text:
     """``error: MESSAGE``, the word in bold red and the message as written."""
-    return Text.assemble(("error:", "bold red"), " ", str(error))
+    return Text.assemble(("error:", "bold red"), " ", shown(str(error)))
 
 
 def _fail(error: Exception) -> None:

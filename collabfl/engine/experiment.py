@@ -217,7 +217,7 @@ def _run_specs(
         return {}
     jobs = parallel_jobs(jobs_requested, len(specs))
     columns = (
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # labels as written
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
