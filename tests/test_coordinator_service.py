@@ -1,5 +1,6 @@
 """The coordinator service over a real gRPC server and SQLite file, through CoordinatorClient."""
 
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -485,3 +486,18 @@ def test_tls(db: Path, tmp_path: Path) -> None:
                 plain.status()
         finally:
             server.stop(None)
+
+
+def test_the_serverapps_log_shows_a_participants_escape_sequences_written_out(
+    client: CoordinatorClient, launch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator reading the ServerApp's log in a terminal sees a client's error reply;
+    the event itself keeps the words as sent."""
+    client.create_run("r", "dpfl", DPFL)
+    launch("r")
+    ledger = ServiceLedger(client, "r", grant_ttl_s=30)
+    with caplog.at_level(logging.WARNING, logger="collabfl.apps.run_ledger"):
+        ledger.record_event("client_error", "boom\x1b[2J", client_id=1)
+    assert "client_error: boom\\x1b[2J" in caplog.text and "\x1b" not in caplog.text
+    [event] = client.list_events("r")
+    assert event.message == "boom\x1b[2J"

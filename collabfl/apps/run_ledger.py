@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.store.records import Edge, Member
+from collabfl.engine.report.console import shown
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,8 @@ class RunLedger(Protocol):
 @dataclass(frozen=True)
 class ServiceLedger:
     """``RunLedger`` over the coordinator service; grants live ``grant_ttl_s``. Each event
-    is logged at its level too: the ServerApp's log tells what the run's events say."""
+    is logged at its level too: the ServerApp's log tells what the run's events say (a
+    participant's words in them with their control characters written out)."""
 
     coordinator: CoordinatorClient
     run_id: str
@@ -91,7 +93,7 @@ class ServiceLedger:
             if value is not None
         )
         log.log(LOG_LEVELS.get(level, logging.WARNING), "run %s%s: %s: %s",
-                self.run_id, where, kind, message)  # fmt: skip
+                self.run_id, where, kind, shown(message))  # fmt: skip
         self.coordinator.record_event(self.run_id, kind, message, level, round, client_id)
 
     def say(self, message: str) -> None:

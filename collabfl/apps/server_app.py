@@ -57,6 +57,7 @@ from collabfl.engine.quorum import QuorumLost, run_quorum
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.report.coalition_moves import join_clients
 from collabfl.engine.report.comparison import write_comparison
+from collabfl.engine.report.console import shown
 from collabfl.engine.report.setting import dataset_text, partition_text
 from collabfl.engine.run_options import RunOptions
 from collabfl.flower.binding import NodeBinder, parse_bindings
@@ -282,7 +283,7 @@ def admit(
     for node, answer in answers.items():
         content = answer.content
         if isinstance(content, str):
-            log.warning("node %s failed to join: %s", node, content)
+            log.warning("node %s failed to join: %s", node, shown(content))
             continue
         try:
             description = decode_description(content)
