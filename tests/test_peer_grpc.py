@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent import futures
 
 import grpc
 import pytest
@@ -238,3 +239,29 @@ def test_grpc_source_feeds_the_fetcher(store, signer, address):
         with fetcher.hold([OWNER], ROUND, limit=1) as models:
             assert torch.equal(models[OWNER], store.load(ROUND))
     assert fetcher.take_stats().bytes_fetched == 4 * NUMEL
+
+
+def test_a_lying_peers_error_text_is_written_out_before_it_is_logged(signer):
+    """A peer's status details become the fetcher's log line and a ``peer_skipped`` event
+    the operator reads in a terminal: escape sequences in them are shown, not obeyed."""
+
+    def refuse(request, context):
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, "no\x1b[2J\x1b]52;c;aGk=\x07")
+
+    handler = grpc.method_handlers_generic_handler(
+        "collabfl.peer.PeerModels", {"FetchModel": grpc.unary_stream_rpc_method_handler(refuse)}
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        grant = signer.issue("run", FETCHER, OWNER, ROUND, ttl_s=30)
+        with (
+            source_for(f"127.0.0.1:{port}", grant) as source,
+            pytest.raises(PeerUnavailable) as refused,
+        ):
+            source.fetch(OWNER, ROUND)
+    finally:
+        server.stop(None)
+    assert "PERMISSION_DENIED: no\\x1b[2J\\x1b]52;c;aGk=\\x07" in str(refused.value)
+    assert "\x1b" not in str(refused.value)

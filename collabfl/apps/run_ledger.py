@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from collabfl.coordinator.service_client import CoordinatorClient
 from collabfl.coordinator.store.records import Edge, Member
-from collabfl.engine.report.console import shown
+from collabfl.kernel.printable import shown
 
 log = logging.getLogger(__name__)
 

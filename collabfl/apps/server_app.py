@@ -57,7 +57,6 @@ from collabfl.engine.quorum import QuorumLost, run_quorum
 from collabfl.engine.recording import MethodRecorder, safe_name
 from collabfl.engine.report.coalition_moves import join_clients
 from collabfl.engine.report.comparison import write_comparison
-from collabfl.engine.report.console import shown
 from collabfl.engine.report.setting import dataset_text, partition_text
 from collabfl.engine.run_options import RunOptions
 from collabfl.flower.binding import NodeBinder, parse_bindings
@@ -70,6 +69,7 @@ from collabfl.flower.reported_sizes import (
 from collabfl.flower.run_consistency import FirstCounts
 from collabfl.kernel.flat import FlatModel
 from collabfl.kernel.models import build_model
+from collabfl.kernel.printable import shown
 from collabfl.strategies.rounds import RoundOutcome
 
 log = logging.getLogger(__name__)

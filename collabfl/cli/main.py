@@ -19,9 +19,10 @@ import typer
 from rich.text import Text
 
 from collabfl.cli.admin import admin_app  # the package registers every admin command
-from collabfl.engine.report.console import plain_console, shown
+from collabfl.engine.report.console import plain_console
 from collabfl.flower.processes import CLIENT_RUNTIMES, DEFAULT_RUNTIME
 from collabfl.kernel import exit_status
+from collabfl.kernel.printable import shown
 
 if TYPE_CHECKING:
     from collabfl.engine.config import ExperimentConfig

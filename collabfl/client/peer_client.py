@@ -29,6 +29,7 @@ from collabfl.client.chunk_wire import MalformedChunk, decode_chunk
 from collabfl.client.model_store import TENSOR_NAME
 from collabfl.client.peers import InvalidPeerModel, PeerUnavailable
 from collabfl.client.stream_limits import BUSY_KEY
+from collabfl.kernel.printable import shown
 from collabfl.kernel.tls import ClientTLS
 from collabfl.proto import peer_pb2
 
@@ -127,7 +128,7 @@ class GrpcPeerSource:
                     continue
                 reason = (
                     f"peer {owner} at {address}, round {round_index}: "
-                    f"{error.code().name}: {error.details()}"
+                    f"{error.code().name}: {shown(error.details() or '')}"  # the peer's words
                 )
                 if error.code() == grpc.StatusCode.DATA_LOSS:  # the peer's own file failed
                     raise InvalidPeerModel(reason) from None
