@@ -189,7 +189,8 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PKG.MOD:ATTR",
         help="user code (model factory, loss, optimiser) runs may name; repeat for each. "
-        "Nothing else is ever imported, whatever a run asks for",
+        "Nothing else is ever imported, whatever a run asks for. Found on PYTHONPATH or "
+        "among installed packages, never in the working directory",
     )
     p.add_argument("--cost", type=float, help="iPFL: sharing cost this participant reports")
     p.add_argument("--eagerness", type=float, help="iPFL: data eagerness it reports")
