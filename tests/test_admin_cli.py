@@ -296,6 +296,9 @@ def test_members_and_events_read_at_80_columns(
     assert any(f"{LONG_HOST}:9200" in line for line in members)
     assert any("1000000000000000007" in line for line in members)
     assert LONG_MESSAGE in " ".join(line.strip() for line in events)
+    assert any("warning" in line for line in events) and "[yellow]" not in "".join(events)
+    assert any("online" in line or "offline" in line for line in members)
+    assert "[green]" not in "".join(members) and "[yellow]" not in "".join(members)
 
 
 def test_stop_then_stop_an_ended_run(address: str) -> None:

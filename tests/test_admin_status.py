@@ -105,6 +105,7 @@ def test_status_lists_members_by_client_id_and_host(
 
     assert "5 members (2 online)" in text
     assert "lab-[bold]e[/bold]" in text  # shown as written, not as markup
+    assert "[green]" not in text and "[yellow]" not in text  # our styles are styles
     expiry = time.strftime("%Y-%m-%d", time.localtime(by_client[0]["cert_not_after"]))
     for expected in ("lab-a.example.org", "online", "offline", "yes", expiry, "revoked"):
         assert expected in text, text

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from collabfl.cli.admin import tables
 from collabfl.cli.admin.connection import admin_app, coordinator_client, local_operator
@@ -105,10 +106,10 @@ def print_members(
         rows = []
         for member in members:
             state = member.presence
-            cells = [
+            cells: list[tables.Cell] = [
                 str(member.client_id),
                 member.host or MISSING,  # a participant's words: printed as written
-                f"[{colours[state]}]{state}" if state in colours else state,
+                Text(state, style=colours[state]) if state in colours else state,
                 "now" if state == "online" else when(member.last_seen, "never"),
                 "yes" if member.supernode_registered else "no",
                 "revoked" if member.revoked else until(member.cert_not_after),

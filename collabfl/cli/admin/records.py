@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from collabfl.cli.admin import tables
 from collabfl.cli.admin.connection import EXIT_REFUSED, admin_app, coordinator_client, fail
@@ -196,12 +197,12 @@ def events(
     rows = []
     for event in recorded:
         level = event.level
-        cells = [
+        cells: list[tables.Cell] = [
             str(event.event_id),
             clock(event.time),
             *([event.run_id or MISSING] if every else []),
             optional(event.round),
-            f"[{colours[level]}]{level}" if colours[level] else level,
+            Text(level, style=colours[level]),
             event.kind,
             optional(event.client_id),
             event.message,  # a participant's words may reach it: printed as written

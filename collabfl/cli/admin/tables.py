@@ -26,8 +26,10 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from collabfl.engine.report.console import plain_console
+from collabfl.kernel.printable import shown
 
 if TYPE_CHECKING:
     from collabfl.coordinator.store.records import Run
@@ -54,7 +56,11 @@ def _fields(value: object) -> dict[str, Any]:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def print_table(console: Console, table: Table, rows: Sequence[Sequence[str]], lead: int) -> None:
+Cell = str | Text
+"""A table cell: text printed as written, or a ``Text`` styled by us (a status word)."""
+
+
+def print_table(console: Console, table: Table, rows: Sequence[Sequence[Cell]], lead: int) -> None:
     """``table`` (holding ``rows``) when it fits the terminal unfolded, else each row as a
     record led by its first ``lead`` cells."""
     natural = Measurement.get(console, console.options.update_width(UNBOUNDED), table)
@@ -63,20 +69,27 @@ def print_table(console: Console, table: Table, rows: Sequence[Sequence[str]], l
         return
     headers = [str(column.header) for column in table.columns]
     for row in rows:
-        console.print("  ".join(_lead(headers[:lead], row[:lead])), highlight=False)
+        console.print(Text("  ").join(_lead(headers[:lead], row[:lead])), highlight=False)
         for header, cell in zip(headers[lead:], row[lead:], strict=True):
-            line = Padding(f"{header}: {cell}", (0, 0, 0, RECORD_INDENT), expand=False)
-            console.print(line, highlight=False)
+            line = Text.assemble(f"{header}: ", _text(cell))
+            console.print(Padding(line, (0, 0, 0, RECORD_INDENT), expand=False), highlight=False)
 
 
-def _lead(headers: Sequence[str], cells: Sequence[str]) -> list[str]:
+def _text(cell: Cell) -> Text:
+    """``cell`` as Text; a string shown as written (``Text`` skips the console's check)."""
+    return cell if isinstance(cell, Text) else Text(shown(cell))
+
+
+def _lead(headers: Sequence[str], cells: Sequence[Cell]) -> list[Text]:
     """A record's first line: its cells, a number named by its column ("round 3"), an
     empty cell left out."""
-    return [
-        f"{header} {cell}" if cell.isdigit() else cell
-        for header, cell in zip(headers, cells, strict=True)
-        if cell not in ("", MISSING)
-    ]
+    lead = []
+    for header, cell in zip(headers, cells, strict=True):
+        plain = cell.plain if isinstance(cell, Text) else cell
+        if plain in ("", MISSING):
+            continue
+        lead.append(Text.assemble(f"{header} ", _text(cell)) if plain.isdigit() else _text(cell))
+    return lead
 
 
 def runs_table(runs: list[Run], flower_runs: Mapping[str, int | None] | None = None) -> Table:
