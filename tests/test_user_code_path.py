@@ -14,8 +14,8 @@ from collabfl.coordinator.superlink.local_superlink import superlink_program
 from collabfl.flower.processes import warm_executor_command
 from collabfl.flower.quick_reply_supernode import supernode_program
 from collabfl.flower.serverapp_template import template_command
-from collabfl.kernel.python_command import module_command
 from collabfl.kernel.user_code import UserCodeError, check_findable, load_object
+from collabfl.launcher.federation import client_command, coordinator_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,9 +25,10 @@ pathlib.Path(__file__).with_name("planted-ran").write_text("ran")
 raise SystemExit(99)
 """
 
-COMMANDS = {
-    "client daemon": module_command("collabfl.client.daemon"),
-    "coordinator daemon": module_command("collabfl.coordinator.daemon"),
+SOMEWHERE = Path("/nonexistent")
+COMMANDS = {  # as `federation up` and the daemons build them
+    "client daemon": client_command(0, SOMEWHERE, SOMEWHERE, "127.0.0.1:1", 2, 3, SOMEWHERE),
+    "coordinator daemon": coordinator_command(SOMEWHERE, 1, 2),
     "warm executor": warm_executor_command("127.0.0.1:1"),
     "SuperNode": supernode_program(),
     "SuperLink": superlink_program(),
