@@ -1,6 +1,6 @@
 """What the command line prints is the text as written: rich reads neither markup nor emoji
-codes in it (engine/report/console.py), since paths, labels, import paths and participants'
-words reach it."""
+codes in it, and a control character is written out, not sent to the terminal
+(engine/report/console.py): paths, labels, import paths and participants' words reach it."""
 
 from __future__ import annotations
 
