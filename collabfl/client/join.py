@@ -164,13 +164,12 @@ def check_join_data(data: DataRef, allow_import: list[str]) -> None:
     is called for its client id only when the daemon starts (the id comes with the join),
     where a wrong split is refused by name."""
     allowed = parse_allowed(allow_import)
-    if isinstance(data, str):
-        check_allowed(data, allowed)
     try:
         check_findable(allowed)  # the daemon would refuse to start with it
     except UserCodeError as error:
         raise UserCodeError(f"{error} (nothing was sent: the token is unspent)") from None
     if isinstance(data, str):
+        check_allowed(data, allowed)
         return
     if not data.exists():
         raise FileNotFoundError(
